@@ -1,0 +1,49 @@
+"""zvf's exception types.
+
+Every failure zvf reports is a ``ZvfError`` subclass whose message names the
+key, path or argument involved, so callers can catch one type and users can
+tell what to fix.  Argument errors also subclass ``ValueError`` so that code
+written against plain Python conventions keeps working.
+"""
+
+from __future__ import annotations
+
+
+class ZvfError(Exception):
+    """Base class of every error zvf raises on purpose."""
+
+
+class InvalidArgumentError(ZvfError, ValueError):
+    """A caller passed an argument zvf cannot use (wrong shape, range, name)."""
+
+
+class StoreNotFoundError(ZvfError, FileNotFoundError):
+    """The target holds no store at all."""
+
+
+class NotZvfStoreError(ZvfError):
+    """The target is something else: Zarr v2, a plain Zarr group, not Zarr."""
+
+
+class IncompleteStoreError(ZvfError):
+    """The store has data but no root metadata: a write never finished."""
+
+
+class FormatError(ZvfError):
+    """Bytes or metadata in the store break the on-disk contract."""
+
+
+class StoreExistsError(ZvfError, FileExistsError):
+    """A writer would replace an existing store without ``overwrite=True``."""
+
+
+class ReadOnlyError(ZvfError, PermissionError):
+    """A write was attempted through a read-only handle or protocol."""
+
+
+class RemoteError(ZvfError):
+    """The object store kept failing after the allowed retries."""
+
+
+class MissingDataError(FormatError):
+    """Metadata names a chunk, fragment or object the store does not hold."""
