@@ -1,0 +1,118 @@
+"""Blocking facade over ``zvf.aio``: the same names and signatures, results returned directly.
+
+Every call runs on one long-lived event loop in a background thread (an
+anyio blocking portal).  That makes the facade safe to call from code that
+already runs a loop -- a notebook cell, an async test, a web handler -- where
+``asyncio.run`` would refuse, and it keeps one dataset's connections and
+caches on one loop for its whole life.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import threading
+from typing import Any
+
+from . import aio
+
+_lock = threading.Lock()
+_portal = None
+_portal_cm = None
+
+
+def _call(fn, *args, **kwargs) -> Any:
+    """Run ``await fn(*args, **kwargs)`` on the facade's loop and return its result."""
+    global _portal, _portal_cm
+    if _portal is None:
+        with _lock:
+            if _portal is None:
+                from anyio.from_thread import start_blocking_portal
+
+                _portal_cm = start_blocking_portal(backend="asyncio")
+                _portal = _portal_cm.__enter__()
+                atexit.register(_shutdown)
+    return _portal.call(lambda: fn(*args, **kwargs))
+
+
+def _shutdown() -> None:
+    global _portal, _portal_cm
+    if _portal_cm is not None:
+        cm, _portal_cm, _portal = _portal_cm, None, None
+        cm.__exit__(None, None, None)
+
+
+def _blocking(afn):
+    """A blocking twin of coroutine function ``afn`` (same name, docs and signature)."""
+
+    @functools.wraps(afn)
+    def run(*args, **kwargs):
+        return _call(afn, *args, **kwargs)
+
+    return run
+
+
+def _method(name: str):
+    """A blocking twin of ``AsyncDataset.<name>`` bound through ``self._inner``."""
+    afn = getattr(aio.AsyncDataset, name)
+
+    @functools.wraps(afn)
+    def run(self, *args, **kwargs):
+        return _call(afn, self._inner, *args, **kwargs)
+
+    return run
+
+
+def _property(name: str):
+    return property(lambda self: getattr(self._inner, name), doc=getattr(aio.AsyncDataset, name).__doc__)
+
+
+class Dataset:
+    """A ZVF store opened through the blocking facade; see ``zvf.aio.AsyncDataset``."""
+
+    def __init__(self, inner: aio.AsyncDataset):
+        self._inner = inner
+
+    def __repr__(self) -> str:
+        return repr(self._inner).replace("AsyncDataset", "Dataset", 1)
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def aio(self) -> aio.AsyncDataset:
+        """The async dataset underneath, bound to the facade's event loop."""
+        return self._inner
+
+    levels = _property("levels")
+    bounds = _property("bounds")
+    ndim = _property("ndim")
+    geometry_type = _property("geometry_type")
+    chunk_shape = _property("chunk_shape")
+    stats = _property("stats")
+
+    info = _method("info")
+    query = _method("query")
+    read_all = _method("read_all")
+    object_ids = _method("object_ids")
+    object_attribute = _method("object_attribute")
+    group = _method("group")
+    groups = _method("groups")
+    group_attribute = _method("group_attribute")
+    close = _method("close")
+
+
+@functools.wraps(aio.open)
+def open(*args, **kwargs) -> Dataset:  # noqa: A001 - mirrors zvf.aio.open
+    return Dataset(_call(aio.open, *args, **kwargs))
+
+
+write_points = _blocking(aio.write_points)
+write_polylines = _blocking(aio.write_polylines)
+write_lines = _blocking(aio.write_lines)
+write_graph = _blocking(aio.write_graph)
+write_mesh = _blocking(aio.write_mesh)
+validate = _blocking(aio.validate)

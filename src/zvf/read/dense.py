@@ -1,0 +1,47 @@
+"""Dense numeric arrays (object ids, object and group attributes): read whole.
+
+These arrays are small next to the spatial ones and are read in full: all
+chunks in flight together, missing chunks filled with the fill value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError
+
+_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float16", "float32", "float64"}
+
+
+def _fill(value, dtype: np.dtype):
+    if isinstance(value, str):  # "NaN", "Infinity", "-Infinity" as zarr writes them
+        return float(value.replace("Infinity", "inf"))
+    return 0 if value is None else value
+
+
+async def read_dense(executor, arr) -> np.ndarray:
+    """The whole array ``arr`` (a ``CellArray`` of a dense array) as one numpy array."""
+    meta = arr.meta
+    key = f"{arr.path}/zarr.json"
+    if meta.raw.get("data_type") not in _DTYPES:
+        raise FormatError(f"{key}: data_type {meta.raw.get('data_type')!r} is not a supported numeric type")
+    endian = "<" if arr.codec.endian == "little" else ">"
+    dtype = np.dtype(meta.raw["data_type"]).newbyteorder(endian)
+    shape = tuple(int(s) for s in meta.shape)
+    chunk = tuple(int(c) for c in meta.chunk_shape)
+    if len(shape) != len(chunk) or len(shape) not in (1, 2) or chunk[0] < 1 or chunk[1:] != shape[1:]:
+        raise FormatError(f"{key}: dense array of shape {shape} with chunks {chunk} is not supported")
+    n_chunks = -(-shape[0] // chunk[0]) if shape[0] else 0
+    grid = [(c,) + (0,) * (len(shape) - 1) for c in range(n_chunks)]
+    raws = await executor.gather([executor.get(arr.key_of(g)) for g in grid])
+    nbytes = int(np.prod(chunk)) * dtype.itemsize
+    out = np.full((n_chunks * chunk[0], *shape[1:]), _fill(meta.raw.get("fill_value"), dtype), dtype=dtype.newbyteorder("="))
+    for g, raw in zip(grid, raws):
+        if raw is None:
+            continue
+        data = arr.codec.decode(raw, key=arr.key_of(g), max_size=nbytes)
+        if len(data) != nbytes:
+            raise FormatError(f"{arr.key_of(g)}: chunk holds {len(data)} bytes, expected {nbytes}")
+        out[g[0] * chunk[0]:(g[0] + 1) * chunk[0]] = np.frombuffer(data, dtype=dtype).reshape(chunk)
+    return out[: shape[0]]

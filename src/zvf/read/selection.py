@@ -1,0 +1,40 @@
+"""What a read returns: rows of vertices with their attributes and owners."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Selection:
+    """Vertices read from a store, row-aligned with their attributes.
+
+    ``object_ids`` names each row's object (None when the store has none).
+    Object geometries add connectivity as local row indices: ``edges``
+    (graphs, skeletons as (child, parent), polylines as consecutive pairs),
+    ``faces`` (meshes) and ``offsets`` (object ``i`` owns rows
+    ``offsets[i]:offsets[i+1]`` when rows are grouped by object).
+    """
+
+    positions: np.ndarray
+    attributes: dict[str, np.ndarray] = field(default_factory=dict)
+    object_ids: np.ndarray | None = None
+    edges: np.ndarray | None = None
+    faces: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    objects: np.ndarray | None = None  # object id of each offsets segment
+
+    def __len__(self) -> int:
+        return int(self.positions.shape[0])
+
+    def __repr__(self) -> str:
+        extra = [f"{len(self)} vertices", f"attributes={sorted(self.attributes)}"]
+        if self.objects is not None:
+            extra.append(f"{len(self.objects)} objects")
+        if self.edges is not None:
+            extra.append(f"{len(self.edges)} edges")
+        if self.faces is not None:
+            extra.append(f"{len(self.faces)} faces")
+        return f"Selection({', '.join(extra)})"

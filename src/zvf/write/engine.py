@@ -1,0 +1,197 @@
+"""Publishing a store: claim it, stream the cells up, write the metadata last.
+
+Order is what keeps readers safe: every data cell first (concurrently,
+bounded in bytes in flight), then array and group documents, then level
+documents, and the root ``zarr.json`` last -- a reader that finds no root
+reports an unfinished write instead of reading half a store.
+
+Two writers racing for one new store: each first creates a claim object
+with a conditional put, so exactly one proceeds and the other fails before
+writing anything.  The claim is removed after the root is published.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import anyio
+import numpy as np
+
+from ..errors import StoreExistsError
+from ..format import metadata as md
+from ..format.codecs import CellCodec
+from ..format.keys import ChunkKeyEncoding
+from ..format.shard import encode_shard, inner_index, shard_coords
+from ..io.executor import Executor
+
+CLAIM_KEY = ".zvf-writing"
+
+
+class ByteBudget:
+    """Caps the bytes of queued-but-unfinished uploads (a blob larger than the cap runs alone)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._cond = anyio.Condition()
+
+    async def acquire(self, n: int) -> None:
+        async with self._cond:
+            while self.used and self.used + n > self.limit:
+                await self._cond.wait()
+            self.used += n
+
+    async def release(self, n: int) -> None:
+        async with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
+class StoreWriter:
+    """Uploads one store through an executor; use as ``async with StoreWriter(...) as w``."""
+
+    def __init__(self, executor: Executor, *, overwrite: bool = False, max_inflight_bytes: int = 256 << 20):
+        self.ex = executor
+        self.overwrite = overwrite
+        self._budget = ByteBudget(max_inflight_bytes)
+        self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
+        self._tg = None
+        self.cells_written = 0
+        self.bytes_written = 0
+
+    async def __aenter__(self) -> StoreWriter:
+        await self._claim()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        await self._tg.__aexit__(exc_type, exc, tb)
+        if exc_type is None:
+            await self._publish()
+        return False
+
+    async def _claim(self) -> None:
+        root = await self.ex.head("zarr.json")
+        if root is not None and not self.overwrite:
+            raise StoreExistsError(f"{self.ex.handle.url}: a store exists here; pass overwrite=True to replace it")
+        if self.overwrite:
+            # Hide the old store first (no root = not a store), then clear what it left.
+            await self.ex.delete(["zarr.json"])
+            old = [k for k, _ in await self.ex.list("")]
+            if old:
+                await self.ex.delete(old)
+        try:
+            await self.ex.put(CLAIM_KEY, b"zvf write in progress\n", mode="create")
+        except StoreExistsError:
+            raise StoreExistsError(
+                f"{self.ex.handle.url}: another writer is creating this store (or one died: see `zvf validate`); "
+                "pass overwrite=True to replace it"
+            ) from None
+
+    async def put_cell(self, key: str, data: bytes) -> None:
+        """Queue one data blob; waits while too many bytes are in flight."""
+        await self._budget.acquire(len(data))
+        self._tg.start_soon(self._upload, key, data)
+
+    async def _upload(self, key: str, data: bytes) -> None:
+        try:
+            await self.ex.put(key, data)
+            self.cells_written += 1
+            self.bytes_written += len(data)
+        finally:
+            await self._budget.release(len(data))
+
+    def add_document(self, key: str, doc: dict, *, stage: int) -> None:
+        """A metadata document to publish after the cells: stage 0 arrays/groups, 1 levels, 2 root."""
+        self._docs.append((stage, key, doc))
+
+    async def _publish(self) -> None:
+        for stage in (0, 1):
+            docs = [(k, d) for s, k, d in self._docs if s == stage]
+            await self.ex.gather([self.ex.put(k, md.dumps(d)) for k, d in docs])
+        for _, key, doc in (x for x in self._docs if x[0] == 2):
+            await self.ex.put(key, md.dumps(doc), mode="overwrite" if self.overwrite else "create")
+        await self.ex.delete([CLAIM_KEY])
+
+
+@dataclass
+class SpatialArrayOut:
+    """One per-chunk array being written: cells go up as they are added, sharded ones at ``finish``."""
+
+    path: str  # e.g. "0/vertices"
+    codec: CellCodec
+    origin: tuple[int, ...]
+    grid_shape: tuple[int, ...]
+    attributes: dict
+    nonempty: list[tuple[int, ...]] = field(default_factory=list)
+    _shards: dict[tuple[int, ...], dict[int, bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._keys = ChunkKeyEncoding.from_metadata(None)
+
+    async def add(self, writer: StoreWriter, chunk, payload) -> None:
+        """Store the payload of absolute chunk ``chunk``."""
+        chunk = tuple(int(c) for c in chunk)
+        self.nonempty.append(chunk)
+        grid = np.asarray(chunk, dtype=np.int64) - np.asarray(self.origin, dtype=np.int64)
+        blob = self.codec.encode(payload)
+        if self.codec.shard is None:
+            await writer.put_cell(self._keys.key(self.path, grid), blob)
+            return
+        shard = tuple(int(s) for s in shard_coords(grid, self.codec.shard))
+        self._shards.setdefault(shard, {})[int(inner_index(grid, self.codec.shard))] = blob
+
+    async def finish(self, writer: StoreWriter) -> None:
+        """Upload buffered shards and queue the array document."""
+        if self.codec.shard is not None:
+            n_inner = int(np.prod(self.codec.shard))
+            for shard, inner in self._shards.items():
+                blob = encode_shard(inner, n_inner, inner_shape=self.codec.shard)
+                if blob is not None:
+                    await writer.put_cell(self._keys.key(self.path, shard), blob)
+            self._shards.clear()
+        doc = md.spatial_array_document(
+            self.grid_shape, self.codec.codecs_json(), self.attributes,
+            nonempty_chunks=self.nonempty or np.zeros((0, len(self.grid_shape)), np.int64),
+            grid_origin=self.origin, shard_shape=self.codec.shard,
+        )
+        writer.add_document(f"{self.path}/zarr.json", doc, stage=0)
+
+
+async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_rows: int, fill, codec: CellCodec,
+                      doc: dict) -> None:
+    """A dense numeric array in chunks of ``chunk_rows`` rows, edge chunk padded with ``fill`` as zarr does."""
+    values = np.ascontiguousarray(values)
+    n = values.shape[0]
+    keys = ChunkKeyEncoding.from_metadata(None)
+    for c in range(-(-n // chunk_rows) if n else 0):
+        part = values[c * chunk_rows:(c + 1) * chunk_rows]
+        if part.shape[0] < chunk_rows:
+            pad = np.full((chunk_rows - part.shape[0], *values.shape[1:]), fill, dtype=values.dtype)
+            part = np.concatenate([part, pad])
+        await writer.put_cell(keys.key(path, (c,) + (0,) * (values.ndim - 1)), codec.encode(part.astype(part.dtype.newbyteorder("<")).tobytes()))
+    writer.add_document(f"{path}/zarr.json", doc, stage=0)
+
+
+async def write_vlen_1d(writer: StoreWriter, path: str, items: list, chunk: int, codec: CellCodec, doc: dict) -> None:
+    """A 1-D vlen-bytes array (manifests, groups): ``chunk`` items per cell."""
+    keys = ChunkKeyEncoding.from_metadata(None)
+    for c in range(-(-len(items) // chunk) if items else 0):
+        await writer.put_cell(keys.key(path, (c,)), codec.encode_items(items[c * chunk:(c + 1) * chunk]))
+    writer.add_document(f"{path}/zarr.json", doc, stage=0)
+
+
+def dense_codec(codec: CellCodec) -> CellCodec:
+    """The codec of a dense numeric array written with a spatial array's compressor (never sharded)."""
+    return dataclasses.replace(codec, serializer="bytes", shard=None)
+
+
+def dense_codecs_json(codec: CellCodec, dtype) -> list[dict]:
+    """``codecs`` of a dense array as zarr-python writes it (1-byte types carry no endian)."""
+    return [md.bytes_codec(dtype), *codec.codecs_json()[1:]]
+
+
+def empty_group(writer: StoreWriter, path: str) -> None:
+    writer.add_document(f"{path}/zarr.json", md.group_document({}), stage=0)

@@ -1,0 +1,116 @@
+"""Checking what callers hand to writers, before anything is uploaded.
+
+Every problem is reported with the argument's name (and the attribute's),
+so a bad call fails fast and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+# Names become path segments: keep them to one safe segment.
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_name(name, what: str) -> str:
+    """An attribute or array name that cannot escape its folder or collide with keys."""
+    if not isinstance(name, str) or not _NAME.match(name) or name in (".", "..") or ".." in name:
+        raise InvalidArgumentError(
+            f"{what} name {name!r} is not allowed: use letters, digits, '_', '-', '.' (no '/', no '..')"
+        )
+    return name
+
+
+def positions_array(positions, dtype, name: str = "positions") -> np.ndarray:
+    try:
+        arr = np.asarray(positions)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{name} must be an (N, ndim) numeric array") from exc
+    if arr.ndim != 2 or arr.shape[1] < 1:
+        raise InvalidArgumentError(f"{name} must be an (N, ndim) array, got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        raise InvalidArgumentError(f"{name} must be numeric, got dtype {arr.dtype}")
+    out = arr.astype(np.dtype(dtype), copy=False)
+    if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
+        raise InvalidArgumentError(f"{name} has NaN or infinite coordinates")
+    return out
+
+
+def row_attributes(attributes, n: int, what: str = "attributes") -> dict[str, np.ndarray]:
+    """Per-row arrays of length ``n``: (n,) or (n, C), numeric."""
+    out: dict[str, np.ndarray] = {}
+    for name, values in (attributes or {}).items():
+        check_name(name, what[:-1] if what.endswith("s") else what)
+        arr = np.asarray(values)
+        if arr.dtype.kind not in "biuf":
+            raise InvalidArgumentError(f"{what}[{name!r}] must be numeric, got dtype {arr.dtype}")
+        if arr.ndim not in (1, 2) or arr.shape[0] != n:
+            raise InvalidArgumentError(f"{what}[{name!r}] has shape {arr.shape}; expected ({n},) or ({n}, C)")
+        out[name] = np.ascontiguousarray(arr)
+    return out
+
+
+def integer_ids(values, n: int, name: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.shape != (n,):
+        raise InvalidArgumentError(f"{name} has shape {arr.shape}; expected ({n},)")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise InvalidArgumentError(f"{name} must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def bounds_for(positions: np.ndarray, bounds, ndim: int) -> tuple[list, list]:
+    """Declared bounds (as given) or the data's extent; every position must lie inside."""
+    if bounds is None:
+        if positions.shape[0] == 0:
+            raise InvalidArgumentError("bounds are required when there are no positions")
+        lo = positions.min(axis=0).astype(np.float64).tolist()
+        hi = positions.max(axis=0).astype(np.float64).tolist()
+        return lo, hi
+    try:
+        lo, hi = ([v.item() if hasattr(v, "item") else v for v in np.asarray(b).reshape(-1)] for b in bounds)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"bounds must be (lo, hi), got {bounds!r}") from exc
+    if len(lo) != ndim or len(hi) != ndim:
+        raise InvalidArgumentError(f"bounds must have {ndim} values per corner, got {bounds!r}")
+    if any(not np.isfinite(v) for v in lo + hi) or any(a > b for a, b in zip(lo, hi)):
+        raise InvalidArgumentError(f"bounds must be finite with lo <= hi, got {bounds!r}")
+    if positions.shape[0]:
+        out = np.any((positions < np.asarray(lo)) | (positions > np.asarray(hi)), axis=1)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise InvalidArgumentError(
+                f"positions: {int(out.sum())} rows lie outside bounds {bounds!r} (first: row {i} = "
+                f"{positions[i].tolist()})"
+            )
+    return list(lo), list(hi)
+
+
+def groups_table(groups, object_ids: np.ndarray | None, name: str = "groups") -> list[np.ndarray]:
+    """``{gid: [object ids]}`` or a sequence of id lists -> rows 0..G-1 (missing gids empty)."""
+    if groups is None:
+        return []
+    if isinstance(groups, dict):
+        for g in groups:
+            if not isinstance(g, (int, np.integer)) or g < 0:
+                raise InvalidArgumentError(f"{name}: group id {g!r} must be a non-negative integer")
+        n = max((int(g) for g in groups), default=-1) + 1
+        rows = [np.zeros(0, np.int64)] * n
+        for g, members in groups.items():
+            rows[int(g)] = np.asarray(members, dtype=np.int64).reshape(-1)
+    else:
+        rows = [np.asarray(m, dtype=np.int64).reshape(-1) for m in groups]
+    if object_ids is not None and rows:
+        sizes = np.array([len(r) for r in rows])
+        unknown = ~np.isin(np.concatenate(rows), object_ids)
+        if unknown.any():
+            g = int(np.searchsorted(np.cumsum(sizes), np.flatnonzero(unknown)[0], side="right"))
+            raise InvalidArgumentError(f"{name}[{g}] names object ids the data does not have")
+    return rows
