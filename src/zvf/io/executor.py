@@ -1,0 +1,644 @@
+"""Run store requests for one dataset: limiter, retries, in-flight sharing, caches, stats.
+
+Every request an :class:`Executor` makes passes through ONE
+``anyio.CapacityLimiter`` (``concurrency`` tokens).  A multipart upload takes
+``min(multipart_concurrency, concurrency)`` tokens at once because obstore
+sends that many parts in parallel; multi-token acquisition is serialised by a
+lock so two uploads cannot deadlock each holding half the tokens.
+
+Retries — decision: zvf's executor is the single retry layer.  obstore's own
+retries are off by default (``transport_retries=0`` in storage_options), so
+every HTTP attempt is visible here: ``Stats.requests`` counts attempts and
+``Stats.retries`` counts re-attempts exactly, and the same policy is testable
+on :class:`~zvf.io.transport.MemoryTransport`.  Transient failures
+(:class:`~zvf.io.transport.TransientError`: 5xx, 429, timeouts, dropped or
+refused connections) are retried with exponential backoff and full jitter
+(``sleep ~ U(0, min(max_backoff, init_backoff * base**(n-1)))``) at most
+``max_retries`` times and never past ``retry_timeout`` seconds after the first
+attempt; then :class:`~zvf.errors.RemoteError` naming the key.  Permanent
+errors (4xx, permission, bad key) fail at once.
+
+Idempotency: GET/HEAD/LIST/DELETE and whole-object overwrite PUTs are retried
+on any transient error.  A ``mode="create"`` PUT is retried only when the
+failure proves the request was not applied (429, 503, connect refused); on an
+ambiguous failure (500, dropped connection after sending) it raises
+RemoteError instead, because a retry could report "exists" for our own write.
+A multipart upload fed by a one-shot iterator is not retried (the data is
+gone); pass bytes or a sequence of chunks to make it retryable.
+
+In-flight sharing: identical concurrent reads (same op/key/range) run once;
+later callers await the first one's result.  If the first caller is
+cancelled, a waiter takes over and issues the request itself, so one caller's
+cancellation never leaks into another.
+
+Caches: byte-budget LRUs per namespace ("meta", "shard_index",
+"fragment_index", "manifest", ...); ``get(key, cache="meta")`` reads through,
+``get_cached``/``put_cached`` store any object with an explicit size.  Missing
+objects are not cached.  This executor's own puts/deletes invalidate entries
+for that key.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections import OrderedDict
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+
+from ..errors import InvalidArgumentError, ReadOnlyError, RemoteError
+from .plan import ByteRange, Request, coalesce, scatter
+from .store import RetryPolicy, StoreHandle
+from .transport import TransientError
+
+__all__ = ["Stats", "ByteLRU", "Executor", "DEFAULT_CACHE_BYTES"]
+
+T = TypeVar("T")
+
+DEFAULT_CACHE_BYTES: dict[str, int] = {
+    "meta": 8 * 1024 * 1024,
+    "shard_index": 64 * 1024 * 1024,
+    "fragment_index": 64 * 1024 * 1024,
+    "manifest": 32 * 1024 * 1024,
+}
+_DEFAULT_NAMESPACE_BYTES = 16 * 1024 * 1024
+
+
+class Stats:
+    """Counters of one executor.
+
+    ``requests``: transport calls attempted (including retries and puts);
+    ``bytes``: bytes received; ``retries``: re-attempts after transient
+    errors; ``failures``: operations that finally raised RemoteError;
+    ``cache_hits``/``cache_misses``: cache lookups; ``inflight_shared``:
+    reads served by joining an identical in-flight read; ``puts``/
+    ``bytes_put``: upload attempts and bytes stored; ``max_inflight``: peak
+    concurrent requests; ``round_trips``: length of the longest chain of
+    requests each started after the previous one finished — the number of
+    sequential round trips the work needed (latency ~ round_trips * RTT).
+    """
+
+    FIELDS = (
+        "requests", "bytes", "retries", "failures", "cache_hits", "cache_misses",
+        "inflight_shared", "puts", "bytes_put", "max_inflight", "round_trips",
+    )
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.bytes = 0
+        self.retries = 0
+        self.failures = 0
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.inflight_shared = 0
+        self.puts = 0
+        self.bytes_put = 0
+        self.max_inflight = 0
+        self.round_trips = 0
+        self._inflight = 0
+        self._done_depth = 0  # deepest chain among finished requests
+
+    def snapshot(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    def __repr__(self) -> str:
+        return "Stats(" + ", ".join(f"{k}={v}" for k, v in self.snapshot().items()) + ")"
+
+    # round-trip estimator: depth(r) = 1 + deepest request finished before r started
+    def _begin(self) -> int:
+        self.requests += 1
+        self._inflight += 1
+        if self._inflight > self.max_inflight:
+            self.max_inflight = self._inflight
+        return self._done_depth + 1
+
+    def _end(self, depth: int) -> None:
+        self._inflight -= 1
+        if depth > self._done_depth:
+            self._done_depth = depth
+        if depth > self.round_trips:
+            self.round_trips = depth
+
+
+class ByteLRU:
+    """LRU map bounded by the total ``nbytes`` of its values."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = int(budget)
+        self.nbytes = 0
+        self._d: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._d
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        hit = self._d.get(key)
+        if hit is None:
+            return default
+        self._d.move_to_end(key)
+        return hit[0]
+
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
+        self.pop(key)
+        if nbytes > self.budget:
+            return
+        self._d[key] = (value, nbytes)
+        self.nbytes += nbytes
+        while self.nbytes > self.budget:
+            _, (_, n) = self._d.popitem(last=False)
+            self.nbytes -= n
+
+    def pop(self, key: Any) -> None:
+        hit = self._d.pop(key, None)
+        if hit is not None:
+            self.nbytes -= hit[1]
+
+    def keys(self) -> list[Any]:
+        return list(self._d)
+
+    def clear(self) -> None:
+        self._d.clear()
+        self.nbytes = 0
+
+
+def _sizeof(value: Any) -> int:
+    n = getattr(value, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    try:
+        return len(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"cannot size a {type(value).__name__} for the cache; pass nbytes="
+        ) from None
+
+
+class _Flight:
+    __slots__ = ("event", "ok", "result", "error")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.ok = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Executor:
+    """All requests of one dataset; see the module docstring for the policies."""
+
+    def __init__(
+        self,
+        handle: StoreHandle,
+        *,
+        concurrency: int | None = None,
+        cache_bytes: dict[str, int] | None = None,
+        retry: RetryPolicy | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.handle = handle
+        self.transport = handle.transport
+        self.concurrency = int(concurrency or handle.concurrency)
+        if self.concurrency < 1:
+            raise InvalidArgumentError(f"concurrency must be >= 1, got {concurrency}")
+        self.retry = retry or handle.retry
+        self.limiter = anyio.CapacityLimiter(self.concurrency)
+        self._multi_lock = anyio.Lock()
+        self.stats = Stats()
+        budgets = dict(DEFAULT_CACHE_BYTES)
+        budgets.update(cache_bytes or {})
+        self.caches: dict[str, ByteLRU] = {ns: ByteLRU(b) for ns, b in budgets.items()}
+        self._inflight: dict[tuple[Any, ...], _Flight] = {}
+        self._rng = random.Random(seed)
+
+    def __repr__(self) -> str:
+        return f"Executor({self.handle.url!r}, concurrency={self.concurrency})"
+
+    @property
+    def label(self) -> str:
+        return self.handle.url
+
+    # ------------------------------------------------------------------------------
+    # core: limiter + retries
+    # ------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _slot(self, tokens: int = 1) -> Any:
+        if tokens <= 1:
+            async with self.limiter:
+                yield
+            return
+        borrowers = [object() for _ in range(min(tokens, self.concurrency))]
+        taken: list[object] = []
+        try:
+            async with self._multi_lock:
+                for b in borrowers:
+                    await self.limiter.acquire_on_behalf_of(b)
+                    taken.append(b)
+            yield
+        finally:
+            for b in taken:
+                self.limiter.release_on_behalf_of(b)
+
+    async def call(
+        self,
+        op: str,
+        key: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        retry: bool = True,
+        retry_ambiguous: bool = True,
+        tokens: int = 1,
+        put: bool = False,
+    ) -> T:
+        """Run one transport call under the limiter with the retry policy.
+
+        ``retry=False``: a transient error fails at once; ``retry_ambiguous=False``:
+        only failures that prove the request was not applied are retried.
+        """
+        policy = self.retry
+        t0 = anyio.current_time()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self._slot(tokens):
+                    depth = self.stats._begin()
+                    if put:
+                        self.stats.puts += 1
+                    try:
+                        result = await fn()
+                    finally:
+                        self.stats._end(depth)
+            except TransientError as e:
+                elapsed = anyio.current_time() - t0
+                if not retry or (e.ambiguous and not retry_ambiguous):
+                    self.stats.failures += 1
+                    why = (
+                        "retrying could repeat a write that may have been applied"
+                        if retry
+                        else "the data source cannot be replayed"
+                    )
+                    err = RemoteError(
+                        f"{op} of {key!r} on {self.label} failed and was not retried ({why}): "
+                        f"{e.reason}"
+                    )
+                    err.status = e.status  # type: ignore[attr-defined]
+                    err.attempts = attempt  # type: ignore[attr-defined]
+                    raise err from None
+                delay = self._rng.uniform(0.0, policy.backoff(attempt))
+                if attempt > policy.max_retries or elapsed + delay > policy.retry_timeout:
+                    self.stats.failures += 1
+                    err = RemoteError(
+                        f"{op} of {key!r} on {self.label} failed after {attempt} attempts "
+                        f"in {elapsed:.2f}s; last error: {e.reason}"
+                    )
+                    err.status = e.status  # type: ignore[attr-defined]
+                    err.attempts = attempt  # type: ignore[attr-defined]
+                    raise err from None
+                self.stats.retries += 1
+                await anyio.sleep(delay)
+                continue
+            except (RemoteError, ReadOnlyError):
+                self.stats.failures += 1
+                raise
+            if isinstance(result, (bytes, bytearray, memoryview)):
+                self.stats.bytes += len(result)
+            elif isinstance(result, list) and result and isinstance(result[0], (bytes, bytearray)):
+                self.stats.bytes += sum(len(r) for r in result)
+            return result
+
+    async def _shared(self, fkey: tuple[Any, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``fn`` once for concurrent identical ``fkey``s (see module docstring)."""
+        while True:
+            flight = self._inflight.get(fkey)
+            if flight is None:
+                flight = self._inflight[fkey] = _Flight()
+                try:
+                    result = await fn()
+                except Exception as e:
+                    flight.error = e
+                    raise
+                else:
+                    flight.ok = True
+                    flight.result = result
+                    return result
+                finally:  # cancellation leaves ok=False, error=None: waiters take over
+                    if self._inflight.get(fkey) is flight:
+                        del self._inflight[fkey]
+                    flight.event.set()
+            self.stats.inflight_shared += 1
+            await flight.event.wait()
+            if flight.ok:
+                return flight.result
+            if flight.error is not None:
+                raise flight.error
+            # the owner was cancelled: loop and (maybe) become the owner
+
+    def _check_writable(self, key: str) -> None:
+        if self.handle.read_only:
+            raise ReadOnlyError(f"cannot write {key!r} on {self.label}: the store is opened read-only")
+
+    # ------------------------------------------------------------------------------
+    # caches
+    # ------------------------------------------------------------------------------
+
+    def cache(self, namespace: str) -> ByteLRU:
+        c = self.caches.get(namespace)
+        if c is None:
+            c = self.caches[namespace] = ByteLRU(_DEFAULT_NAMESPACE_BYTES)
+        return c
+
+    def get_cached(self, namespace: str, key: Any) -> Any:
+        """Cached value or None; counts a hit or a miss."""
+        v = self.cache(namespace).get(key)
+        if v is None:
+            self.stats.cache_misses += 1
+        else:
+            self.stats.cache_hits += 1
+        return v
+
+    def put_cached(self, namespace: str, key: Any, value: Any, nbytes: int | None = None) -> None:
+        """Cache any object; its cost is ``nbytes`` (default: ``value.nbytes`` or ``len``)."""
+        if value is None:
+            return
+        self.cache(namespace).put(key, value, _sizeof(value) if nbytes is None else int(nbytes))
+
+    def invalidate(self, key: str) -> None:
+        """Forget cached entries for object ``key`` (plain key or ("...", key, ...) tuples)."""
+        for c in self.caches.values():
+            if not len(c):
+                continue
+            for ck in c.keys():
+                if ck == key or (isinstance(ck, tuple) and len(ck) > 1 and ck[1] == key):
+                    c.pop(ck)
+
+    def clear_caches(self) -> None:
+        for c in self.caches.values():
+            c.clear()
+
+    # ------------------------------------------------------------------------------
+    # reads
+    # ------------------------------------------------------------------------------
+
+    async def get(self, key: str, *, cache: str | None = None) -> bytes | None:
+        """The whole object, or None if it does not exist."""
+        if cache is not None:
+            hit = self.get_cached(cache, key)
+            if hit is not None:
+                return hit
+        t = self.transport
+        data = await self._shared(("get", key), lambda: self.call("get", key, lambda: t.get(key)))
+        if cache is not None and data is not None:
+            self.put_cached(cache, key, data)
+        return data
+
+    async def get_range(
+        self, key: str, start: int, end: int | None, *, cache: str | None = None
+    ) -> bytes | None:
+        """``data[start:end]`` of one object (None if missing)."""
+        if end is not None and end <= start:
+            return b""
+        ckey = ("range", key, start, end)
+        if cache is not None:
+            hit = self.get_cached(cache, ckey)
+            if hit is not None:
+                return hit
+        data = await self._fetch(Request(key, start, end))
+        if cache is not None and data is not None:
+            self.put_cached(cache, ckey, data)
+        return data
+
+    async def get_suffix(self, key: str, nbytes: int, *, cache: str | None = None) -> bytes | None:
+        """The last ``nbytes`` of an object (all of it if shorter; None if missing)."""
+        if nbytes <= 0:
+            raise InvalidArgumentError(f"suffix of {key!r} needs nbytes > 0, got {nbytes}")
+        ckey = ("suffix", key, nbytes)
+        if cache is not None:
+            hit = self.get_cached(cache, ckey)
+            if hit is not None:
+                return hit
+        data = await self._fetch(Request(key, -nbytes, None))
+        if cache is not None and data is not None:
+            self.put_cached(cache, ckey, data)
+        return data
+
+    async def head(self, key: str) -> int | None:
+        """Object size, or None if it does not exist."""
+        t = self.transport
+        return await self._shared(("head", key), lambda: self.call("head", key, lambda: t.head(key)))
+
+    async def _fetch(self, req: Request) -> bytes | None:
+        t, key, s, e = self.transport, req.key, req.start, req.end
+        if e is None and s == 0:
+            return await self.get(key)
+        if e is None and s < 0:
+            return await self._shared(
+                ("suffix", key, -s), lambda: self.call("get_suffix", key, lambda: t.get_suffix(key, -s))
+            )
+        return await self._shared(
+            ("range", key, s, e), lambda: self.call("get_range", key, lambda: t.get_range(key, s, e))
+        )
+
+    async def read_ranges(
+        self,
+        ranges: Sequence[ByteRange],
+        *,
+        max_gap: int | None = None,
+        max_size: int | None = None,
+    ) -> list[bytes | None]:
+        """Fetch many byte ranges; merged per :func:`zvf.io.plan.coalesce`, run concurrently.
+
+        Returns one entry per input range (None where the object is missing).
+        ``max_gap``/``max_size`` default to the handle's ``coalesce_gap``/``coalesce_max``.
+        """
+        if not ranges:
+            return []
+        reqs = coalesce(
+            ranges,
+            max_gap=self.handle.coalesce_gap if max_gap is None else max_gap,
+            max_size=self.handle.coalesce_max if max_size is None else max_size,
+        )
+        payloads = await self.map(self._fetch, reqs)
+        return scatter(ranges, reqs, payloads)
+
+    # ------------------------------------------------------------------------------
+    # writes
+    # ------------------------------------------------------------------------------
+
+    async def put(self, key: str, data: Any, *, mode: str = "overwrite") -> None:
+        """Store ``data`` (bytes-like) at ``key``.
+
+        ``mode="create"`` raises StoreExistsError when the key exists.  Large
+        overwrites (> handle.multipart_threshold) go through multipart upload.
+        """
+        self._check_writable(key)
+        if mode not in ("overwrite", "create"):
+            raise InvalidArgumentError(f"put mode for {key!r} must be 'overwrite' or 'create', got {mode!r}")
+        size = memoryview(data).nbytes
+        if mode == "overwrite" and size > self.handle.multipart_threshold:
+            await self.put_multipart(key, data)
+            return
+        t = self.transport
+        try:
+            await self.call(
+                "put", key, lambda: t.put(key, data, mode=mode),
+                retry_ambiguous=(mode == "overwrite"), put=True,
+            )
+        finally:
+            self.invalidate(key)
+        self.stats.bytes_put += size
+
+    async def put_multipart(
+        self, key: str, chunks: Any, *, part_size: int | None = None
+    ) -> None:
+        """Upload a large blob in parts.
+
+        ``chunks``: bytes-like, a sequence of bytes-like (both retryable), or a
+        one-shot iterator / async iterator (not retried).  Parts are
+        ``part_size`` bytes (default handle.part_size; S3 needs >= 5 MiB).
+        """
+        self._check_writable(key)
+        part = int(part_size or self.handle.part_size)
+        if part <= 0:
+            raise InvalidArgumentError(f"part_size for {key!r} must be positive, got {part_size}")
+        tokens = max(1, min(self.handle.multipart_concurrency, self.concurrency))
+        t = self.transport
+        counted = [0]
+
+        if isinstance(chunks, (bytes, bytearray, memoryview)):
+            replayable = True
+            counted[0] = memoryview(chunks).nbytes
+
+            def source() -> Any:
+                return chunks
+        elif isinstance(chunks, Sequence):
+            replayable = True
+            counted[0] = sum(memoryview(c).nbytes for c in chunks)
+
+            def source() -> Any:
+                return list(chunks)
+        else:
+            replayable = False
+
+            def source() -> Any:
+                return _counting(chunks, counted)
+
+        try:
+            await self.call(
+                "put_multipart", key,
+                lambda: t.put_multipart(key, source(), part_size=part, max_concurrency=tokens),
+                retry=replayable, tokens=tokens, put=True,
+            )
+        finally:
+            self.invalidate(key)
+        self.stats.bytes_put += counted[0]
+
+    async def delete(self, keys: str | Iterable[str]) -> None:
+        """Delete objects (missing ones are ignored)."""
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        if not keys:
+            return
+        self._check_writable(keys[0])
+        t = self.transport
+        try:
+            await self.call("delete", keys[0], lambda: t.delete(keys))
+        finally:
+            for k in keys:
+                self.invalidate(k)
+
+    # ------------------------------------------------------------------------------
+    # listing
+    # ------------------------------------------------------------------------------
+
+    async def list(self, prefix: str = "") -> list[tuple[str, int]]:
+        """All (key, size) under directory ``prefix``, sorted."""
+        t = self.transport
+        return await self.call("list", prefix, lambda: t.list(prefix))
+
+    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]:
+        """(sub-directory prefixes, objects) directly under ``prefix``."""
+        t = self.transport
+        return await self.call("list_dirs", prefix, lambda: t.list_dirs(prefix))
+
+    # ------------------------------------------------------------------------------
+    # concurrency helpers
+    # ------------------------------------------------------------------------------
+
+    async def map(
+        self, fn: Callable[[Any], Awaitable[T]], items: Iterable[Any], *, limit: int | None = None
+    ) -> list[T]:
+        """``[await fn(x) for x in items]`` run concurrently; results in input order.
+
+        At most ``limit`` (default 2 x concurrency) calls run at once.  The
+        calls themselves do not hold limiter tokens — the requests they make
+        do — so ``fn`` may call any executor method without deadlock.  The
+        first exception cancels the rest and is raised as is (no ExceptionGroup).
+        """
+        items = list(items)
+        n = len(items)
+        if n == 0:
+            return []
+        if n == 1:
+            return [await fn(items[0])]
+        results: list[Any] = [None] * n
+        errors: list[BaseException] = []
+        next_index = iter(range(n))
+        width = min(n, limit or 2 * self.concurrency)
+
+        async def worker(scope: anyio.CancelScope) -> None:
+            for i in next_index:
+                try:
+                    results[i] = await fn(items[i])
+                except Exception as e:
+                    errors.append(e)
+                    scope.cancel()
+                    return
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(width):
+                tg.start_soon(worker, tg.cancel_scope)
+        if errors:
+            raise errors[0]
+        return results
+
+    async def gather(self, aws: Iterable[Awaitable[T]], *, limit: int | None = None) -> list[T]:
+        """Await many awaitables concurrently (see :meth:`map`); results in order."""
+        aws = list(aws)
+        try:
+            return await self.map(_await, aws, limit=limit)
+        finally:
+            for a in aws:  # close coroutines never started because of an error
+                if inspect.iscoroutine(a) and inspect.getcoroutinestate(a) == inspect.CORO_CREATED:
+                    a.close()
+
+
+async def _await(a: Awaitable[T]) -> T:
+    return await a
+
+
+async def _acount(chunks: AsyncIterable[Any], counted: list[int]) -> Any:
+    async for c in chunks:
+        counted[0] += memoryview(c).nbytes
+        yield c
+
+
+def _count(chunks: Iterable[Any], counted: list[int]) -> Any:
+    for c in chunks:
+        counted[0] += memoryview(c).nbytes
+        yield c
+
+
+def _counting(chunks: Any, counted: list[int]) -> Any:
+    if isinstance(chunks, AsyncIterable):
+        return _acount(chunks, counted)
+    return _count(chunks, counted)
+

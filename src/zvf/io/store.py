@@ -1,0 +1,473 @@
+"""Open a store: target URL + storage_options -> :class:`StoreHandle`.
+
+Supported targets::
+
+    /path/or/relative, file:///abs/path      local directory (LocalStore)
+    memory://name[/prefix]                   process-wide named in-memory store
+    memory://                                a fresh private in-memory store
+    s3://bucket/prefix  (s3a://)             S3 and S3-compatible servers
+    gs://bucket/prefix  (gcs://)             Google Cloud Storage
+    az://container/prefix (azure://, abfs[s]://container@account.dfs.core.windows.net/p)
+    http(s)://host/path                      read-only HTTP
+
+``storage_options`` (``None`` values are ignored; unknown keys are an error):
+
+* store settings — ``endpoint`` (alias ``endpoint_url``), ``region``,
+  ``access_key_id``/``secret_access_key``/``session_token`` (``aws_*`` aliases),
+  ``skip_signature`` (alias ``anonymous``), ``virtual_hosted_style_request``,
+  ``request_payer``; GCS ``service_account``/``service_account_key``/
+  ``application_credentials``; Azure ``account_name``/``account_key``/
+  ``sas_key``/``client_id``/``client_secret``/``tenant_id``/``use_emulator``.
+  Whatever is not given comes from the environment exactly as obstore reads it
+  (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``GOOGLE_*``,
+  ``AZURE_*``...).
+* HTTP client — ``allow_http`` (on by default when the endpoint is ``http://``),
+  ``timeout``, ``connect_timeout``, ``read_timeout`` (seconds or "5s" strings),
+  ``allow_invalid_certificates``, ``proxy_url``.
+* retries (zvf's executor is the retry layer, see ``executor.py``) —
+  ``max_retries``, ``retry_timeout`` (total seconds), ``init_backoff``,
+  ``max_backoff``, ``backoff_base``; ``transport_retries`` (obstore's own,
+  default 0).
+* zvf — ``concurrency`` (requests in flight; 32 remote, 8 local),
+  ``coalesce_gap``/``coalesce_max`` (read merging, bytes), ``latency_hint``
+  (s) / ``bandwidth_hint`` (B/s) for the cost model, ``multipart_threshold``,
+  ``part_size``, ``multipart_concurrency`` for uploads.
+
+Credentials are passed to obstore and then forgotten: the handle keeps a
+credential-free URL and error messages are scrubbed of secret values.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import InvalidArgumentError, ReadOnlyError, StoreNotFoundError
+
+__all__ = [
+    "StoreHandle",
+    "RetryPolicy",
+    "open_store",
+    "memory_store",
+    "forget_memory_store",
+]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How the executor retries transient failures (exponential backoff, full jitter).
+
+    A request is tried at most ``1 + max_retries`` times and no retry starts
+    if its backoff would end later than ``retry_timeout`` seconds after the
+    first attempt.  Each attempt is itself bounded by the client ``timeout``
+    (obstore default 30 s), so the worst case is about retry_timeout + timeout.
+    """
+
+    max_retries: int = 6
+    retry_timeout: float = 30.0
+    init_backoff: float = 0.05
+    max_backoff: float = 5.0
+    backoff_base: float = 2.0
+
+    def backoff(self, attempt: int) -> float:
+        """Upper bound of the sleep before retry number ``attempt`` (1-based)."""
+        return min(self.max_backoff, self.init_backoff * self.backoff_base ** (attempt - 1))
+
+
+@dataclass
+class StoreHandle:
+    """An opened store: its transport plus the knobs the executor and planner use."""
+
+    transport: Any
+    url: str
+    read_only: bool
+    scheme: str
+    concurrency: int
+    mode: str = "r"
+    coalesce_gap: int = 256 * 1024
+    coalesce_max: int = 16 * 1024 * 1024
+    latency_hint: float = 0.03
+    bandwidth_hint: float = 100e6
+    multipart_threshold: int = 32 * 1024 * 1024
+    part_size: int = 8 * 1024 * 1024
+    multipart_concurrency: int = 4
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @classmethod
+    def for_transport(
+        cls,
+        transport: Any,
+        *,
+        url: str = "memory-transport://",
+        read_only: bool = False,
+        concurrency: int = 8,
+        **settings: Any,
+    ) -> StoreHandle:
+        """A handle around any transport (tests: ``MemoryTransport`` with faults)."""
+        from .transport import ReadOnlyTransport
+
+        if read_only:
+            transport = ReadOnlyTransport(transport)
+        return cls(
+            transport=transport, url=url, read_only=read_only, scheme="memory",
+            concurrency=concurrency, mode="r" if read_only else "a", **settings,
+        )
+
+    @property
+    def is_remote(self) -> bool:
+        return self.scheme not in ("file", "memory")
+
+    def __repr__(self) -> str:
+        return (
+            f"StoreHandle(url={self.url!r}, scheme={self.scheme!r}, mode={self.mode!r}, "
+            f"read_only={self.read_only}, concurrency={self.concurrency})"
+        )
+
+    __str__ = __repr__
+
+
+# --------------------------------------------------------------------------------------
+# memory:// registry
+# --------------------------------------------------------------------------------------
+
+_MEMORY: dict[str, Any] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+def memory_store(name: str, *, create: bool = True) -> Any:
+    """The process-wide obstore MemoryStore called ``name`` (None if absent and not create)."""
+    from obstore.store import MemoryStore
+
+    with _MEMORY_LOCK:
+        st = _MEMORY.get(name)
+        if st is None and create:
+            st = _MEMORY[name] = MemoryStore()
+        return st
+
+
+def forget_memory_store(name: str) -> None:
+    """Drop a named memory store (its data goes away with the last reference)."""
+    with _MEMORY_LOCK:
+        _MEMORY.pop(name, None)
+
+
+# --------------------------------------------------------------------------------------
+# storage_options
+# --------------------------------------------------------------------------------------
+
+_ALIASES = {
+    "endpoint_url": "endpoint",
+    "aws_endpoint": "endpoint",
+    "aws_endpoint_url": "endpoint",
+    "aws_region": "region",
+    "region_name": "region",
+    "aws_access_key_id": "access_key_id",
+    "aws_secret_access_key": "secret_access_key",
+    "aws_session_token": "session_token",
+    "token": "session_token",
+    "anonymous": "skip_signature",
+    "aws_skip_signature": "skip_signature",
+}
+
+_ZVF_INT = {
+    "concurrency", "coalesce_gap", "coalesce_max", "multipart_threshold", "part_size",
+    "multipart_concurrency", "max_retries", "transport_retries",
+}
+_ZVF_FLOAT = {
+    "latency_hint", "bandwidth_hint", "retry_timeout", "init_backoff", "max_backoff",
+    "backoff_base",
+}
+_CLIENT = {
+    "allow_http", "timeout", "connect_timeout", "read_timeout", "allow_invalid_certificates",
+    "proxy_url",
+}
+_DURATIONS = {"timeout", "connect_timeout", "read_timeout"}
+_SCHEME_KEYS = {
+    "s3": {
+        "endpoint", "region", "access_key_id", "secret_access_key", "session_token",
+        "skip_signature", "virtual_hosted_style_request", "request_payer",
+    },
+    "gs": {
+        "endpoint", "service_account", "service_account_key", "application_credentials",
+        "skip_signature",
+    },
+    "az": {
+        "endpoint", "account_name", "account_key", "sas_key", "client_id", "client_secret",
+        "tenant_id", "use_emulator", "skip_signature",
+    },
+    "http": set(),
+    "file": set(),
+    "memory": set(),
+}
+_SECRET_KEYS = {
+    "secret_access_key", "session_token", "access_key_id", "account_key", "sas_key",
+    "client_secret", "service_account_key",
+}
+_ALL_KEYS = _ZVF_INT | _ZVF_FLOAT | _CLIENT | set().union(*_SCHEME_KEYS.values())
+
+_DEFAULTS = {
+    # scheme class -> concurrency, coalesce_gap, coalesce_max, latency_hint, bandwidth_hint
+    "remote": dict(concurrency=32, coalesce_gap=256 * 1024, coalesce_max=16 * 1024 * 1024,
+                   latency_hint=0.03, bandwidth_hint=100e6),
+    "local": dict(concurrency=8, coalesce_gap=16 * 1024, coalesce_max=8 * 1024 * 1024,
+                  latency_hint=1e-4, bandwidth_hint=2e9),
+}
+
+
+def _normalise_options(options: Mapping[str, Any] | None, scheme: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for raw_key, value in (options or {}).items():
+        if value is None:
+            continue
+        if not isinstance(raw_key, str):
+            raise InvalidArgumentError(f"storage option names must be strings, got {raw_key!r}")
+        key = _ALIASES.get(raw_key.lower(), raw_key.lower())
+        if key not in _ALL_KEYS:
+            raise InvalidArgumentError(f"unknown storage option {raw_key!r}")
+        allowed = _ZVF_INT | _ZVF_FLOAT | _SCHEME_KEYS[scheme]
+        if scheme not in ("file", "memory"):
+            allowed = allowed | _CLIENT
+        if key not in allowed:
+            raise InvalidArgumentError(
+                f"storage option {raw_key!r} does not apply to {scheme}:// targets"
+            )
+        if key in out:
+            raise InvalidArgumentError(f"storage option {raw_key!r} is given twice (via an alias)")
+        if key in _ZVF_INT:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"storage option {raw_key!r} must be an integer") from None
+            if value < 0 or (value == 0 and key in ("concurrency", "part_size", "multipart_concurrency")):
+                raise InvalidArgumentError(f"storage option {raw_key!r} must be positive, got {value}")
+        elif key in _ZVF_FLOAT:
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"storage option {raw_key!r} must be a number") from None
+            if value < 0:
+                raise InvalidArgumentError(f"storage option {raw_key!r} must be >= 0, got {value}")
+        elif key in _DURATIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = timedelta(seconds=float(value))
+        out[key] = value
+    return out
+
+
+def _split(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """-> (store config, client options, zvf settings)."""
+    zvf = {k: opts.pop(k) for k in list(opts) if k in _ZVF_INT | _ZVF_FLOAT}
+    client = {k: opts.pop(k) for k in list(opts) if k in _CLIENT}
+    return opts, client, zvf
+
+
+def _retry_config(zvf: dict[str, Any]) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "max_retries": int(zvf.get("transport_retries", 0)),
+        "retry_timeout": timedelta(seconds=float(zvf.get("retry_timeout", 30.0))),
+    }
+    if "transport_retries" in zvf:
+        cfg["backoff"] = {
+            "init_backoff": timedelta(seconds=float(zvf.get("init_backoff", 0.05))),
+            "max_backoff": timedelta(seconds=float(zvf.get("max_backoff", 5.0))),
+            "base": float(zvf.get("backoff_base", 2.0)),
+        }
+    return cfg
+
+
+def _clean_url(url: str) -> tuple[str, list[str]]:
+    """Strip userinfo, query and fragment from a URL; return the parts that are secret."""
+    parts = urlsplit(url)
+    secrets = [s for s in (parts.username, parts.password) if s]
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    if parts.query:
+        secrets.append(parts.query)
+    return urlunsplit((parts.scheme, host, parts.path, "", "")), secrets
+
+
+def _scrubbed(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        if s and len(s) >= 3:
+            text = text.replace(s, "***")
+    return text
+
+
+# --------------------------------------------------------------------------------------
+# open_store
+# --------------------------------------------------------------------------------------
+
+
+def open_store(
+    target: str | os.PathLike[str],
+    *,
+    mode: str = "r",
+    storage_options: Mapping[str, Any] | None = None,
+) -> StoreHandle:
+    """Open ``target`` for reading (``mode="r"``) or writing (``"w"``/``"a"``).
+
+    The store itself is not probed (no request is made) except for local
+    paths, which must exist in mode "r".  Whether the target holds a zvf
+    store is for the reader to decide.
+    """
+    from .transport import ObstoreTransport, ReadOnlyTransport
+
+    if mode not in ("r", "w", "a"):
+        raise InvalidArgumentError(f"mode must be 'r', 'w' or 'a', got {mode!r}")
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise InvalidArgumentError("storage_options must be a mapping")
+
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str) or not target:
+        raise InvalidArgumentError(f"target must be a non-empty path or URL, got {target!r}")
+
+    scheme_raw = target.split("://", 1)[0].lower() if "://" in target else ""
+    scheme = {
+        "": "file", "file": "file", "memory": "memory", "s3": "s3", "s3a": "s3",
+        "gs": "gs", "gcs": "gs", "az": "az", "azure": "az", "abfs": "az", "abfss": "az",
+        "adl": "az", "http": "http", "https": "http",
+    }.get(scheme_raw)
+    if scheme is None:
+        raise InvalidArgumentError(f"unsupported URL scheme {scheme_raw!r} in target {target!r}")
+
+    opts = _normalise_options(storage_options, scheme)
+    secrets = [str(v) for k, v in opts.items() if k in _SECRET_KEYS]
+    config, client, zvf = _split(opts)
+    read_only = mode == "r"
+    kind = "local" if scheme in ("file", "memory") else "remote"
+    settings = dict(_DEFAULTS[kind])
+    prefix = ""
+
+    if scheme == "file":
+        from obstore.store import LocalStore
+
+        path = target[len("file://"):] if scheme_raw == "file" else target
+        p = Path(path).expanduser().resolve()
+        url = p.as_uri()
+        if read_only and not p.is_dir():
+            raise StoreNotFoundError(f"no store at {str(p)!r}: not an existing directory")
+        if not read_only and p.exists() and not p.is_dir():
+            raise InvalidArgumentError(f"target {str(p)!r} exists and is not a directory")
+        store = _build(lambda: LocalStore(p, mkdir=not read_only), url, secrets)
+    elif scheme == "memory":
+        rest = target[len(scheme_raw) + 3:].strip("/")
+        name, _, prefix = rest.partition("/")
+        url = f"memory://{rest}"
+        if not name:
+            from obstore.store import MemoryStore
+
+            store = MemoryStore()
+        else:
+            store = memory_store(name, create=not read_only)
+            if store is None:
+                raise StoreNotFoundError(f"no store at {url!r}: memory store {name!r} does not exist")
+    elif scheme == "http":
+        from obstore.store import HTTPStore
+
+        if not read_only:
+            url, _ = _clean_url(target)
+            raise ReadOnlyError(f"cannot open {url!r} for writing: HTTP stores are read-only")
+        url, url_secrets = _clean_url(target)
+        secrets += url_secrets
+        client.setdefault("allow_http", target.lower().startswith("http://"))
+        store = _build(
+            lambda: HTTPStore.from_url(target, client_options=client, retry_config=_retry_config(zvf)),
+            url, secrets,
+        )
+    else:
+        url, url_secrets = _clean_url(target)
+        secrets += url_secrets
+        store = _build_cloud(scheme, target, config, client, zvf, url, secrets)
+
+    for k in ("concurrency", "coalesce_gap", "coalesce_max", "latency_hint", "bandwidth_hint"):
+        if k in zvf:
+            settings[k] = zvf[k]
+    retry = RetryPolicy(
+        max_retries=int(zvf.get("max_retries", RetryPolicy.max_retries)),
+        retry_timeout=float(zvf.get("retry_timeout", RetryPolicy.retry_timeout)),
+        init_backoff=float(zvf.get("init_backoff", RetryPolicy.init_backoff)),
+        max_backoff=float(zvf.get("max_backoff", RetryPolicy.max_backoff)),
+        backoff_base=float(zvf.get("backoff_base", RetryPolicy.backoff_base)),
+    )
+    transport: Any = ObstoreTransport(store, prefix=prefix, secrets=secrets, label=url)
+    if read_only:
+        transport = ReadOnlyTransport(transport)
+    part_size = int(zvf.get("part_size", 8 * 1024 * 1024))
+    return StoreHandle(
+        transport=transport,
+        url=url,
+        read_only=read_only,
+        scheme=scheme,
+        mode=mode,
+        concurrency=int(settings["concurrency"]),
+        coalesce_gap=int(settings["coalesce_gap"]),
+        coalesce_max=int(settings["coalesce_max"]),
+        latency_hint=float(settings["latency_hint"]),
+        bandwidth_hint=float(settings["bandwidth_hint"]),
+        multipart_threshold=int(zvf.get("multipart_threshold", max(32 * 1024 * 1024, part_size))),
+        part_size=part_size,
+        multipart_concurrency=int(zvf.get("multipart_concurrency", 4)),
+        retry=retry,
+    )
+
+
+def _build(factory: Any, url: str, secrets: list[str]) -> Any:
+    """Run a store constructor; configuration errors become InvalidArgumentError, scrubbed."""
+    try:
+        return factory()
+    except Exception as e:  # obstore config errors may echo values back
+        first = str(e).split("\n\nDebug source:", 1)[0].strip().replace("\n", " ")
+        raise InvalidArgumentError(f"cannot configure store {url!r}: {_scrubbed(first, secrets)}") from None
+
+
+def _build_cloud(
+    scheme: str, target: str, config: dict[str, Any], client: dict[str, Any],
+    zvf: dict[str, Any], url: str, secrets: list[str],
+) -> Any:
+    endpoint = config.get("endpoint")
+    env_endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+    http_endpoint = str(endpoint or (env_endpoint if scheme == "s3" else "") or "")
+    if "allow_http" not in client and http_endpoint.lower().startswith("http://"):
+        client["allow_http"] = True
+    if config.get("skip_signature") is not None:
+        config["skip_signature"] = bool(config["skip_signature"])
+    retry_config = _retry_config(zvf)
+    if scheme == "s3":
+        from obstore.store import S3Store
+
+        return _build(
+            lambda: S3Store.from_url(
+                target, config=config, client_options=client, retry_config=retry_config
+            ),
+            url, secrets,
+        )
+    if scheme == "gs":
+        from obstore.store import GCSStore
+
+        if "endpoint" in config:
+            config["base_url"] = config.pop("endpoint")
+        if target.lower().startswith("gcs://"):
+            target = "gs://" + target[len("gcs://"):]
+        return _build(
+            lambda: GCSStore.from_url(
+                target, config=config, client_options=client, retry_config=retry_config
+            ),
+            url, secrets,
+        )
+    from obstore.store import AzureStore
+
+    if target.lower().startswith("azure://"):
+        target = "az://" + target[len("azure://"):]
+    return _build(
+        lambda: AzureStore.from_url(
+            target, config=config, client_options=client, retry_config=retry_config
+        ),
+        url, secrets,
+    )

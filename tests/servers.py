@@ -1,0 +1,448 @@
+"""Local test servers: an S3 endpoint (in-process moto or an external one) and a
+fault-injecting HTTP reverse proxy.
+
+Nothing here imports pytest, so benchmarks can reuse these helpers::
+
+    from tests.servers import S3Endpoint, start_s3_endpoint, FaultProxy
+
+    ep = start_s3_endpoint()                 # moto on 127.0.0.1:<free port>
+    with FaultProxy(ep.endpoint, latency=0.02) as proxy:
+        proxy.fail(503, times=3, method="GET", key="c/0")
+        opts = ep.storage_options(endpoint=proxy.url)
+        ...
+        print(proxy.counts())                # requests / bytes per method
+    ep.stop()
+
+All servers bind 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "S3Endpoint",
+    "start_s3_endpoint",
+    "create_bucket",
+    "FaultProxy",
+    "Rule",
+]
+
+
+# --------------------------------------------------------------------------------------
+# S3 endpoint
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class S3Endpoint:
+    """Where an S3 server listens and how to talk to it."""
+
+    endpoint: str
+    access_key: str = "test"
+    secret_key: str = "test"
+    region: str = "us-east-1"
+    _server: Any = field(default=None, repr=False)
+
+    @property
+    def external(self) -> bool:
+        """True when the endpoint came from ZVF_TEST_S3_ENDPOINT (not started here)."""
+        return self._server is None
+
+    def storage_options(self, **overrides: Any) -> dict[str, Any]:
+        """zvf storage_options for this endpoint; test-friendly timeouts and retries."""
+        opts: dict[str, Any] = {
+            "endpoint": self.endpoint,
+            "access_key_id": self.access_key,
+            "secret_access_key": self.secret_key,
+            "region": self.region,
+            "allow_http": True,
+            "connect_timeout": "2s",
+            "timeout": "20s",
+        }
+        opts.update(overrides)
+        return opts
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+def start_s3_endpoint() -> S3Endpoint:
+    """Start moto on 127.0.0.1:<free port>, or use ZVF_TEST_S3_ENDPOINT if it is set.
+
+    With ZVF_TEST_S3_ENDPOINT (e.g. a LocalStack run) the credentials come from
+    ZVF_TEST_S3_ACCESS_KEY / ZVF_TEST_S3_SECRET_KEY (default "test"/"test").
+    """
+    external = os.environ.get("ZVF_TEST_S3_ENDPOINT")
+    if external:
+        return S3Endpoint(
+            endpoint=external.rstrip("/"),
+            access_key=os.environ.get("ZVF_TEST_S3_ACCESS_KEY", "test"),
+            secret_key=os.environ.get("ZVF_TEST_S3_SECRET_KEY", "test"),
+            region=os.environ.get("ZVF_TEST_S3_REGION", "us-east-1"),
+        )
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return S3Endpoint(endpoint=f"http://{host}:{port}", _server=server)
+
+
+def create_bucket(ep: S3Endpoint, name: str | None = None) -> str:
+    """Create a fresh bucket on ``ep`` and return its name."""
+    import boto3
+
+    name = name or f"zvf-{uuid.uuid4().hex[:20]}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=ep.endpoint,
+        aws_access_key_id=ep.access_key,
+        aws_secret_access_key=ep.secret_key,
+        region_name=ep.region,
+    )
+    client.create_bucket(Bucket=name)
+    return name
+
+
+# --------------------------------------------------------------------------------------
+# Fault-injecting reverse proxy
+# --------------------------------------------------------------------------------------
+
+_SLOWDOWN_XML = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n'
+    b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>"
+    b"<RequestId>zvf-fault-proxy</RequestId></Error>"
+)
+_ERROR_XML = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    "<Error><Code>{code}</Code><Message>Injected by FaultProxy</Message>"
+    "<RequestId>zvf-fault-proxy</RequestId></Error>"
+)
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+}
+
+
+@dataclass
+class Rule:
+    """One fault rule.  ``action`` is "status", "drop" or "delay".
+
+    Matches requests whose method equals ``method`` (any when None) and whose
+    URL path contains ``key`` (any when None).  The first ``skip`` matching
+    requests pass untouched; the next ``times`` ones (forever when None) get
+    the fault.
+    """
+
+    action: str
+    method: str | None = None
+    key: str | None = None
+    times: int | None = 1
+    skip: int = 0
+    status: int = 500
+    body: bytes = b""
+    delay: float = 0.0
+    matched: int = 0
+    fired: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method is not None and self.method.upper() != method:
+            return False
+        return self.key is None or self.key in path
+
+    @property
+    def exhausted(self) -> bool:
+        return self.times is not None and self.fired >= self.times
+
+
+class FaultProxy:
+    """HTTP reverse proxy on 127.0.0.1:<free port> with latency, counters and faults.
+
+    It runs aiohttp in a background thread with its own event loop, so it works
+    in front of any HTTP endpoint (moto, LocalStack, SeaweedFS) and from sync or
+    async code.  Requests and responses are buffered whole (fine for test-sized
+    objects).  The Host header is forwarded unchanged so SigV4 signatures that
+    cover it stay valid.
+
+    Faults (each method returns the Rule; rules are checked in insertion order
+    and the first live matching one applies):
+
+    * ``fail(status, times=N)`` — answer N matching requests with an S3-style
+      XML error (500 InternalError, 503 ServiceUnavailable, ...);
+    * ``slowdown(times=N, status=429)`` — S3 "SlowDown" XML error (real S3 uses 503);
+    * ``drop(times=N)`` — close the connection without any response;
+    * ``spike(delay, times=N)`` — extra latency before forwarding.
+
+    ``latency`` (seconds, settable at any time) is added to every request.
+    Counters: ``counts()`` -> {"requests": {method: n}, "bytes_out": {method: n},
+    "bytes_in": {method: n}, "faults": n}; ``log`` holds (t, method, path,
+    status, response_bytes) tuples; ``reset_counters()`` clears both.
+    """
+
+    def __init__(self, upstream: str, *, latency: float = 0.0, host: str = "127.0.0.1"):
+        self.upstream = upstream.rstrip("/")
+        self.latency = float(latency)
+        self._host = host
+        self._lock = threading.Lock()
+        self._rules: list[Rule] = []
+        self._requests: dict[str, int] = defaultdict(int)
+        self._bytes_out: dict[str, int] = defaultdict(int)
+        self._bytes_in: dict[str, int] = defaultdict(int)
+        self._faults = 0
+        self.log: list[tuple[float, str, str, int, int]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stopped: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self.port: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("FaultProxy is not started")
+        return f"http://{self._host}:{self.port}"
+
+    def start(self) -> FaultProxy:
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._thread_main, name="FaultProxy", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise RuntimeError(f"FaultProxy failed to start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        loop, stopped = self._loop, self._stopped
+        if loop is not None and stopped is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stopped.set)
+        self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as e:  # surfaced through start()
+            self._error = e
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        import aiohttp
+        from aiohttp import web
+
+        self._stopped = asyncio.Event()
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=120),
+        )
+        # handler_cancellation: a client that gave up (timeout) cancels its handler
+        server = web.Server(self._handle, handler_cancellation=True)
+        runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, 0)
+        await site.start()
+        self.port = runner.addresses[0][1]
+        self._ready.set()
+        try:
+            await self._stopped.wait()
+        finally:
+            await runner.cleanup()
+            await self._session.close()
+            # handlers still sleeping (spikes, latency) for clients that left
+            me = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not me]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+    # -- rules ----------------------------------------------------------------------
+
+    def add_rule(self, rule: Rule) -> Rule:
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def fail(
+        self,
+        status: int = 500,
+        *,
+        times: int | None = 1,
+        method: str | None = None,
+        key: str | None = None,
+        skip: int = 0,
+    ) -> Rule:
+        code = {500: "InternalError", 503: "ServiceUnavailable", 403: "AccessDenied"}.get(
+            status, "InjectedError"
+        )
+        body = _ERROR_XML.format(code=code).encode()
+        return self.add_rule(Rule("status", method, key, times, skip, status=status, body=body))
+
+    def slowdown(
+        self,
+        *,
+        times: int | None = 1,
+        status: int = 429,
+        method: str | None = None,
+        key: str | None = None,
+        skip: int = 0,
+    ) -> Rule:
+        return self.add_rule(
+            Rule("status", method, key, times, skip, status=status, body=_SLOWDOWN_XML)
+        )
+
+    def drop(
+        self,
+        *,
+        times: int | None = 1,
+        method: str | None = None,
+        key: str | None = None,
+        skip: int = 0,
+    ) -> Rule:
+        return self.add_rule(Rule("drop", method, key, times, skip))
+
+    def spike(
+        self,
+        delay: float,
+        *,
+        times: int | None = 1,
+        method: str | None = None,
+        key: str | None = None,
+        skip: int = 0,
+    ) -> Rule:
+        return self.add_rule(Rule("delay", method, key, times, skip, delay=delay))
+
+    def clear_rules(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    # -- counters -------------------------------------------------------------------
+
+    def counts(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": dict(self._requests),
+                "bytes_out": dict(self._bytes_out),
+                "bytes_in": dict(self._bytes_in),
+                "faults": self._faults,
+            }
+
+    def requests(self, method: str | None = None) -> int:
+        with self._lock:
+            if method is None:
+                return sum(self._requests.values())
+            return self._requests.get(method.upper(), 0)
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._requests.clear()
+            self._bytes_out.clear()
+            self._bytes_in.clear()
+            self._faults = 0
+            self.log = []
+
+    # -- request handling -----------------------------------------------------------
+
+    def _pick(self, method: str, path: str) -> list[Rule]:
+        """Rules that fire for this request (at most one response fault, any delays)."""
+        fired: list[Rule] = []
+        with self._lock:
+            self._requests[method] += 1
+            response_fault = False
+            for rule in self._rules:
+                if rule.exhausted or not rule.matches(method, path):
+                    continue
+                rule.matched += 1
+                if rule.matched <= rule.skip:
+                    continue
+                if rule.action != "delay":
+                    if response_fault:
+                        rule.matched -= 1  # did not get to see this request
+                        continue
+                    response_fault = True
+                rule.fired += 1
+                fired.append(rule)
+            if any(r.action != "delay" for r in fired):
+                self._faults += 1
+        return fired
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        method = request.method
+        path = request.rel_url.path
+        body = await request.content.read()  # no client_max_size cap (multipart parts)
+        rules = self._pick(method, path)
+        delay = self.latency + sum(r.delay for r in rules if r.action == "delay")
+        if delay > 0:
+            await asyncio.sleep(delay)
+        with self._lock:
+            self._bytes_in[method] += len(body)
+        for rule in rules:
+            if rule.action == "drop":
+                if request.transport is not None:
+                    request.transport.abort()
+                raise asyncio.CancelledError  # aiohttp treats this as a lost client
+            if rule.action == "status":
+                self._record(method, path, rule.status, len(rule.body))
+                return web.Response(
+                    status=rule.status, body=rule.body, content_type="application/xml"
+                )
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        async with self._session.request(
+            method,
+            self.upstream + str(request.rel_url),
+            headers=headers,
+            data=body if body else None,
+            allow_redirects=False,
+        ) as up:
+            payload = await up.read()
+            out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP_BY_HOP}
+            status = up.status
+        self._record(method, path, status, len(payload))
+        if method == "HEAD":
+            # keep the upstream Content-Length: it is the object size the client wants
+            if "Content-Length" in up.headers:
+                out_headers["Content-Length"] = up.headers["Content-Length"]
+            return web.Response(status=status, headers=out_headers)
+        return web.Response(status=status, body=payload, headers=out_headers)
+
+    def _record(self, method: str, path: str, status: int, nbytes: int) -> None:
+        with self._lock:
+            self._bytes_out[method] += nbytes
+            self.log.append((time.monotonic(), method, path, status, nbytes))
