@@ -27,6 +27,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from zvf.io.embedded import EmbeddedS3
+
 __all__ = [
     "S3Endpoint",
     "start_s3_endpoint",
@@ -41,15 +43,8 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 
-@dataclass
-class S3Endpoint:
-    """Where an S3 server listens and how to talk to it."""
-
-    endpoint: str
-    access_key: str = "test"
-    secret_key: str = "test"
-    region: str = "us-east-1"
-    _server: Any = field(default=None, repr=False)
+class S3Endpoint(EmbeddedS3):
+    """An S3 server for tests: zvf's embedded moto, or an external one (LocalStack)."""
 
     @property
     def external(self) -> bool:
@@ -57,23 +52,8 @@ class S3Endpoint:
         return self._server is None
 
     def storage_options(self, **overrides: Any) -> dict[str, Any]:
-        """zvf storage_options for this endpoint; test-friendly timeouts and retries."""
-        opts: dict[str, Any] = {
-            "endpoint": self.endpoint,
-            "access_key_id": self.access_key,
-            "secret_access_key": self.secret_key,
-            "region": self.region,
-            "allow_http": True,
-            "connect_timeout": "2s",
-            "timeout": "20s",
-        }
-        opts.update(overrides)
-        return opts
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        """zvf storage_options for this endpoint, with test-friendly timeouts."""
+        return super().storage_options(**{"connect_timeout": "2s", "timeout": "20s", **overrides})
 
 
 def start_s3_endpoint() -> S3Endpoint:
@@ -90,31 +70,13 @@ def start_s3_endpoint() -> S3Endpoint:
             secret_key=os.environ.get("ZVF_TEST_S3_SECRET_KEY", "test"),
             region=os.environ.get("ZVF_TEST_S3_REGION", "us-east-1"),
         )
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return S3Endpoint(endpoint=f"http://{host}:{port}", _server=server)
+    started = EmbeddedS3.start()
+    return S3Endpoint(endpoint=started.endpoint, _server=started._server)
 
 
 def create_bucket(ep: S3Endpoint, name: str | None = None) -> str:
     """Create a fresh bucket on ``ep`` and return its name."""
-    import boto3
-
-    name = name or f"zvf-{uuid.uuid4().hex[:20]}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=ep.endpoint,
-        aws_access_key_id=ep.access_key,
-        aws_secret_access_key=ep.secret_key,
-        region_name=ep.region,
-    )
-    client.create_bucket(Bucket=name)
-    return name
+    return ep.create_bucket(name)
 
 
 # --------------------------------------------------------------------------------------

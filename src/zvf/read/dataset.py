@@ -29,7 +29,7 @@ class AsyncDataset:
         self._ex = executor
         self.root = root
         self._levels: dict[int, load.Level] = {0: level0}
-        self._level_ids = load.level_indices(root)
+        self._level_ids = sorted(set(root.levels)) or load.level_indices(root)
         self._lock = anyio.Lock()
         self._owners: dict[int, dict] = {}
         self._manifests: dict[int, tuple] = {}
@@ -233,5 +233,5 @@ class AsyncDataset:
         }
 
     async def close(self) -> None:
-        """Drop caches; the dataset can no longer be used."""
-        self._ex.close() if hasattr(self._ex, "close") else None
+        """Release cached metadata and blobs (connections close with the store)."""
+        self._ex.clear_caches()
