@@ -97,7 +97,7 @@ VLEN = {"name": "vlen-bytes", "configuration": {}}
         ([], "no codecs"),
         (
             [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1, 2, 1], "codecs": [VLEN]}}],
-            "not all ones",
+            "inner chunk_shape",
         ),
         (
             [{"name": "sharding_indexed", "configuration": {"chunk_shape": [1, 1, 1], "codecs": [VLEN],

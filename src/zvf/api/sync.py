@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import threading
 from typing import Any
 
@@ -63,6 +64,30 @@ def _method(name: str):
     return run
 
 
+def _iterate(stream):
+    """A blocking iterator over async iterable ``stream``: each step awaited on the facade's loop."""
+    agen = stream.__aiter__()
+    try:
+        while True:
+            try:
+                yield _call(agen.__anext__)
+            except StopAsyncIteration:
+                return
+    finally:
+        _call(agen.aclose)
+
+
+def _iter_method(name: str):
+    """A blocking iterator twin of ``AsyncDataset.<name>`` (which returns an async iterable)."""
+    fn = getattr(aio.AsyncDataset, name)
+
+    @functools.wraps(fn)
+    def run(self, *args, **kwargs):
+        return _iterate(fn(self._inner, *args, **kwargs))
+
+    return run
+
+
 def _property(name: str):
     return property(lambda self: getattr(self._inner, name), doc=getattr(aio.AsyncDataset, name).__doc__)
 
@@ -99,15 +124,22 @@ class Dataset:
     read_all = _method("read_all")
     object_ids = _method("object_ids")
     object_attribute = _method("object_attribute")
+    read_object = _method("read_object")
+    read_objects = _method("read_objects")
     group = _method("group")
     groups = _method("groups")
     group_attribute = _method("group_attribute")
     close = _method("close")
+    iter_chunks = _iter_method("iter_chunks")
+    iter_objects = _iter_method("iter_objects")
 
 
 @functools.wraps(aio.open)
 def open(*args, **kwargs) -> Dataset:  # noqa: A001 - mirrors zvf.aio.open
     return Dataset(_call(aio.open, *args, **kwargs))
+
+
+open.__signature__ = inspect.signature(aio.open).replace(return_annotation=Dataset)
 
 
 write_points = _blocking(aio.write_points)

@@ -105,6 +105,34 @@ def cmd_validate(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_export(args) -> int:
+    """Every vertex of a level to npz/csv/parquet, streamed batch by batch, with a progress bar."""
+    import anyio
+
+    import zvf
+    from ..read.export import ProgressBar, export, format_of
+
+    fmt = format_of(args.out, args.format)  # before any request: unknown suffix, missing pyarrow
+    bar = None if args.quiet else ProgressBar(sys.stderr)
+
+    async def run() -> dict:
+        ds = await zvf.aio.open(args.target, storage_options=_options(args.option))
+        try:
+            return await export(ds, args.out, level=args.level, fmt=fmt, prefetch=args.prefetch,
+                                batch_chunks=args.batch_chunks, progress=bar)
+        finally:
+            await ds.close()
+
+    try:
+        s = anyio.run(run, backend="asyncio")
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"exported {s['vertices']:,} vertices from {s['chunks']} chunks -> {s['out']} ({s['format']}): "
+          f"{s['requests']} requests, {s['bytes']:,} bytes, {s['seconds']:.2f} s, {s['mb_per_s']:.1f} MB/s")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -138,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", type=int, default=3, choices=range(1, 6))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("export", help="write every vertex of a level to .npz, .csv or .parquet (streamed)")
+    target(p)
+    p.add_argument("out", help="output file; its suffix picks the format unless --format is given")
+    p.add_argument("--level", type=int, default=0)
+    p.add_argument("--format", choices=("npz", "csv", "parquet"), help="default: from OUT's suffix")
+    p.add_argument("--prefetch", type=int, default=4, help="batches fetched ahead (default 4)")
+    p.add_argument("--batch-chunks", type=int, default=16, help="chunks per batch (default 16)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("demo", help="write a demo point cloud and query it (in-process S3 when no target)")
     target(p, optional=True)

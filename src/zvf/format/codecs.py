@@ -295,6 +295,7 @@ class CellCodec:
     index_location: str = "end"
     index_crc: bool = True
     endian: str = "little"
+    inner_rows: int | None = None  # rows per inner chunk of a sharded 1-D array (None: one cell each)
 
     def __hash__(self) -> int:
         return hash((json.dumps(self.codecs_json(), sort_keys=True), self.serializer))
@@ -332,6 +333,7 @@ class CellCodec:
         if not codecs:
             raise FormatError(f"{key}: array metadata has no codecs list")
         shard = None
+        inner_rows = None
         loc = "end"
         crc = True
         if codecs[0][0] == "sharding_indexed":
@@ -339,14 +341,18 @@ class CellCodec:
                 raise FormatError(f"{key}: codecs after sharding_indexed are not supported")
             cfg = codecs[0][1]
             inner = cfg.get("chunk_shape")
-            if not _int_list(inner) or not all(x == 1 for x in inner):
-                raise FormatError(f"{key}: sharding_indexed inner chunk_shape {inner!r} is not all ones")
+            # Spatial arrays shard one cell per inner chunk; 1-D arrays (manifests) may pack several rows.
+            if not _int_list(inner) or not all(x >= 1 for x in inner) or (len(inner) != 1 and any(x != 1 for x in inner)):
+                raise FormatError(f"{key}: sharding_indexed inner chunk_shape {inner!r} is not supported")
             grid = meta.get("chunk_grid")
             gcfg = grid.get("configuration") if isinstance(grid, Mapping) else None
             outer = gcfg.get("chunk_shape") if isinstance(gcfg, Mapping) else None
-            if not _int_list(outer) or len(outer) != len(inner) or not all(x >= 1 for x in outer):
+            if not _int_list(outer) or len(outer) != len(inner) or not all(
+                x >= 1 and x % i == 0 for x, i in zip(outer, inner)
+            ):
                 raise FormatError(f"{key}: shard shape {outer!r} does not match inner chunk_shape {inner!r}")
             shard = tuple(outer)
+            inner_rows = inner[0] if len(inner) == 1 and inner[0] != 1 else None
             loc = cfg.get("index_location", "end")
             if loc not in ("end", "start"):
                 raise FormatError(f"{key}: sharding index_location {loc!r} is not supported")
@@ -394,7 +400,7 @@ class CellCodec:
                 comp = ("blosc", cfg)
             else:
                 raise FormatError(f"{key}: unsupported codec {cname!r}")
-        return cls(comp, shard, sname, loc, crc, endian)
+        return cls(comp, shard, sname, loc, crc, endian, inner_rows)
 
     # -- JSON -----------------------------------------------------------------
 
@@ -412,7 +418,7 @@ class CellCodec:
             {
                 "name": "sharding_indexed",
                 "configuration": {
-                    "chunk_shape": [1] * len(self.shard),
+                    "chunk_shape": [self.inner_rows] if self.inner_rows else [1] * len(self.shard),
                     "codecs": inner,
                     "index_codecs": [dict(c) for c in (_INDEX_CODECS if self.index_crc else _INDEX_CODECS[:1])],
                     "index_location": self.index_location,
@@ -422,7 +428,10 @@ class CellCodec:
 
     @property
     def cells_per_shard(self) -> int:
-        return 1 if self.shard is None else int(np.prod(self.shard))
+        """Inner chunks in one shard."""
+        if self.shard is None:
+            return 1
+        return int(np.prod(self.shard)) // (self.inner_rows or 1)
 
     # -- bytes ----------------------------------------------------------------
 

@@ -304,6 +304,27 @@ def _scrubbed(text: str, secrets: list[str]) -> str:
 # --------------------------------------------------------------------------------------
 
 
+_exit_hook = threading.Lock()
+_exit_hook_set = False
+
+
+def _settle_obstore_at_exit() -> None:
+    """Give obstore's I/O threads a moment before the interpreter tears down.
+
+    With obstore 0.12 on CPython 3.11 a background thread still handing a
+    result to asyncio while Python finalizes aborts the process (exit 134
+    instead of the real status); a short pause at exit avoids the race.
+    """
+    global _exit_hook_set
+    with _exit_hook:
+        if not _exit_hook_set:
+            import atexit
+            import time
+
+            atexit.register(time.sleep, 0.05)
+            _exit_hook_set = True
+
+
 def open_store(
     target: str | os.PathLike[str],
     *,
@@ -396,6 +417,7 @@ def open_store(
         max_backoff=float(zvf.get("max_backoff", RetryPolicy.max_backoff)),
         backoff_base=float(zvf.get("backoff_base", RetryPolicy.backoff_base)),
     )
+    _settle_obstore_at_exit()
     transport: Any = ObstoreTransport(store, prefix=prefix, secrets=secrets, label=url)
     if read_only:
         transport = ReadOnlyTransport(transport)

@@ -15,7 +15,7 @@ from ..format.grid import check_bbox
 from ..format.manifest import decode_manifests
 from ..io.executor import Executor
 from ..io.store import open_store
-from . import load
+from . import load, objects
 from .dense import read_dense
 from .points import chunks_in_box, pick_attributes, read_chunks
 from .selection import Selection
@@ -33,6 +33,7 @@ class AsyncDataset:
         self._lock = anyio.Lock()
         self._owners: dict[int, dict] = {}
         self._manifests: dict[int, tuple] = {}
+        self._object_cache: dict = {}  # zvf.read.objects: parsed link arrays per level
 
     @classmethod
     async def open(cls, target, *, mode: str = "r", storage_options=None) -> AsyncDataset:
@@ -106,25 +107,14 @@ class AsyncDataset:
             return self._manifests[index]
         level = await self.family(index, "object_index")
         arr = level.array("object_index/manifests")
+        if arr is None and ("object_index" in level.groups or level.array("object_index/data") is not None):
+            self._manifests[index] = await objects.read_seed_object_index(self, level)  # seed layout
+            return self._manifests[index]
         if arr is None:
             raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")
-        n = int(arr.meta.shape[0])
-        per_cell = int(arr.meta.chunk_shape[0])
-        n_cells = -(-n // per_cell) if n else 0
-        cells = await self._ex.gather([arr.items((c,)) for c in range(n_cells)])
-        payloads: list = []
-        for c, items in enumerate(cells):
-            want = min(per_cell, n - c * per_cell)
-            if items is None:
-                payloads.extend([b""] * want)
-            else:
-                payloads.extend(list(items)[:want])
-        table = decode_manifests(payloads, self.ndim, key=f"{arr.path}")
-        ids_arr = level.array("object_index/object_ids")
-        if ids_arr is not None:
-            oids = np.asarray(await read_dense(self._ex, ids_arr), dtype=np.int64).reshape(-1)[:n]
-        else:
-            oids = np.arange(n, dtype=np.int64)
+        oindex = level.object_index
+        oids = await oindex.ids()
+        table = await oindex.table(np.arange(oindex.count, dtype=np.int64))
         self._manifests[index] = (oids, table)
         return self._manifests[index]
 
@@ -149,14 +139,30 @@ class AsyncDataset:
         return owners
 
     async def object_ids(self, *, level: int = 0) -> np.ndarray:
-        """Ids of the objects the level's index lists."""
+        """Ids of the objects the level's index lists (none for a cloud without object ids)."""
+        lvl = await self.level(level)
+        if not self.has_objects(lvl.index):
+            return np.zeros(0, dtype=np.int64)
         oids, _ = await self.manifests(level)
         return oids.copy()
 
     # ------------------------------------------------------------- queries
-    async def query(self, bbox, *, level: int = 0, attributes=None) -> Selection:
-        """Vertices inside the closed box ``lo <= p <= hi`` with their attributes and owners."""
+    async def query(self, bbox, *, level: int = 0, attributes=None, clip: bool = False) -> Selection:
+        """What lies in the closed box ``lo <= p <= hi``, by geometry.
+
+        Point clouds: the vertices inside, with attributes and owners.
+        Polylines/streamlines: every object with at least one vertex inside
+        (decided per vertex), whole, grouped by ``offsets``/``objects`` in
+        ascending id, ``edges`` consecutive pairs; ``clip=True`` keeps only the
+        vertices inside and the edges between them.  Graphs, skeletons, meshes:
+        the vertices inside plus the edges/faces whose endpoints are all inside,
+        grouped by object.
+        """
         lo, hi = check_bbox(bbox, self.ndim)
+        if self.geometry_type in objects.SEQUENTIAL:
+            return await objects.query_sequential(self, lo, hi, level=level, attributes=attributes, clip=clip)
+        if self.geometry_type in objects.LINKED:
+            return await objects.query_linked(self, lo, hi, level=level, attributes=attributes)
         lvl = await self.level(level)
         names = pick_attributes(lvl, attributes)
         chunks = chunks_in_box(lvl, lo, hi)
@@ -168,7 +174,39 @@ class AsyncDataset:
         names = pick_attributes(lvl, attributes)
         return await read_chunks(self, lvl, lvl.nonempty_chunks, names)
 
+    def iter_chunks(self, *, level: int = 0, attributes=None, prefetch: int = 4, batch_chunks: int = 16):
+        """Every stored chunk as Selections of ``batch_chunks`` chunks, at most ``prefetch`` batches
+        fetched ahead (``async for``; ``async with`` to stop early); see ``zvf.read.export``."""
+        from .export import iter_chunks
+
+        return iter_chunks(self, level=level, attributes=attributes, prefetch=prefetch, batch_chunks=batch_chunks)
+
+    def iter_objects(self, ids=None, *, level: int = 0, attributes=None, batch: int = 256, prefetch: int = 4):
+        """One Selection per object (``ids`` order; default every object), read ``batch`` at a time
+        with ``read_objects``, at most ``prefetch`` batches ahead; see ``zvf.read.export``."""
+        from .export import iter_objects
+
+        return iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
+
     # ------------------------------------------------------------- per-object data
+    async def read_object(self, oid, *, level: int = 0, attributes=None) -> Selection:
+        """One object: positions (traversal order for polylines/streamlines),
+        attributes row-aligned, ``object_ids``, and connectivity as local row
+        indices -- ``edges`` (polylines: consecutive pairs; graphs; skeletons as
+        (child, parent)) or ``faces`` (meshes), cross-chunk ones included.
+        An object absent at this level (empty manifest) gives an empty Selection.
+        """
+        return (await objects.read_objects(self, [oid], level=level, attributes=attributes))[0]
+
+    async def read_objects(self, ids, *, level: int = 0, attributes=None, combined: bool = False):
+        """Several objects, each needed chunk fetched once for all of them.
+
+        Returns a list of Selection in the order of ``ids`` (repeats allowed),
+        or with ``combined=True`` one Selection whose ``offsets``/``objects``
+        delimit the objects and whose connectivity indexes the combined rows.
+        """
+        return await objects.read_objects(self, ids, level=level, attributes=attributes, combined=combined)
+
     async def object_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-object attribute (NaN where absent)."""
         lvl = await self.family(level, "object_attributes")

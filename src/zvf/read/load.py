@@ -25,6 +25,7 @@ from ..format import metadata as md
 from ..format.grid import Grid
 from ..io.executor import Executor
 from .cells import CellArray
+from .object_index import ObjectIndex
 
 # What each lazily loaded family consists of: documents at fixed paths, or
 # user-named members found by listing (with how deep the names go).
@@ -66,6 +67,7 @@ class Level:
     arrays: dict[str, CellArray] = field(default_factory=dict)
     groups: dict[str, dict] = field(default_factory=dict)  # group path -> attributes
     loaded: set[str] = field(default_factory=set)  # families whose documents are in
+    object_index: ObjectIndex | None = None
 
     def array(self, name: str) -> CellArray | None:
         return self.arrays.get(name)
@@ -125,6 +127,83 @@ async def load_family(ex: Executor, level: Level, family: str, paths: list[str] 
     if paths is None:
         paths = await family_paths(ex, level.index, family)
     docs = await ex.gather([_get_json(ex, f"{level.index}/{p}/zarr.json") for p in paths])
+    _add_docs(level, ex, paths, docs)
+    level.loaded.add(family)
+
+
+async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
+    """Relative paths of the nodes below ``prefix`` down to ``depth`` levels (no chunk keys)."""
+    out: list[str] = []
+    frontier = [prefix]
+    base = len(prefix.split("/", 1)[0]) + 1  # strip the level number
+    for step in range(depth):
+        results = await ex.gather([ex.list_dirs(p) for p in frontier])
+        frontier = []
+        for dirs, _objs in results:
+            for d in dirs:
+                d = d.rstrip("/")
+                # below a member, "c" is its chunk key space; a group's own member may be named "c"
+                if step and d.rsplit("/", 1)[-1] == "c":
+                    continue
+                out.append(d[base:])
+                frontier.append(d + "/")
+        if not frontier:
+            break
+    return out
+
+
+# Documents at fixed paths fetched when a level opens, and groups listed then
+# (their members' documents arrive in the second wave).
+OPEN_FIXED = ("core", "object_index", "link_fragments", "groups")
+OPEN_LISTED = ("vertex_attributes", "links", "links/0")
+
+
+async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[dict | None, Level | None]:
+    """A level ready for bbox queries and object reads, in two round trips.
+
+    Wave 1 asks at once for (optionally) the root, the level document, every
+    fixed-name array document and listings of the attribute and delta-0
+    link groups; wave 2 fetches the documents those listings named.  Other
+    families (cross-level links, object attributes, ...) load on first use.
+    """
+    fixed = [p for fam in OPEN_FIXED for p in FIXED_DOCS[fam]]
+    wave1 = await ex.gather(
+        [_get_json(ex, root_key) if root_key else _none(), _get_json(ex, f"{index}/zarr.json")]
+        + [_list_tree(ex, f"{index}/{g}/", 1) for g in OPEN_LISTED]
+        + [_get_json(ex, f"{index}/{p}/zarr.json") for p in fixed]
+    )
+    root_doc, level_doc = wave1[:2]
+    listed = dict(zip(OPEN_LISTED, wave1[2:2 + len(OPEN_LISTED)]))
+    return root_doc, (level_doc, listed, dict(zip(fixed, wave1[2 + len(OPEN_LISTED):])))
+
+
+async def _none():
+    return None
+
+
+async def _finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, listed, fixed_docs) -> Level:
+    if level_doc is None:
+        raise FormatError(f"{ex.handle.url}/{index}/zarr.json: level {index} is listed by the root but missing")
+    level = make_level(root, index, level_doc)
+    _add_docs(level, ex, list(fixed_docs), list(fixed_docs.values()))
+    level.loaded.update(OPEN_FIXED)
+    deltas = listed["links"]
+    paths = listed["vertex_attributes"] + ["links", *deltas, *listed["links/0"]]
+    if level.array("object_index/manifests") is not None:
+        level.object_index = ObjectIndex(ex, level, root.ndim)
+        wave2 = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths]
+                                + [level.object_index.prefetch()])
+        docs = wave2[:-1]
+    else:
+        docs = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths])
+    _add_docs(level, ex, paths, docs)
+    level.loaded.add("vertex_attributes")
+    if set(deltas) <= {"links/0"}:
+        level.loaded.add("links")  # no cross-level families: every link document is in
+    return level
+
+
+def _add_docs(level: Level, ex: Executor, paths, docs) -> None:
     for name, doc in zip(paths, docs):
         if doc is None:
             continue
@@ -134,74 +213,23 @@ async def load_family(ex: Executor, level: Level, family: str, paths: list[str] 
         else:
             attrs = doc.get("attributes")
             level.groups[name] = attrs if isinstance(attrs, dict) else {}
-    level.loaded.add(family)
-
-
-async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
-    """Relative paths of the nodes below ``prefix`` down to ``depth`` levels (no chunk keys)."""
-    out: list[str] = []
-    frontier = [prefix]
-    base = len(prefix.split("/", 1)[0]) + 1  # strip the level number
-    for _ in range(depth):
-        results = await ex.gather([ex.list_dirs(p) for p in frontier])
-        frontier = []
-        for dirs, _objs in results:
-            for d in dirs:
-                d = d.rstrip("/")
-                if d.rsplit("/", 1)[-1] == "c":  # chunk key space, not a node
-                    continue
-                out.append(d[base:])
-                frontier.append(d + "/")
-        if not frontier:
-            break
-    return out
 
 
 async def load_root(ex: Executor, url: str) -> tuple[md.RootMeta, Level]:
-    """Root and level 0 ready for a bbox query, in two round trips.
-
-    Round trip 1 asks for the root, level 0, its core arrays and the listing
-    of its vertex attributes all at once; round trip 2 fetches the attribute
-    documents that listing named.
-    """
-    core = list(FIXED_DOCS["core"])
-    first = await ex.gather(
-        [_get_json(ex, "zarr.json"), _get_json(ex, "0/zarr.json"), _list_tree(ex, "0/vertex_attributes/", 1)]
-        + [_get_json(ex, f"0/{p}/zarr.json") for p in core]
-    )
-    root_doc, level_doc, attr_paths = first[:3]
+    """Root and level 0, ready for queries and object reads, in two round trips."""
+    root_doc, level_parts = await open_level(ex, "zarr.json", 0)
     if root_doc is None:
         raise await _diagnose_missing_root(ex, url)
     if root_doc.get("zarr_format") != 3:
         raise NotZvfStoreError(f"{url}/zarr.json: not a Zarr v3 document (zarr_format={root_doc.get('zarr_format')!r})")
     root = md.parse_root(root_doc, key="zarr.json")
-    if level_doc is None:
-        raise FormatError(f"{url}/0/zarr.json: level 0 is missing")
-    level = make_level(root, 0, level_doc)
-    for name, doc in zip(core, first[3:]):
-        if doc is not None:
-            level.arrays[name] = CellArray(ex, f"0/{name}", md.parse_array(doc, key=f"0/{name}/zarr.json"))
-    level.loaded.add("core")
-    await load_family(ex, level, "vertex_attributes", attr_paths)
-    return root, level
+    return root, await _finish_level(ex, root, 0, *level_parts)
 
 
 async def load_level(ex: Executor, root: md.RootMeta, index: int) -> Level:
-    """A coarser level with its core arrays and vertex attributes (two round trips)."""
-    core = list(FIXED_DOCS["core"])
-    first = await ex.gather(
-        [_get_json(ex, f"{index}/zarr.json"), _list_tree(ex, f"{index}/vertex_attributes/", 1)]
-        + [_get_json(ex, f"{index}/{p}/zarr.json") for p in core]
-    )
-    if first[0] is None:
-        raise FormatError(f"{index}/zarr.json: level {index} is listed by the root but missing")
-    level = make_level(root, index, first[0])
-    for name, doc in zip(core, first[2:]):
-        if doc is not None:
-            level.arrays[name] = CellArray(ex, f"{index}/{name}", md.parse_array(doc, key=f"{index}/{name}/zarr.json"))
-    level.loaded.add("core")
-    await load_family(ex, level, "vertex_attributes", first[1])
-    return level
+    """A coarser level, in two round trips."""
+    _, level_parts = await open_level(ex, None, index)
+    return await _finish_level(ex, root, index, *level_parts)
 
 
 def level_indices(root: md.RootMeta) -> list[int]:

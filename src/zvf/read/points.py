@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import decode_fragment_index
 from ..format.grid import inside
-from .cells import gather_payloads, rows_from_payload
+from .cells import rows_from_payload
 from .selection import Selection
 
 
@@ -57,7 +57,10 @@ async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None)
     arrays.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
     if owners is not None:
         arrays["vertex_fragments"] = level.array("vertex_fragments")
-    payloads = await gather_payloads(arrays, list(map(tuple, chunks.tolist())))
+    chunk_list = list(map(tuple, chunks.tolist()))
+    # executor.gather raises the first error itself (a FormatError naming the key), not an ExceptionGroup
+    fetched = await vert.executor.gather([arr.payloads(chunk_list) for arr in arrays.values()])
+    payloads = dict(zip(arrays, fetched))
 
     pos_parts, attr_parts, oid_parts = [], {n: [] for n in names}, []
     for i, chunk in enumerate(map(tuple, chunks.tolist())):

@@ -57,6 +57,7 @@ class StoreWriter:
         self._budget = ByteBudget(max_inflight_bytes)
         self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
         self._tg = None
+        self._error: Exception | None = None  # first failed upload; stops the write
         self.cells_written = 0
         self.bytes_written = 0
 
@@ -67,8 +68,15 @@ class StoreWriter:
         return self
 
     async def __aexit__(self, exc_type, exc, tb):
-        await self._tg.__aexit__(exc_type, exc, tb)
+        try:
+            await self._tg.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:  # anyio wraps the body's own error: hand it back bare
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+                raise group.exceptions[0] from None
+            raise
         if exc_type is None:
+            if self._error is not None:  # the zvf error itself, not an ExceptionGroup around it
+                raise self._error
             await self._publish()
         return False
 
@@ -91,7 +99,9 @@ class StoreWriter:
             ) from None
 
     async def put_cell(self, key: str, data: bytes) -> None:
-        """Queue one data blob; waits while too many bytes are in flight."""
+        """Queue one data blob; waits while too many bytes are in flight; raises once an upload failed."""
+        if self._error is not None:
+            raise self._error
         await self._budget.acquire(len(data))
         self._tg.start_soon(self._upload, key, data)
 
@@ -100,6 +110,9 @@ class StoreWriter:
             await self.ex.put(key, data)
             self.cells_written += 1
             self.bytes_written += len(data)
+        except Exception as exc:  # recorded, re-raised by the writer (no ExceptionGroup)
+            if self._error is None:
+                self._error = exc
         finally:
             await self._budget.release(len(data))
 
@@ -176,10 +189,24 @@ async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_
 
 
 async def write_vlen_1d(writer: StoreWriter, path: str, items: list, chunk: int, codec: CellCodec, doc: dict) -> None:
-    """A 1-D vlen-bytes array (manifests, groups): ``chunk`` items per cell."""
+    """A 1-D vlen-bytes array (manifests, groups): ``chunk`` items per stored object.
+
+    Sharded (``codec.shard``), each stored object is a shard of ``chunk`` rows
+    in inner chunks of ``codec.inner_rows`` rows, readable one inner chunk at a time.
+    """
     keys = ChunkKeyEncoding.from_metadata(None)
+    inner = codec.inner_rows or 1
     for c in range(-(-len(items) // chunk) if items else 0):
-        await writer.put_cell(keys.key(path, (c,)), codec.encode_items(items[c * chunk:(c + 1) * chunk]))
+        rows = items[c * chunk:(c + 1) * chunk]
+        if codec.shard is None:
+            rows = rows + [b""] * (chunk - len(rows))  # zarr stores whole chunks, padded with the fill value
+            blob = codec.encode_items(rows)
+        else:
+            rows = rows + [b""] * (-len(rows) % inner)
+            parts = {j: codec.encode_items(rows[j * inner:(j + 1) * inner]) for j in range(len(rows) // inner)}
+            blob = encode_shard(parts, chunk // inner)
+        if blob is not None:
+            await writer.put_cell(keys.key(path, (c,)), blob)
     writer.add_document(f"{path}/zarr.json", doc, stage=0)
 
 

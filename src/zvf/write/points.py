@@ -14,7 +14,6 @@ from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.grid import Grid
-from ..format.manifest import encode_manifests
 from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs
@@ -27,9 +26,12 @@ from .engine import (
     write_dense,
     write_vlen_1d,
 )
+from .object_index import put_object_index
 from .partition import Partition, partition
 
 ZSTD = CellCodec.for_writing("zstd")
+# Attribute names that pass inputs.check_name but collide with a group's metadata key.
+RESERVED_NAMES = frozenset({"zarr.json"})
 
 
 def shard_tuple(shard_shape, ndim: int):
@@ -103,9 +105,29 @@ async def write_points(
     shard_shape=None,
     dtype="float32",
     overwrite: bool = False,
+    object_index_layout: str = "sharded",
     storage_options=None,
 ) -> dict:
-    """Write a point cloud to ``target``; returns a summary (counts, requests, bytes)."""
+    """Write a point cloud to ``target``; returns a summary (counts, requests, bytes).
+
+    ``object_index_layout="reference"`` writes manifests exactly as 0.9.2 does;
+    the default ("sharded") lets a reader fetch one object's manifest alone.
+
+    ``positions`` may also be an iterable or async iterable of batches (see
+    ``zvf.write.stream``): streamed through local spill files, same bytes.
+    """
+    from .stream import is_batch_stream
+
+    if is_batch_stream(positions):
+        if attributes is not None or object_ids is not None:
+            raise InvalidArgumentError("with batches, pass attributes and object_ids inside each batch")
+        from .stream import write_points_stream
+
+        return await write_points_stream(
+            target, positions, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
+            object_attributes=object_attributes, groups=groups, group_attributes=group_attributes,
+            compression=compression, shard_shape=shard_shape, dtype=dtype, overwrite=overwrite,
+            object_index_layout=object_index_layout, storage_options=storage_options)
     pos = inputs.positions_array(positions, dtype)
     n, ndim = pos.shape
     grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
@@ -117,12 +139,16 @@ async def write_points(
     if groups is not None and oids is None:
         oids = np.arange(n, dtype=np.int64)  # 0.9.2: with groups but no ids every vertex is an object
     uniq = None if oids is None else np.unique(oids)
-    obj_attrs = inputs.row_attributes(object_attributes, 0 if uniq is None else len(uniq), "object_attributes")
-    grp_attrs = inputs.row_attributes(group_attributes, len(group_rows), "group_attributes")
     if object_attributes and uniq is None:
         raise InvalidArgumentError("object_attributes need object_ids")
     if group_attributes and not group_rows:
         raise InvalidArgumentError("group_attributes need groups")
+    obj_attrs = inputs.row_attributes(object_attributes, 0 if uniq is None else len(uniq), "object_attributes")
+    grp_attrs = inputs.row_attributes(group_attributes, len(group_rows), "group_attributes")
+    for what, table in (("attributes", attrs), ("object_attributes", obj_attrs), ("group_attributes", grp_attrs)):
+        reserved = RESERVED_NAMES.intersection(table)
+        if reserved:  # would land on the group's own document: refuse before anything is written
+            raise InvalidArgumentError(f"{what[:-1]} name {sorted(reserved)[0]!r} is not allowed: it is a Zarr metadata key")
 
     origin, grid_shape = grid.layout(lo, hi)
     if oids is None:
@@ -148,7 +174,11 @@ async def write_points(
         arrays_present = ["vertices"] + (["vertex_attributes"] if attrs else [])
         if uniq is not None:
             arrays_present.append("object_index")
-            await put_object_index(writer, 0, part, uniq, ndim, compression)
+            local_frag = np.arange(len(part.frag_chunk)) - np.searchsorted(part.frag_chunk, part.frag_chunk)
+            obj_row = np.searchsorted(uniq, part.frag_keys)
+            order = np.lexsort((part.frag_chunk, obj_row))
+            await put_object_index(writer, 0, obj_row[order], part.chunks[part.frag_chunk[order]], local_frag[order],
+                                   uniq, ndim, compression=compression, layout=object_index_layout)
         if obj_attrs:
             empty_group(writer, "0/object_attributes")
             for name, values in obj_attrs.items():
@@ -177,22 +207,6 @@ async def write_points(
         "bins_per_chunk": list(grid.bins_per_chunk),
         "requests": ex.stats.snapshot(),
     }
-
-
-async def put_object_index(writer: StoreWriter, level: int, part: Partition, uniq: np.ndarray, ndim: int,
-                           compression) -> None:
-    """Manifests (one block per object and chunk, in chunk order) and the sorted object ids."""
-    local_frag = np.arange(len(part.frag_chunk)) - np.searchsorted(part.frag_chunk, part.frag_chunk)
-    obj_row = np.searchsorted(uniq, part.frag_keys)
-    order = np.lexsort((part.frag_chunk, obj_row))
-    items = encode_manifests(obj_row[order], part.chunks[part.frag_chunk[order]], local_frag[order], len(uniq))
-    writer.add_document(f"{level}/object_index/zarr.json",
-                        md.object_index_group_document(len(uniq), len(uniq), ndim), stage=0)
-    await write_vlen_1d(writer, f"{level}/object_index/manifests", items, max(1, min(len(uniq), md.MANIFEST_ROW_CHUNK)),
-                        ZSTD, md.manifests_document(len(uniq), ZSTD.codecs_json()))
-    ids_codec = dense_codec(CellCodec.for_writing(compression))
-    await write_dense(writer, f"{level}/object_index/object_ids", uniq.astype("<i8"), max(len(uniq), 1), 0, ids_codec,
-                      md.object_ids_document(len(uniq), dense_codecs_json(ids_codec, np.int64)))
 
 
 async def put_object_attribute(writer: StoreWriter, level: int, name: str, values: np.ndarray, codec: CellCodec) -> None:

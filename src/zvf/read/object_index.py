@@ -1,0 +1,144 @@
+"""Object id -> manifest, fetching only the manifests asked for.
+
+The reference reads every manifest of a level to answer for one object.
+Here the manifests array is read per chunk (plain layout: one chunk of up
+to 16384 manifests, fetched once and cached) or, in the sharded layout zvf
+writes, per inner chunk of a few manifests: one suffix read of the shard
+index (cached, and prefetched at open for small indexes) and one ranged
+read for the manifests themselves.  Object ids map to rows through the
+``object_ids`` array, read whole once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError, InvalidArgumentError, MissingDataError
+from ..format.manifest import ManifestTable, decode_manifests
+from ..format.shard import decode_shard_index, index_nbytes
+from ..io.plan import ByteRange
+from .dense import read_dense
+
+EMPTY = 2**64 - 1
+# Prefetch object ids and shard indexes at open only while they are this small.
+PREFETCH_LIMIT = 1 << 20
+
+
+class ObjectIndex:
+    """Manifests of one level, addressed by object id."""
+
+    def __init__(self, executor, level, ndim: int):
+        self.ex = executor
+        self.level = level
+        self.ndim = ndim
+        self.manifests = level.array("object_index/manifests")
+        self.ids_array = level.array("object_index/object_ids")
+        if self.manifests is None:
+            raise FormatError(f"{level.index}/object_index/manifests: missing although the level has objects")
+        self.count = int(self.manifests.meta.shape[0])
+        self._ids: np.ndarray | None = None
+        self._order: np.ndarray | None = None  # rows in ascending id order
+        self._cells: dict[int, list] = {}
+        self.rows_per_chunk = int(self.manifests.meta.chunk_shape[0])  # a shard when sharded
+        codec = self.manifests.codec
+        self.inner = None if codec.shard is None else (codec.inner_rows or 1)
+
+    # ------------------------------------------------------------- ids
+    async def prefetch(self) -> None:
+        """Object ids and (small) shard indexes, so object reads skip those round trips."""
+        jobs = []
+        if self.ids_array is not None and self.count * 8 <= PREFETCH_LIMIT:
+            jobs.append(self.ids())
+        if self.inner is not None:
+            n_inner = self.rows_per_chunk // self.inner
+            n_shards = -(-self.count // self.rows_per_chunk)
+            if n_shards * index_nbytes(n_inner) <= PREFETCH_LIMIT:
+                jobs += [self._shard_index(s) for s in range(n_shards)]
+        await self.ex.gather(jobs)
+
+    async def ids(self) -> np.ndarray:
+        """Object id of each manifest row (row number when the store lists none)."""
+        if self._ids is None:
+            if self.ids_array is None:
+                self._ids = np.arange(self.count, dtype=np.int64)
+            else:
+                ids = np.asarray(await read_dense(self.ex, self.ids_array)).astype(np.int64).reshape(-1)
+                if len(ids) != self.count:
+                    raise FormatError(f"{self.ids_array.path}: {len(ids)} object ids for {self.count} manifests")
+                self._ids = ids
+        return self._ids
+
+    async def rows_of(self, object_ids) -> np.ndarray:
+        """Manifest rows of the given object ids; unknown ids are an error naming them."""
+        want = np.asarray(object_ids)
+        if want.dtype.kind not in "iu" or want.ndim != 1:
+            raise InvalidArgumentError(f"object ids must be a 1-D sequence of integers, got {object_ids!r}")
+        ids = await self.ids()
+        if self._order is None:
+            self._order = np.arange(len(ids)) if np.all(ids[1:] > ids[:-1]) else np.argsort(ids, kind="stable")
+        keys = ids[self._order]
+        if len(keys):
+            pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+            ok = keys[pos] == want
+        else:
+            pos, ok = np.zeros(len(want), np.int64), np.zeros(len(want), bool)
+        rows = self._order[pos]
+        if not np.all(ok):
+            bad = want[~ok][:5].tolist()
+            lo_hi = f"{int(ids.min())}..{int(ids.max())}" if len(ids) else "none"
+            raise InvalidArgumentError(
+                f"object id(s) {bad} not in level {self.level.index} ({self.count} objects, ids {lo_hi})")
+        return rows.astype(np.int64)
+
+    # ------------------------------------------------------------- manifests
+    async def table(self, rows: np.ndarray) -> ManifestTable:
+        """Decoded manifests of ``rows``; ``object_row`` indexes into ``rows``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        payloads = await (self._sharded(rows) if self.inner is not None else self._plain(rows))
+        return decode_manifests(payloads, self.ndim, key=self.manifests.path)
+
+    async def _plain(self, rows: np.ndarray) -> list:
+        per = self.rows_per_chunk
+        cells = sorted(set((rows // per).tolist()))
+        missing = [c for c in cells if c not in self._cells]
+        fetched = await self.ex.gather([self.manifests.items((c,)) for c in missing])
+        for c, items in zip(missing, fetched):
+            want = min(per, self.count - c * per)
+            if items is None:
+                items = [b""] * want
+            if len(items) < want:
+                raise FormatError(f"{self.manifests.key_of((c,))}: {len(items)} manifests, expected {want}")
+            self._cells[c] = list(items)
+        return [self._cells[int(r) // per][int(r) % per] for r in rows]
+
+    async def _shard_index(self, shard: int):
+        key = self.manifests.key_of((shard,))
+        n_inner = self.rows_per_chunk // self.inner
+        tail = await self.ex.get_suffix(key, index_nbytes(n_inner), cache="shard_index")
+        if tail is None:
+            return None
+        return decode_shard_index(tail, n_inner, key=key)
+
+    async def _sharded(self, rows: np.ndarray) -> list:
+        per, k = self.rows_per_chunk, self.inner
+        inner_ids = sorted(set((rows // k).tolist()))  # global inner chunk numbers
+        todo = [i for i in inner_ids if i not in self._cells]
+        shards = sorted({i * k // per for i in todo})
+        indexes = dict(zip(shards, await self.ex.gather([self._shard_index(s) for s in shards])))
+        ranges, which = [], []
+        for i in todo:
+            shard = i * k // per
+            index = indexes[shard]
+            slot = i - shard * (per // k)
+            if index is None or int(index[0][slot]) == EMPTY:
+                self._cells[i] = [b""] * k
+                continue
+            start = int(index[0][slot])
+            ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(index[1][slot])))
+            which.append(i)
+        blobs = await self.ex.read_ranges(ranges)
+        for i, blob, r in zip(which, blobs, ranges):
+            if blob is None or len(blob) != r.end - r.start:
+                raise MissingDataError(f"{r.key}: shard is shorter than its index says (inner chunk {i})")
+            self._cells[i] = list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{i}]"))
+        return [self._cells[int(r) // k][int(r) % k] for r in rows]

@@ -1,0 +1,64 @@
+"""``zvf.validate``: check a ZVF store against the format, level by level.
+
+::
+
+    report = await zvf.aio.validate("s3://bucket/store.zarrvectors", level=3)
+    if not report.ok:
+        for issue in report.errors:
+            print(issue)          # "ERROR   L3 0/vertex_fragments/c/0/0/1: ..."
+
+Levels 1-5 are structure, metadata, consistency, conventions and
+multi-resolution coherence (see :mod:`zvf.validate.checks`).  Every read goes
+through zvf's executor (bounded concurrency, retries); zarr-python is not
+used.  A broken store never raises: its problems are the report.  Only
+invalid arguments (a bad ``level``, an unknown scheme or storage option)
+raise :class:`~zvf.errors.InvalidArgumentError`.
+"""
+
+from __future__ import annotations
+
+from .report import ERROR, LEVEL_NAMES, WARNING, Issue, Report
+
+__all__ = ["validate", "Report", "Issue", "ERROR", "WARNING", "LEVEL_NAMES"]
+
+
+async def validate(target, *, level: int = 3, storage_options=None) -> Report:
+    """Validate the store at ``target`` up to ``level`` (1..5); returns a :class:`Report`."""
+    from ..errors import InvalidArgumentError, StoreNotFoundError
+    from ..io.executor import Executor
+    from ..io.store import open_store
+    from .checks import Validator
+
+    if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 5:
+        raise InvalidArgumentError(f"level must be an integer from 1 to 5, got {level!r}")
+    try:
+        handle = open_store(target, mode="r", storage_options=storage_options)
+    except StoreNotFoundError as e:
+        report = Report(str(target), level)
+        report.issues.append(Issue(ERROR, 1, "zarr.json", f"zarr.json: no store: {e}"))
+        return report
+    ex = Executor(handle)
+    return await Validator(ex, handle.url, level).run()
+
+
+def _callable_module() -> None:
+    """Let ``zvf.validate(...)`` keep working once this subpackage is imported.
+
+    ``import zvf.validate`` binds the *package* as the attribute ``zvf.validate``,
+    which shadows the blocking function the facade exposes under that name.
+    Making the package callable (forwarding to the blocking facade) keeps both
+    spellings valid: ``zvf.validate(path)`` and ``await zvf.aio.validate(path)``.
+    """
+    import sys
+    import types
+
+    class _ValidateModule(types.ModuleType):
+        def __call__(self, target, *, level: int = 3, storage_options=None) -> Report:
+            from ..api import sync
+
+            return sync.validate(target, level=level, storage_options=storage_options)
+
+    sys.modules[__name__].__class__ = _ValidateModule
+
+
+_callable_module()

@@ -1,0 +1,146 @@
+"""Link records -> ``links/0/<offsets>/`` cells, the way 0.9.2 files them.
+
+A record is ``L`` endpoints, each a (chunk, chunk-local vertex index).
+Placement (all vectorized):
+
+* a record whose endpoints share one chunk keeps its input endpoint
+  order and lands in the all-zero offsets array (flat rows, no perm,
+  partitioned by one ``link_fragments`` range per cell);
+* any other record is sorted by ``(chunk coords, vertex index)`` (stable,
+  so ties keep input order), stored at the cell of its first endpoint in
+  the array named by the other endpoints' chunk offsets, with the Lehmer
+  code of that sort as a leading ``perm`` column (one ragged group per
+  cell);
+* inside a cell rows keep input record order, so attribute rows are the
+  same gather.
+
+Link attributes mirror every links array cell for cell, as flat rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..format import metadata as md
+from ..format.fragments import FragmentIndex, encode_fragment_index
+from ..format.links import encode_intra_links, encode_ragged_links, lehmer_encode
+from .engine import empty_group
+
+@dataclass(frozen=True)
+class LinkCells:
+    """Records grouped by (source chunk, offsets): cell ``k`` is rows ``starts[k]:starts[k+1]``."""
+
+    link_width: int
+    order: np.ndarray  # (M,) input record of each placed row
+    vi: np.ndarray  # (M, L) placed chunk-local vertex indices
+    perm: np.ndarray  # (M,) Lehmer code of the placement (0 for intra rows)
+    cell_chunk: np.ndarray  # (K, ndim) source chunk of each cell
+    cell_offsets: np.ndarray  # (K, L-1, ndim) offsets of each cell's array
+    starts: np.ndarray  # (K + 1,)
+
+    @property
+    def num_links(self) -> int:
+        return int(self.order.size)
+
+    def cell_is_intra(self) -> np.ndarray:
+        k = len(self.cell_chunk)
+        return ~np.any(self.cell_offsets.reshape(k, int(np.prod(self.cell_offsets.shape[1:]))), axis=1)
+
+
+def place_records(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
+    """Place ``M`` undirected records: ``chunks`` (M, L, ndim), ``vi`` (M, L)."""
+    chunks = np.asarray(chunks, dtype=np.int64)
+    vi = np.asarray(vi, dtype=np.int64)
+    m, width, ndim = chunks.shape
+    if m == 0:
+        z = np.zeros(0, np.int64)
+        return LinkCells(width, z, np.zeros((0, width), np.int64), z, np.zeros((0, ndim), np.int64),
+                         np.zeros((0, width - 1, ndim), np.int64), np.zeros(1, np.int64))
+    intra = np.all(chunks == chunks[:, :1, :], axis=(1, 2))
+    # Canonical endpoint order: lexsort over every endpoint, record as primary key.
+    rec = np.repeat(np.arange(m, dtype=np.int64), width)
+    flat = chunks.reshape(-1, ndim)
+    keys = [vi.reshape(-1)] + [flat[:, d] for d in range(ndim - 1, -1, -1)] + [rec]
+    sigma = np.lexsort(keys).reshape(m, width) - (np.arange(m, dtype=np.int64) * width)[:, None]
+    sigma[intra] = np.arange(width)
+    rows = np.arange(m)[:, None]
+    placed_chunks = chunks[rows, sigma]
+    placed_vi = vi[rows, sigma]
+    perm = lehmer_encode(sigma)
+    src = placed_chunks[:, 0, :]
+    offsets = (placed_chunks[:, 1:, :] - src[:, None, :]).reshape(m, -1)
+    key = np.concatenate([src, offsets], axis=1)
+    order = np.lexsort(key.T[::-1])  # stable: input order inside a cell
+    ks = key[order]
+    new = np.ones(m, dtype=bool)
+    new[1:] = np.any(ks[1:] != ks[:-1], axis=1)
+    first = np.flatnonzero(new)
+    return LinkCells(
+        width, order, placed_vi[order], perm[order], ks[first, :ndim],
+        ks[first, ndim:].reshape(-1, width - 1, ndim),
+        np.append(first, m).astype(np.int64),
+    )
+
+
+async def put_links(level, cells: LinkCells, *, ndim: int, link_attributes: dict[str, np.ndarray],
+                    intra_array: bool, link_fragments: bool, num_links: int | None = None) -> None:
+    """Upload the links family of level-0 (and its attribute families); queue their documents.
+
+    ``intra_array``: create the all-zero offsets array even when no record
+    lands there (0.9.2's graph and mesh writers always do).  ``num_links``
+    overrides the family count (defaults to the records placed).
+    """
+    writer = level.writer
+    width = cells.link_width
+    intra_name = md.offsets_name([[0] * ndim] * (width - 1))
+    is_intra = cells.cell_is_intra()
+    names = [md.offsets_name(o) for o in cells.cell_offsets.tolist()]
+    total = cells.num_links if num_links is None else num_links
+
+    def link_array(name: str, offsets) -> object:
+        intra = name == intra_name
+        return level.array(f"links/0/{name}", md.links_array_attributes(
+            offsets, has_perm=not intra, link_width=width, level_delta=0))
+
+    if intra_array:
+        link_array(intra_name, [[0] * ndim] * (width - 1))
+    frags = level.array("link_fragments", md.link_fragments_attributes()) if link_fragments else None
+    attr_arrays = {}
+    for k, (name, chunk) in enumerate(zip(names, cells.cell_chunk.tolist())):
+        lo, hi = int(cells.starts[k]), int(cells.starts[k + 1])
+        offsets = cells.cell_offsets[k].tolist()
+        arr = link_array(name, offsets)
+        rows = cells.vi[lo:hi]
+        if is_intra[k]:
+            await arr.add(writer, chunk, encode_intra_links(rows))
+            if frags is not None:
+                await frags.add(writer, chunk, encode_fragment_index(FragmentIndex.from_ranges([0], [hi - lo])))
+        else:
+            await arr.add(writer, chunk, encode_ragged_links(rows, cells.perm[lo:hi]))
+        sel = cells.order[lo:hi]
+        for an, values in link_attributes.items():
+            out = attr_arrays.get((an, name))
+            if out is None:
+                out = attr_arrays[(an, name)] = level.array(
+                    f"link_attributes/{an}/0/{name}",
+                    md.link_attribute_attributes(an, values.dtype, offsets, level_delta=0,
+                                                 row_shape=values.shape[1:]))
+            await out.add(writer, chunk, np.ascontiguousarray(values[sel]).astype(values.dtype.newbyteorder("<")).tobytes())
+    if intra_array or cells.num_links:
+        empty_group(writer, "0/links")
+        doc = md.links_family_document(level_delta=0, link_width=width, directed=False, sid_ndim=ndim, num_links=total)
+        if not cells.num_links:  # 0.9.2 stamps only the policy on a family it created empty
+            doc["attributes"].pop("num_links")
+            doc["attributes"].pop("num_physical_records")
+        writer.add_document("0/links/0/zarr.json", doc, stage=0)
+    if link_attributes and cells.num_links:
+        empty_group(writer, "0/link_attributes")
+        for an in link_attributes:
+            empty_group(writer, f"0/link_attributes/{an}")
+            writer.add_document(f"0/link_attributes/{an}/0/zarr.json", md.link_attribute_family_document(
+                an, level_delta=0, num_links=total), stage=0)
+
+
+__all__ = ["LinkCells", "place_records", "put_links"]

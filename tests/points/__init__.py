@@ -1,0 +1,64 @@
+"""Acceptance tests of zvf's point-cloud foundation (fixtures, compatibility, S3, errors, facade).
+
+Shared helpers for these tests live here; fixtures are in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+
+def rows(*columns) -> np.ndarray:
+    """Columns side by side as float64 rows, sorted: a multiset of rows that compares with ``==``.
+
+    Pass positions and their attributes to compare (point, attribute) pairs
+    without relying on row order.
+    """
+    n = None
+    parts = []
+    for c in columns:
+        a = np.asarray(c)
+        a = a.reshape(a.shape[0], -1).astype(np.float64)
+        if n is not None:
+            assert a.shape[0] == n, f"columns are not row-aligned: {a.shape[0]} rows vs {n}"
+        n = a.shape[0]
+        parts.append(a)
+    out = np.hstack(parts) if parts else np.zeros((0, 0))
+    if out.shape[0] == 0:
+        return out
+    return out[np.lexsort(out.T[::-1])]
+
+
+def assert_rows_equal(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    """Equal multisets of rows, with a readable difference on failure."""
+    if actual.shape == expected.shape and np.array_equal(actual, expected):
+        return
+    a = {tuple(r) for r in np.asarray(actual).tolist()}
+    e = {tuple(r) for r in np.asarray(expected).tolist()}
+    raise AssertionError(
+        f"{what}: {actual.shape[0]} rows vs {expected.shape[0]} expected; "
+        f"{len(a - e)} unexpected (e.g. {sorted(a - e)[:2]}), {len(e - a)} missing (e.g. {sorted(e - a)[:2]})"
+    )
+
+
+def store_files(root: Path) -> dict[str, bytes]:
+    """Every file of a local store, by key relative to its root."""
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def unwrap_cell(value) -> bytes:
+    """The bytes plain zarr-python returns for one vlen-bytes cell (nested 0-d object arrays)."""
+    while isinstance(value, np.ndarray) and value.dtype == object:
+        value = value[()]
+    if isinstance(value, np.ndarray):
+        return value.tobytes()  # an |S<n> array keeps trailing NUL bytes, np.bytes_ would drop them
+    return bytes(value)
