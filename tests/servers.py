@@ -22,9 +22,8 @@ import asyncio
 import os
 import threading
 import time
-import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from zvf.io.embedded import EmbeddedS3

@@ -156,15 +156,18 @@ class SpatialArrayOut:
         shard = tuple(int(s) for s in shard_coords(grid, self.codec.shard))
         self._shards.setdefault(shard, {})[int(inner_index(grid, self.codec.shard))] = blob
 
+    async def flush_shard(self, writer: StoreWriter, shard: tuple[int, ...]) -> None:
+        """Upload one complete shard now (its bytes depend only on its own cells)."""
+        inner = self._shards.pop(shard, None)
+        if inner:
+            blob = encode_shard(inner, int(np.prod(self.codec.shard)), inner_shape=self.codec.shard)
+            if blob is not None:
+                await writer.put_cell(self._keys.key(self.path, shard), blob)
+
     async def finish(self, writer: StoreWriter) -> None:
         """Upload buffered shards and queue the array document."""
-        if self.codec.shard is not None:
-            n_inner = int(np.prod(self.codec.shard))
-            for shard, inner in self._shards.items():
-                blob = encode_shard(inner, n_inner, inner_shape=self.codec.shard)
-                if blob is not None:
-                    await writer.put_cell(self._keys.key(self.path, shard), blob)
-            self._shards.clear()
+        for shard in list(self._shards):
+            await self.flush_shard(writer, shard)
         doc = md.spatial_array_document(
             self.grid_shape, self.codec.codecs_json(), self.attributes,
             nonempty_chunks=self.nonempty or np.zeros((0, len(self.grid_shape)), np.int64),

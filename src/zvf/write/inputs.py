@@ -16,8 +16,14 @@ from ..errors import InvalidArgumentError
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
 
 
+# Names that are valid segments but collide with a node's own metadata document.
+RESERVED_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs"})
+
+
 def check_name(name, what: str) -> str:
     """An attribute or array name that cannot escape its folder or collide with keys."""
+    if isinstance(name, str) and name in RESERVED_NAMES:
+        raise InvalidArgumentError(f"{what} name {name!r} is not allowed: it is a Zarr metadata key")
     if not isinstance(name, str) or not _NAME.match(name) or name in (".", "..") or ".." in name:
         raise InvalidArgumentError(
             f"{what} name {name!r} is not allowed: use letters, digits, '_', '-', '.' (no '/', no '..')"

@@ -7,6 +7,8 @@ included) with rows sorted by bin; with object ids one fragment per
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import InvalidArgumentError
@@ -30,8 +32,6 @@ from .object_index import put_object_index
 from .partition import Partition, partition
 
 ZSTD = CellCodec.for_writing("zstd")
-# Attribute names that pass inputs.check_name but collide with a group's metadata key.
-RESERVED_NAMES = frozenset({"zarr.json"})
 
 
 def shard_tuple(shard_shape, ndim: int):
@@ -89,6 +89,68 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
             await out.add(level.writer, chunk, np.ascontiguousarray(sorted_attrs[n][lo:hi]).tobytes())
 
 
+@dataclass
+class PointExtras:
+    """Per-object and per-group data of a point cloud, checked before anything is written."""
+
+    object_attributes: dict[str, np.ndarray]
+    group_rows: list[np.ndarray]
+    group_attributes: dict[str, np.ndarray]
+
+    @classmethod
+    def check(cls, uniq, object_attributes, groups, group_attributes, known_ids) -> PointExtras:
+        """``known_ids``: ids group members must belong to (None when every vertex is its own object)."""
+        if object_attributes and uniq is None:
+            raise InvalidArgumentError("object_attributes need object_ids")
+        group_rows = inputs.groups_table(groups, known_ids)
+        if group_attributes and not group_rows:
+            raise InvalidArgumentError("group_attributes need groups")
+        return cls(inputs.row_attributes(object_attributes, 0 if uniq is None else len(uniq), "object_attributes"),
+                   group_rows, inputs.row_attributes(group_attributes, len(group_rows), "group_attributes"))
+
+
+def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
+    """(object row, chunk coords, fragment) per block, objects in id order, chunks ascending.
+
+    ``frag_chunk`` (grouped by chunk) indexes ``chunks``; ``frag_keys`` holds each
+    fragment's object id.
+    """
+    local_frag = np.arange(len(frag_chunk)) - np.searchsorted(frag_chunk, frag_chunk)
+    obj_row = np.searchsorted(uniq, frag_keys)
+    order = np.lexsort((frag_chunk, obj_row))
+    return obj_row[order], chunks[frag_chunk[order]], local_frag[order]
+
+
+async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, bounds, n: int, has_attributes: bool, uniq,
+                        manifest, extras: PointExtras, compression, object_index_layout: str) -> None:
+    """Everything of a point cloud after its cells: object index, per-object/group data, level, root."""
+    arrays_present = ["vertices"] + (["vertex_attributes"] if has_attributes else [])
+    if uniq is not None:
+        arrays_present.append("object_index")
+        await put_object_index(writer, 0, *manifest, uniq, grid.ndim, compression=compression,
+                               layout=object_index_layout)
+    if extras.object_attributes:
+        empty_group(writer, "0/object_attributes")
+        for name, values in extras.object_attributes.items():
+            await put_object_attribute(writer, 0, name, values, ZSTD)
+    rows = extras.group_rows
+    if rows:
+        await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in rows], max(len(rows), 1), ZSTD,
+                            md.groups_document(len(rows), ZSTD.codecs_json()))
+    if extras.group_attributes:
+        empty_group(writer, "0/group_attributes")
+        gcodec = dense_codec(ZSTD)
+        for name, values in extras.group_attributes.items():
+            doc = md.group_attribute_document(name, values.dtype, values.shape, dense_codecs_json(gcodec, values.dtype))
+            await write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)
+    writer.add_document("0/zarr.json", md.level_document(
+        level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
+        fragments_tile=n > 0), stage=1)
+    writer.add_document("zarr.json", md.root_document(
+        chunk_shape=grid.chunk_shape, bounds=bounds, geometry_types=["point_cloud"],
+        name=md.store_name(url), base_bin_shape=grid.bin_shape), stage=2)
+
+
 async def write_points(
     target,
     positions,
@@ -135,20 +197,10 @@ async def write_points(
     lo, hi = inputs.bounds_for(pos, bounds, ndim)
     attrs = inputs.row_attributes(attributes, n, "attributes")
     oids = None if object_ids is None else inputs.integer_ids(object_ids, n, "object_ids")
-    group_rows = inputs.groups_table(groups, oids)
     if groups is not None and oids is None:
         oids = np.arange(n, dtype=np.int64)  # 0.9.2: with groups but no ids every vertex is an object
     uniq = None if oids is None else np.unique(oids)
-    if object_attributes and uniq is None:
-        raise InvalidArgumentError("object_attributes need object_ids")
-    if group_attributes and not group_rows:
-        raise InvalidArgumentError("group_attributes need groups")
-    obj_attrs = inputs.row_attributes(object_attributes, 0 if uniq is None else len(uniq), "object_attributes")
-    grp_attrs = inputs.row_attributes(group_attributes, len(group_rows), "group_attributes")
-    for what, table in (("attributes", attrs), ("object_attributes", obj_attrs), ("group_attributes", grp_attrs)):
-        reserved = RESERVED_NAMES.intersection(table)
-        if reserved:  # would land on the group's own document: refuse before anything is written
-            raise InvalidArgumentError(f"{what[:-1]} name {sorted(reserved)[0]!r} is not allowed: it is a Zarr metadata key")
+    extras = PointExtras.check(uniq, object_attributes, groups, group_attributes, oids)
 
     origin, grid_shape = grid.layout(lo, hi)
     if oids is None:
@@ -171,39 +223,17 @@ async def write_points(
         await put_rows(level, part, pos, attrs, fragments_of)
         await level.finish()
 
-        arrays_present = ["vertices"] + (["vertex_attributes"] if attrs else [])
+        manifest = None
         if uniq is not None:
-            arrays_present.append("object_index")
-            local_frag = np.arange(len(part.frag_chunk)) - np.searchsorted(part.frag_chunk, part.frag_chunk)
-            obj_row = np.searchsorted(uniq, part.frag_keys)
-            order = np.lexsort((part.frag_chunk, obj_row))
-            await put_object_index(writer, 0, obj_row[order], part.chunks[part.frag_chunk[order]], local_frag[order],
-                                   uniq, ndim, compression=compression, layout=object_index_layout)
-        if obj_attrs:
-            empty_group(writer, "0/object_attributes")
-            for name, values in obj_attrs.items():
-                await put_object_attribute(writer, 0, name, values, ZSTD)
-        if group_rows:
-            await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in group_rows],
-                                max(len(group_rows), 1), ZSTD, md.groups_document(len(group_rows), ZSTD.codecs_json()))
-        if grp_attrs:
-            empty_group(writer, "0/group_attributes")
-            for name, values in grp_attrs.items():
-                gcodec = dense_codec(ZSTD)
-                doc = md.group_attribute_document(name, values.dtype, values.shape, dense_codecs_json(gcodec, values.dtype))
-                await write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)
-
-        writer.add_document("0/zarr.json", md.level_document(
-            level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
-            fragments_tile=n > 0), stage=1)
-        writer.add_document("zarr.json", md.root_document(
-            chunk_shape=grid.chunk_shape, bounds=(lo, hi), geometry_types=["point_cloud"],
-            name=md.store_name(handle.url), base_bin_shape=grid.bin_shape), stage=2)
+            manifest = manifest_rows(part.frag_chunk, part.frag_keys, part.chunks, uniq)
+        await publish_level(writer, handle.url, grid=grid, bounds=(lo, hi), n=n, has_attributes=bool(attrs),
+                            uniq=uniq, manifest=manifest, extras=extras, compression=compression,
+                            object_index_layout=object_index_layout)
     return {
         "vertex_count": int(n),
         "chunk_count": int(len(part.chunks)),
         "object_count": 0 if uniq is None else int(len(uniq)),
-        "group_count": len(group_rows),
+        "group_count": len(extras.group_rows),
         "bins_per_chunk": list(grid.bins_per_chunk),
         "requests": ex.stats.snapshot(),
     }

@@ -32,15 +32,14 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError, StoreExistsError
-from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
 from ..format.grid import Grid
-from ..format.shard import encode_shard, shard_coords
+from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs
-from .engine import StoreWriter, dense_codec, dense_codecs_json, empty_group, write_dense, write_vlen_1d
+from .engine import StoreWriter, empty_group
 from .partition import partition
 
 SPILL_BYTES = 64 << 20  # rows buffered before a sorted run goes to disk
@@ -314,8 +313,8 @@ async def write_points_stream(
     "object_ids": (n,)}`` or a bare positions array.  ``spill_dir`` holds the
     temporary files (default: the system temp dir).
     """
-    from .object_index import LAYOUTS, put_object_index
-    from .points import RESERVED_NAMES, ZSTD, LevelWriter, put_object_attribute, put_rows, shard_tuple
+    from .object_index import LAYOUTS
+    from .points import LevelWriter, PointExtras, manifest_rows, publish_level, put_rows, shard_tuple
 
     if spill_bytes < 1:
         raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
@@ -348,20 +347,10 @@ async def write_points_stream(
             origin, grid_shape = grid.layout(lo, hi)
             attr_schema = spill.attr_schema or {}
             uniq = spill.object_ids() if spill.with_ids else None
-            group_rows = inputs.groups_table(groups, uniq if spill.explicit_ids else None)
-            if object_attributes and uniq is None:
-                raise InvalidArgumentError("object_attributes need object_ids")
-            if group_attributes and not group_rows:
-                raise InvalidArgumentError("group_attributes need groups")
-            obj_attrs = inputs.row_attributes(object_attributes, 0 if uniq is None else len(uniq),
-                                              "object_attributes")
-            grp_attrs = inputs.row_attributes(group_attributes, len(group_rows), "group_attributes")
-            for what, table in (("attributes", attr_schema), ("object_attributes", obj_attrs),
-                                ("group_attributes", grp_attrs)):
-                reserved = RESERVED_NAMES.intersection(table)
-                if reserved:
-                    raise InvalidArgumentError(
-                        f"{what[:-1]} name {sorted(reserved)[0]!r} is not allowed: it is a Zarr metadata key")
+            extras = PointExtras.check(uniq, object_attributes, groups, group_attributes,
+                                       uniq if spill.explicit_ids else None)
+            for name in attr_schema:
+                inputs.check_name(name, "attribute")
 
             # Every chunk in the order the in-memory partition uses (C order of absolute coords);
             # with shards, grouped by shard so each shard is uploaded as soon as it is complete.
@@ -396,68 +385,31 @@ async def write_points_stream(
                     await put_rows(level, part, pos, attrs, fragments_of)
                     if shard_of is not None and (i + 1 == len(visit) or
                                                  np.any(shard_of[visit[i + 1]] != shard_of[gid])):
-                        await _flush_shard(level, writer, tuple(int(s) for s in shard_of[gid]))
+                        shard = tuple(int(s) for s in shard_of[gid])
+                        for arr in level.arrays.values():
+                            await arr.flush_shard(writer, shard)
                     del pos, attrs, oids, part
                 await level.finish()
 
-                arrays_present = ["vertices"] + (["vertex_attributes"] if attr_schema else [])
+                manifest = None
                 if uniq is not None:
                     # What write_points derives from its Partition, from the per-chunk fragments.
-                    arrays_present.append("object_index")
                     fr = np.concatenate(frag_rank) if frag_rank else np.zeros(0, np.int64)
                     fk = np.concatenate(frag_keys) if frag_keys else np.zeros(0, np.int64)
                     by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in a Partition
-                    frag_chunk, frag_key = fr[by_chunk], fk[by_chunk]
-                    local_frag = np.arange(len(frag_chunk)) - np.searchsorted(frag_chunk, frag_chunk)
-                    obj_row = np.searchsorted(uniq, frag_key)
-                    order = np.lexsort((frag_chunk, obj_row))
-                    await put_object_index(writer, 0, obj_row[order], coords[c_order][frag_chunk[order]],
-                                           local_frag[order], uniq, ndim, compression=compression,
-                                           layout=object_index_layout)
-                if obj_attrs:
-                    empty_group(writer, "0/object_attributes")
-                    for name, values in obj_attrs.items():
-                        await put_object_attribute(writer, 0, name, values, ZSTD)
-                if group_rows:
-                    await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in group_rows],
-                                        max(len(group_rows), 1), ZSTD,
-                                        md.groups_document(len(group_rows), ZSTD.codecs_json()))
-                if grp_attrs:
-                    empty_group(writer, "0/group_attributes")
-                    for name, values in grp_attrs.items():
-                        gcodec = dense_codec(ZSTD)
-                        doc = md.group_attribute_document(name, values.dtype, values.shape,
-                                                          dense_codecs_json(gcodec, values.dtype))
-                        await write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0,
-                                          gcodec, doc)
-                writer.add_document("0/zarr.json", md.level_document(
-                    level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
-                    fragments_tile=n > 0), stage=1)
-                writer.add_document("zarr.json", md.root_document(
-                    chunk_shape=grid.chunk_shape, bounds=(lo, hi), geometry_types=["point_cloud"],
-                    name=md.store_name(handle.url), base_bin_shape=grid.bin_shape), stage=2)
+                    manifest = manifest_rows(fr[by_chunk], fk[by_chunk], coords[c_order], uniq)
+                await publish_level(writer, handle.url, grid=grid, bounds=(lo, hi), n=n,
+                                    has_attributes=bool(attr_schema), uniq=uniq, manifest=manifest, extras=extras,
+                                    compression=compression, object_index_layout=object_index_layout)
         finally:
             spill.close()
     return {
         "vertex_count": int(n),
         "chunk_count": int(len(coords)),
         "object_count": 0 if uniq is None else int(len(uniq)),
-        "group_count": len(group_rows),
+        "group_count": len(extras.group_rows),
         "bins_per_chunk": list(grid.bins_per_chunk),
         "requests": ex.stats.snapshot(),
     }
 
 
-async def _flush_shard(level, writer: StoreWriter, shard: tuple[int, ...]) -> None:
-    """Upload one complete shard of every array of the level now instead of at ``finish``.
-
-    A shard's blob depends only on its inner chunks, so the bytes are what
-    ``SpatialArrayOut.finish`` would write -- without holding every shard of
-    the store in memory until the end.
-    """
-    for arr in level.arrays.values():
-        inner = arr._shards.pop(shard, None)
-        if inner:
-            blob = encode_shard(inner, int(np.prod(arr.codec.shard)), inner_shape=arr.codec.shard)
-            if blob is not None:
-                await writer.put_cell(arr._keys.key(arr.path, shard), blob)
