@@ -127,6 +127,11 @@ class _NotPartial(Exception):
     servers that ignore Range): fetch it whole and slice."""
 
 
+def _under_a_file(exc: BaseException) -> bool:
+    """A local key below a path that is a file (``a/data`` a blob, ``a/data/zarr.json`` asked): missing."""
+    return "os error 20" in str(exc) or "Not a directory" in str(exc)
+
+
 class ObstoreTransport:
     """Transport over an obstore store (S3, GCS, Azure, HTTP, local, memory).
 
@@ -226,6 +231,8 @@ class ObstoreTransport:
         except FileNotFoundError:
             return None
         except Exception as e:
+            if _under_a_file(e):
+                return None
             self._raise(e, "get", key)
             raise  # unreachable
 

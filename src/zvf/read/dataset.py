@@ -12,7 +12,6 @@ import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError
 from ..format.grid import check_bbox
-from ..format.manifest import decode_manifests
 from ..io.executor import Executor
 from ..io.store import open_store
 from . import load, objects
@@ -29,7 +28,7 @@ class AsyncDataset:
         self._ex = executor
         self.root = root
         self._levels: dict[int, load.Level] = {0: level0}
-        self._level_ids = sorted(set(root.levels)) or load.level_indices(root)
+        self._level_ids = sorted(set(root.levels)) or [0]
         self._lock = anyio.Lock()
         self._owners: dict[int, dict] = {}
         self._manifests: dict[int, tuple] = {}

@@ -232,17 +232,6 @@ async def load_level(ex: Executor, root: md.RootMeta, index: int) -> Level:
     return await _finish_level(ex, root, index, *level_parts)
 
 
-def level_indices(root: md.RootMeta) -> list[int]:
-    """Levels named by the root's multiscales datasets (level 0 when none are listed)."""
-    found = []
-    for ms in root.raw.get("multiscales") or []:
-        for ds in (ms.get("datasets") or []) if isinstance(ms, dict) else []:
-            path = ds.get("path") if isinstance(ds, dict) else None
-            if isinstance(path, str) and path.isdigit():
-                found.append(int(path))
-    return sorted(set(found)) or [0]
-
-
 def check_level(levels: list[int], level) -> int:
     if not isinstance(level, (int, np.integer)) or int(level) not in levels:
         raise InvalidArgumentError(f"level={level!r} is not in this store (levels: {levels})")

@@ -43,7 +43,7 @@ from ..format.manifest import ManifestTable, decode_manifests
 from ..format.metadata import parse_array
 from .cells import CellArray, rows_from_payload
 from .dense import read_dense
-from .points import attribute_layout, chunks_in_box, pick_attributes
+from .points import attribute_layout, attribute_rows, chunks_in_box, pick_attributes
 from .selection import Selection
 
 SEQUENTIAL = frozenset({"polyline", "streamline", "line"})
@@ -210,7 +210,8 @@ async def read_seed_object_index(ds, level) -> tuple[np.ndarray, ManifestTable]:
             raise FormatError(f"{idx}/object_index/offsets: {len(offs_raw)} bytes is not a whole number of int64")
         offs = np.frombuffer(offs_raw, dtype="<i8").astype(np.int64)
         if count is None:
-            count = len(offs) - 1 if len(offs) and offs[0] == 0 and offs[-1] == len(data) and len(offs) > 1 else len(offs)
+            csr = len(offs) > 1 and offs[0] == 0 and offs[-1] == len(data)
+            count = len(offs) - 1 if csr else len(offs)
         if len(offs) == count:
             offs = np.append(offs, len(data))
         if len(offs) != count + 1:
@@ -454,31 +455,11 @@ class ChunkSet:
                 continue
             for n, arr in self.attr_arrays.items():
                 akey = arr.key_of(arr.cell_coords(c))
-                self.attrs[n][s] = self._attribute_rows(n, arr, results[f"a/{n}"][i], self.counts[s], akey)
+                self.attrs[n][s] = attribute_rows(n, arr, results[f"a/{n}"][i], self.counts[s], akey, self._channels)
             self.has_attrs[s] = True
         if self.links is not None:
             self._decode_links(results, jobs)
         self._cat = None
-
-    def _attribute_rows(self, name: str, arr, payload, n_vertices: int, key: str) -> np.ndarray:
-        """Attribute rows of a chunk aligned with its vertices.
-
-        0.9.2's polyline and graph writers store multi-channel attributes with
-        ``row_shape: []``; the channel count is then read off the payload
-        (a whole multiple of the vertex count, the same in every chunk).
-        """
-        adt, rshape = attribute_layout(arr)
-        rows = rows_from_payload(payload, adt, rshape, key=key)
-        if len(rows) != n_vertices and not rshape and n_vertices and len(rows) % n_vertices == 0:
-            width = len(rows) // n_vertices
-            if self._channels.setdefault(name, width) != width:
-                raise FormatError(f"{key}: {width} values per vertex, other chunks hold {self._channels[name]}")
-            rows = rows.reshape(n_vertices, width)
-        elif rshape or len(rows):
-            self._channels.setdefault(name, rows.shape[1] if rows.ndim == 2 else 0)
-        if len(rows) != n_vertices:
-            raise FormatError(f"{key}: {len(rows)} attribute rows for {n_vertices} vertices")
-        return rows
 
     def _fkey(self, c) -> str:
         arr = self.frag if self.frag is not None else self.vert
@@ -687,10 +668,14 @@ def map_rows(rows: np.ndarray, pos_of_global: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-def _id_rows(oids: np.ndarray, req: np.ndarray, level: int) -> np.ndarray:
+def _id_rows(ds, level: int, oids: np.ndarray, req: np.ndarray) -> np.ndarray:
     """Manifest row of each requested id; InvalidArgumentError naming an unknown one and the valid ids."""
-    order = np.argsort(oids, kind="stable")
-    so = oids[order]
+    hit = ds._object_cache.get(("id_order", level))
+    if hit is None or hit[0] is not oids:  # sort the level's ids once
+        order = (np.arange(len(oids)) if np.all(oids[1:] > oids[:-1])
+                 else np.argsort(oids, kind="stable")).astype(np.int64)
+        hit = ds._object_cache[("id_order", level)] = (oids, order, oids[order])
+    _, order, so = hit
     at = np.searchsorted(so, req)
     at_c = np.minimum(at, max(len(so) - 1, 0))
     found = (at < len(so)) & (so[at_c] == req) if len(so) else np.zeros(len(req), bool)
@@ -747,10 +732,10 @@ async def _object_table(ds, lvl, ids) -> tuple[np.ndarray, ManifestTable]:
     oindex = getattr(lvl, "object_index", None)
     if oindex is not None and lvl.index not in ds._manifests:
         oids = await oindex.ids()
-        rows = _id_rows(oids, ids, lvl.index)
+        rows = _id_rows(ds, lvl.index, oids, ids)
         return oids[rows], await oindex.table(rows)
     oids, table = await ds.manifests(lvl.index)
-    rows = _id_rows(oids, ids, lvl.index)
+    rows = _id_rows(ds, lvl.index, oids, ids)
     return oids[rows], table.take_objects(rows)
 
 

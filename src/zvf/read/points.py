@@ -25,6 +25,28 @@ def attribute_layout(arr) -> tuple[np.dtype, tuple[int, ...]]:
     return np.dtype(attrs.get("dtype", "float32")), row_shape
 
 
+def attribute_rows(name: str, arr, payload, n_vertices: int, key: str, channels: dict[str, int]) -> np.ndarray:
+    """Attribute rows of a chunk, aligned with its vertices.
+
+    0.9.2's polyline and graph writers store multi-channel attributes with
+    ``row_shape: []``; the channel count is then read off the payload (a
+    whole multiple of the vertex count, the same in every chunk: ``channels``
+    remembers it across chunks).
+    """
+    adt, rshape = attribute_layout(arr)
+    rows = rows_from_payload(payload, adt, rshape, key=key)
+    if len(rows) != n_vertices and not rshape and n_vertices and len(rows) % n_vertices == 0:
+        width = len(rows) // n_vertices
+        if channels.setdefault(name, width) != width:
+            raise FormatError(f"{key}: {width} values per vertex, other chunks hold {channels[name]}")
+        rows = rows.reshape(n_vertices, width)
+    elif rshape or len(rows):
+        channels.setdefault(name, rows.shape[1] if rows.ndim == 2 else 0)
+    if len(rows) != n_vertices:
+        raise FormatError(f"{key}: {len(rows)} attribute rows for {n_vertices} vertices")
+    return rows
+
+
 def pick_attributes(level, attributes) -> list[str]:
     names = level.named("vertex_attributes")
     if attributes is None:
@@ -62,7 +84,7 @@ async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None)
     fetched = await vert.executor.gather([arr.payloads(chunk_list) for arr in arrays.values()])
     payloads = dict(zip(arrays, fetched))
 
-    pos_parts, attr_parts, oid_parts = [], {n: [] for n in names}, []
+    pos_parts, attr_parts, oid_parts, channels = [], {n: [] for n in names}, [], {}
     for i, chunk in enumerate(map(tuple, chunks.tolist())):
         key = vert.key_of(vert.cell_coords(chunk))
         pos = rows_from_payload(payloads["vertices"][i], dtype, (ndim,), key=key)
@@ -72,9 +94,7 @@ async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None)
             arr = arrays[f"vertex_attributes/{n}"]
             adt, rshape = attribute_layout(arr)
             akey = arr.key_of(arr.cell_coords(chunk))
-            rows = rows_from_payload(payloads[f"vertex_attributes/{n}"][i], adt, rshape, key=akey)
-            if len(rows) != len(pos):
-                raise FormatError(f"{akey}: {len(rows)} attribute rows for {len(pos)} vertices")
+            rows = attribute_rows(n, arr, payloads[f"vertex_attributes/{n}"][i], len(pos), akey, channels)
             attr_parts[n].append(rows if keep is None else rows[keep])
         if owners is not None:
             fkey = arrays["vertex_fragments"].key_of(arrays["vertex_fragments"].cell_coords(chunk))
@@ -90,6 +110,8 @@ async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None)
     attrs = {}
     for n in names:
         adt, rshape = attribute_layout(arrays[f"vertex_attributes/{n}"])
+        if not rshape and channels.get(n):
+            rshape = (channels[n],)
         attrs[n] = np.concatenate(attr_parts[n]) if attr_parts[n] else np.zeros((0, *rshape), adt)
     object_ids = None
     if owners is not None:
