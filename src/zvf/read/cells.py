@@ -81,6 +81,9 @@ class CellArray:
         parts = await self.executor.read_ranges(ranges)
         if any(p is None for p in parts):
             return None
+        for p, r in zip(parts, ranges):
+            if len(p) != r.end - r.start:
+                raise FormatError(f"{key}: cell ends at byte {r.start + len(p)}, before rows it indexes ({r.end})")
         return b"".join(parts)
 
     async def _shard_index(self, shard_key: str):

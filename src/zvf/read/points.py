@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import decode_fragment_index
 from ..format.grid import inside
+from ..io.plan import choose_fetch
 from .cells import rows_from_payload
 from .selection import Selection
 
@@ -69,23 +70,111 @@ def chunks_in_box(level, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return chunks[keep]
 
 
+# Decoding more than this many payload bytes runs in a worker thread, not on the event loop.
+OFFLOAD_BYTES = 4 << 20
+
+
 async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None) -> Selection:
     """Rows of the given chunks (optionally only those inside ``box``)."""
     vert = level.array("vertices")
-    dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
-    ndim = level.grid.ndim
     owners = await ds.fragment_owners(level.index) if ds.has_objects(level.index) else None
     arrays = {"vertices": vert}
     arrays.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
     if owners is not None:
         arrays["vertex_fragments"] = level.array("vertex_fragments")
     chunk_list = list(map(tuple, chunks.tolist()))
-    # executor.gather raises the first error itself (a FormatError naming the key), not an ExceptionGroup
-    fetched = await vert.executor.gather([arr.payloads(chunk_list) for arr in arrays.values()])
-    payloads = dict(zip(arrays, fetched))
+    spans = None if box is None or owners is not None else await narrow(ds, level, chunks, arrays, box)
+    payloads = await fetch(vert.executor, arrays, chunk_list, spans)
+    nbytes = sum(len(p) for ps in payloads.values() for p in ps if p is not None)
+    args = (level, arrays, chunk_list, names, payloads, owners, box)
+    if nbytes > OFFLOAD_BYTES:
+        import anyio
 
+        return await anyio.to_thread.run_sync(assemble, *args)
+    return assemble(*args)
+
+
+async def fetch(executor, arrays: dict, chunk_list: list, spans: dict | None) -> dict[str, list]:
+    """Payloads per array and chunk: whole cells, or only ``spans[i]`` rows of chunk ``i``."""
+    spans = spans or {}
+    whole = [i for i in range(len(chunk_list)) if i not in spans]
+    jobs, slots = [], []
+    for name, arr in arrays.items():
+        jobs.append(arr.payloads([chunk_list[i] for i in whole]))
+        slots.append((name, whole))
+        for i, rows in spans.items():
+            jobs.append(_spans(arr, chunk_list[i], rows))
+            slots.append((name, [i]))
+    results = await executor.gather(jobs)  # raises the first error itself, naming its key
+    out = {name: [None] * len(chunk_list) for name in arrays}
+    for (name, idx), res in zip(slots, results):
+        for i, payload in zip(idx, res):
+            out[name][i] = payload
+    return out
+
+
+async def _spans(arr, chunk, rows: np.ndarray) -> list:
+    row_bytes = row_nbytes(arr)
+    return [await arr.row_spans(chunk, rows, row_bytes)]
+
+
+def row_nbytes(arr) -> int:
+    if arr.meta.attributes.get("zv_array") == "vertices":
+        return np.dtype(arr.meta.attributes.get("dtype", "float32")).itemsize * len(arr.meta.shape)
+    dtype, rshape = attribute_layout(arr)
+    return dtype.itemsize * int(np.prod(rshape or (1,)))
+
+
+async def narrow(ds, level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.ndarray] | None:
+    """Row spans to read of the chunks a box only partly covers, when that pays off.
+
+    Bins tile the chunk (fragment f = bin f), so a chunk's fragment index
+    says which rows hold the bins the box touches.  Reading just those rows
+    costs a second round trip unless the index is cached; the cost model
+    (latency x bandwidth) decides whether fewer bytes are worth it.
+    """
+    grid = level.grid
+    if not level.meta.fragments_tile or grid.bins_in_chunk < 2 or not all(a.partial_rows_ok for a in arrays.values()):
+        return None
+    mask = grid.bins_touching(chunks, *box)
+    partial = np.flatnonzero(~mask.all(axis=1))
+    frag_arr = level.array("vertex_fragments")
+    if not len(partial) or frag_arr is None:
+        return None
+    ex = frag_arr.executor
+    keys = [frag_arr.key_of(frag_arr.cell_coords(chunks[i])) for i in partial]
+    cached = [ex.get_cached("fragment_index", k) for k in keys]
+    if any(fi is None for fi in cached):
+        handle = ex.handle
+        row_bytes = sum(row_nbytes(a) for a in arrays.values())
+        per_chunk = row_bytes * max(1, level.meta.vertex_count) / max(1, len(level.nonempty_chunks))
+        whole = int(per_chunk * len(partial))
+        needed = int(whole * mask[partial].mean())
+        if choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
+                        ranged_round_trips=2) == "whole":
+            return None
+        missing = [j for j, fi in enumerate(cached) if fi is None]
+        payloads = await frag_arr.payloads([tuple(chunks[partial[j]]) for j in missing])
+        for j, payload in zip(missing, payloads):
+            fi = decode_fragment_index(payload or b"", key=keys[j])
+            ex.put_cached("fragment_index", keys[j], fi, nbytes=16 * max(1, fi.num_fragments))
+            cached[j] = fi
+    out = {}
+    for i, fi in zip(partial, cached):
+        if fi.num_fragments != grid.bins_in_chunk:
+            return None  # fragments do not line up with bins: read whole cells
+        starts, stops = fi.spans(np.flatnonzero(mask[i]))
+        out[int(i)] = np.stack([starts, stops], axis=1)
+    return out
+
+
+def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: dict, owners, box) -> Selection:
+    """Decode fetched payloads into one Selection (pure CPU work)."""
+    vert = arrays["vertices"]
+    dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
+    ndim = level.grid.ndim
     pos_parts, attr_parts, oid_parts, channels = [], {n: [] for n in names}, [], {}
-    for i, chunk in enumerate(map(tuple, chunks.tolist())):
+    for i, chunk in enumerate(chunk_list):
         key = vert.key_of(vert.cell_coords(chunk))
         pos = rows_from_payload(payloads["vertices"][i], dtype, (ndim,), key=key)
         keep = None if box is None else inside(pos, *box)
