@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..read.dataset import AsyncDataset
 from ..read.selection import Selection
-from ..validate import validate
+from ..validation import validate
 from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
 from ..write.points import write_points
 

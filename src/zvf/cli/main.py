@@ -99,9 +99,9 @@ def cmd_validate(args) -> int:
 
     report = zvf.validate(args.target, level=args.level, storage_options=_options(args.option))
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
     else:
-        print(report)
+        print(report.summary())
     return 0 if report.ok else 1
 
 
@@ -110,6 +110,7 @@ def cmd_export(args) -> int:
     import anyio
 
     import zvf
+
     from ..read.export import ProgressBar, export, format_of
 
     fmt = format_of(args.out, args.format)  # before any request: unknown suffix, missing pyarrow

@@ -725,7 +725,27 @@ def parse_array(doc: Any, *, key: str) -> ArrayMeta:
         raw=doc,
     )
     meta.grid_origin  # validate now, cached
+    _check_zv_attributes(meta, attrs, key)
     return meta
+
+
+def _check_zv_attributes(meta: ArrayMeta, attrs: dict, key: str) -> None:
+    """Type-check the ZVF attributes readers act on (dtype, row_shape, link fields)."""
+    if "dtype" in attrs or not meta.is_vlen:
+        meta.dtype  # raises FormatError for anything but a numeric dtype name
+    if "row_shape" in attrs:
+        _need_ints(attrs["row_shape"], key, "attributes.row_shape", lo=1, allow_empty=True)
+        if len(attrs["row_shape"]) > 1:
+            raise _fail(key, "attributes.row_shape", f"must be [] or [C], got {attrs['row_shape']!r}")
+    if "link_width" in attrs:
+        _need_int(attrs["link_width"], key, "attributes.link_width", lo=1, hi=64)
+    if "has_perm" in attrs:
+        _need_bool(attrs["has_perm"], key, "attributes.has_perm")
+    if "offsets" in attrs:
+        offsets = _need_list(attrs["offsets"], key, "attributes.offsets", max_len=64)
+        for row in offsets:
+            if any(abs(x) > 1 << 20 for x in _need_ints(row, key, "attributes.offsets[]")):
+                raise _fail(key, "attributes.offsets", f"offset out of range in {row!r}")
 
 
 def parse_group(doc: Any, *, key: str) -> GroupMeta:

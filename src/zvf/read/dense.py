@@ -10,6 +10,8 @@ import numpy as np
 
 from ..errors import FormatError
 
+# Dense arrays are per-object or per-group tables; a larger one is refused, not allocated.
+MAX_DENSE_BYTES = 1 << 30
 _DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float16", "float32", "float64"}
 
@@ -36,12 +38,17 @@ async def read_dense(executor, arr) -> np.ndarray:
     grid = [(c,) + (0,) * (len(shape) - 1) for c in range(n_chunks)]
     raws = await executor.gather([executor.get(arr.key_of(g)) for g in grid])
     nbytes = int(np.prod(chunk)) * dtype.itemsize
-    out = np.full((n_chunks * chunk[0], *shape[1:]), _fill(meta.raw.get("fill_value"), dtype), dtype=dtype.newbyteorder("="))
+    total = int(np.prod(shape)) * dtype.itemsize
+    if total > MAX_DENSE_BYTES or nbytes > MAX_DENSE_BYTES:
+        raise FormatError(f"{key}: shape {shape} / chunks {chunk} exceed the {MAX_DENSE_BYTES >> 20} MiB dense-array limit")
+    out = np.full(shape, _fill(meta.raw.get("fill_value"), dtype), dtype=dtype.newbyteorder("="))
     for g, raw in zip(grid, raws):
         if raw is None:
             continue
         data = arr.codec.decode(raw, key=arr.key_of(g), max_size=nbytes)
         if len(data) != nbytes:
             raise FormatError(f"{arr.key_of(g)}: chunk holds {len(data)} bytes, expected {nbytes}")
-        out[g[0] * chunk[0]:(g[0] + 1) * chunk[0]] = np.frombuffer(data, dtype=dtype).reshape(chunk)
-    return out[: shape[0]]
+        lo = g[0] * chunk[0]
+        hi = min(lo + chunk[0], shape[0])
+        out[lo:hi] = np.frombuffer(data, dtype=dtype).reshape(chunk)[: hi - lo]
+    return out

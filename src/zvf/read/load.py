@@ -186,6 +186,8 @@ async def _finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, 
         raise FormatError(f"{ex.handle.url}/{index}/zarr.json: level {index} is listed by the root but missing")
     level = make_level(root, index, level_doc)
     _add_docs(level, ex, list(fixed_docs), list(fixed_docs.values()))
+    if level.array("vertices") is None:
+        raise FormatError(f"{ex.handle.url}/{index}/vertices/zarr.json: missing or not an array")
     level.loaded.update(OPEN_FIXED)
     deltas = listed["links"]
     paths = listed["vertex_attributes"] + ["links", *deltas, *listed["links/0"]]

@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import anyio
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError, MissingDataError
@@ -314,13 +313,13 @@ async def level_links(ds, index: int) -> _Links:
     cache = ds._object_cache
     if ("links", index) in cache:
         return cache[("links", index)]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ds.family, index, "links")
-        tg.start_soon(ds.family, index, "cross_chunk_links")
+    await ds._ex.gather([ds.family(index, "links"), ds.family(index, "cross_chunk_links")])
     level = await ds.level(index)
     default_w = 3 if ds.geometry_type == "mesh" else 2
     fam = level.groups.get("links/0", {})
-    width = int(fam.get("link_width", default_w)) if isinstance(fam, dict) else default_w
+    width = fam.get("link_width", default_w) if isinstance(fam, dict) else default_w
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= 64:
+        raise FormatError(f"{index}/links/0/zarr.json: link_width {width!r} is not an integer from 1 to 64")
     arrays: list[_LinkArray] = []
     for name, arr in sorted(level.arrays.items()):
         parts = name.split("/")
@@ -333,7 +332,12 @@ async def level_links(ds, index: int) -> _Links:
             offs = np.zeros((max(int(w) - 1, 0), ds.ndim), dtype=np.int64)
         elif len(parts) == 3:
             raw = attrs.get("offsets")
-            offs = np.asarray(raw, dtype=np.int64) if raw is not None else parse_offsets_name(parts[2], ds.ndim)
+            try:
+                offs = np.asarray(raw, dtype=np.int64) if raw is not None else parse_offsets_name(parts[2], ds.ndim)
+            except (TypeError, ValueError, OverflowError):
+                raise FormatError(f"{key}: offsets {raw!r} are not integer vectors") from None
+            if offs.size % ds.ndim:
+                raise FormatError(f"{key}: offsets {raw!r} are not {ds.ndim}-D vectors")
             offs = offs.reshape(-1, ds.ndim)
             if "link_width" not in attrs:
                 w = len(offs) + 1
@@ -424,14 +428,9 @@ class ChunkSet:
                     src = [s for s in la.sources(new, self.incoming) if (i, s) not in self.cross]
                 if src:
                     jobs[f"l/{i}"] = (la.arr, src)
-        results: dict[str, list] = {}
-
-        async def one(name: str, arr: CellArray, cs: list[tuple]) -> None:
-            results[name] = await arr.payloads(cs)
-
-        async with anyio.create_task_group() as tg:
-            for name, (arr, cs) in jobs.items():
-                tg.start_soon(one, name, arr, cs)
+        # executor.gather raises the first failure itself (a ZvfError naming its key), not a group
+        fetched = await self.vert.executor.gather([arr.payloads(cs) for arr, cs in jobs.values()])
+        results: dict[str, list] = dict(zip(jobs, fetched))
 
         for i, c in enumerate(new):  # per chunk
             payload = results["v"][i]

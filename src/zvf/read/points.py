@@ -82,6 +82,9 @@ async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None)
     arrays.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
     if owners is not None:
         arrays["vertex_fragments"] = level.array("vertex_fragments")
+    missing = [name for name, arr in arrays.items() if arr is None]
+    if missing:
+        raise FormatError(f"{level.index}/{missing[0]}/zarr.json: missing or not an array")
     chunk_list = list(map(tuple, chunks.tolist()))
     spans = None if box is None or owners is not None else await narrow(ds, level, chunks, arrays, box)
     payloads = await fetch(vert.executor, arrays, chunk_list, spans)

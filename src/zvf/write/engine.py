@@ -13,12 +13,13 @@ writing anything.  The claim is removed after the root is published.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from dataclasses import dataclass, field
 
 import anyio
 import numpy as np
 
-from ..errors import StoreExistsError
+from ..errors import RemoteError, StoreExistsError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding
@@ -81,22 +82,37 @@ class StoreWriter:
         return False
 
     async def _claim(self) -> None:
-        root = await self.ex.head("zarr.json")
-        if root is not None and not self.overwrite:
-            raise StoreExistsError(f"{self.ex.handle.url}: a store exists here; pass overwrite=True to replace it")
+        """Claim the store before writing anything; only then look for an existing root.
+
+        Claiming first closes the window in which a writer that checked
+        early could start writing over a store another writer just finished.
+        """
         if self.overwrite:
-            # Hide the old store first (no root = not a store), then clear what it left.
+            # Hide the old store first (no root = not a store), then clear what it left
+            # -- a dead writer's claim included.
             await self.ex.delete(["zarr.json"])
             old = [k for k, _ in await self.ex.list("")]
             if old:
                 await self.ex.delete(old)
         try:
-            await self.ex.put(CLAIM_KEY, b"zvf write in progress\n", mode="create")
+            await self._create(CLAIM_KEY, f"zvf write in progress {uuid.uuid4().hex}\n".encode())
         except StoreExistsError:
             raise StoreExistsError(
                 f"{self.ex.handle.url}: another writer is creating this store (or one died: see `zvf validate`); "
                 "pass overwrite=True to replace it"
             ) from None
+        if not self.overwrite and await self.ex.head("zarr.json") is not None:
+            await self.ex.delete([CLAIM_KEY])
+            raise StoreExistsError(f"{self.ex.handle.url}: a store exists here; pass overwrite=True to replace it")
+
+    async def _create(self, key: str, data: bytes) -> None:
+        """Conditional create that survives an ambiguous failure: if the object now holds
+        exactly our bytes, the failed attempt had in fact succeeded."""
+        try:
+            await self.ex.put(key, data, mode="create")
+        except RemoteError:
+            if await self.ex.get(key) != data:
+                raise
 
     async def put_cell(self, key: str, data: bytes) -> None:
         """Queue one data blob; waits while too many bytes are in flight; raises once an upload failed."""
@@ -125,7 +141,10 @@ class StoreWriter:
             docs = [(k, d) for s, k, d in self._docs if s == stage]
             await self.ex.gather([self.ex.put(k, md.dumps(d)) for k, d in docs])
         for _, key, doc in (x for x in self._docs if x[0] == 2):
-            await self.ex.put(key, md.dumps(doc), mode="overwrite" if self.overwrite else "create")
+            if self.overwrite:
+                await self.ex.put(key, md.dumps(doc))
+            else:
+                await self._create(key, md.dumps(doc))
         await self.ex.delete([CLAIM_KEY])
 
 
@@ -176,19 +195,46 @@ class SpatialArrayOut:
         writer.add_document(f"{self.path}/zarr.json", doc, stage=0)
 
 
+def is_fill(block: np.ndarray, fill) -> bool:
+    """Whether a chunk equals the fill value (NaN equal to NaN, float 0 compared bitwise), as zarr decides."""
+    if isinstance(fill, str) or (isinstance(fill, float) and np.isnan(fill)):
+        return bool(np.all(np.isnan(block)))
+    if block.dtype.kind == "f" and fill == 0:
+        return not np.any(block.view(f"u{block.dtype.itemsize}"))
+    return bool(np.all(block == fill))
+
+
 async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_rows: int, fill, codec: CellCodec,
                       doc: dict) -> None:
-    """A dense numeric array in chunks of ``chunk_rows`` rows, edge chunk padded with ``fill`` as zarr does."""
+    """A dense numeric array in chunks of ``chunk_rows`` rows, as zarr-python stores it.
+
+    The edge chunk is padded with ``fill``; a chunk that is all fill is not stored.
+    """
     values = np.ascontiguousarray(values)
     n = values.shape[0]
     keys = ChunkKeyEncoding.from_metadata(None)
+    pad_fill = np.nan if isinstance(fill, str) else fill
     for c in range(-(-n // chunk_rows) if n else 0):
         part = values[c * chunk_rows:(c + 1) * chunk_rows]
         if part.shape[0] < chunk_rows:
-            pad = np.full((chunk_rows - part.shape[0], *values.shape[1:]), fill, dtype=values.dtype)
+            pad = np.full((chunk_rows - part.shape[0], *values.shape[1:]), pad_fill, dtype=values.dtype)
             part = np.concatenate([part, pad])
-        await writer.put_cell(keys.key(path, (c,) + (0,) * (values.ndim - 1)), codec.encode(part.astype(part.dtype.newbyteorder("<")).tobytes()))
+        if is_fill(part, fill):
+            continue
+        data = part.astype(part.dtype.newbyteorder("<")).tobytes()
+        await writer.put_cell(keys.key(path, (c,) + (0,) * (values.ndim - 1)), codec.encode(data))
     writer.add_document(f"{path}/zarr.json", doc, stage=0)
+
+
+def add_level0_documents(writer: StoreWriter, url: str, *, geometry: str, n: int, arrays_present, chunk_shape,
+                         bounds, bin_shape) -> None:
+    """Level 0's and the root's documents (published after everything else)."""
+    writer.add_document("0/zarr.json", md.level_document(
+        level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
+        fragments_tile=n > 0), stage=1)
+    writer.add_document("zarr.json", md.root_document(
+        chunk_shape=chunk_shape, bounds=bounds, geometry_types=[geometry], name=md.store_name(url),
+        base_bin_shape=bin_shape), stage=2)
 
 
 async def write_vlen_1d(writer: StoreWriter, path: str, items: list, chunk: int, codec: CellCodec, doc: dict) -> None:

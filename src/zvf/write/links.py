@@ -28,6 +28,7 @@ from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.links import encode_intra_links, encode_ragged_links, lehmer_encode
 from .engine import empty_group
 
+
 @dataclass(frozen=True)
 class LinkCells:
     """Records grouped by (source chunk, offsets): cell ``k`` is rows ``starts[k]:starts[k+1]``."""
@@ -85,19 +86,22 @@ def place_records(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
 
 
 async def put_links(level, cells: LinkCells, *, ndim: int, link_attributes: dict[str, np.ndarray],
-                    intra_array: bool, link_fragments: bool, num_links: int | None = None) -> None:
-    """Upload the links family of level-0 (and its attribute families); queue their documents.
+                    intra_array: bool, link_fragments: bool) -> None:
+    """Upload level 0's ``links/0`` family (and its attribute families); queue their documents.
 
-    ``intra_array``: create the all-zero offsets array even when no record
-    lands there (0.9.2's graph and mesh writers always do).  ``num_links``
-    overrides the family count (defaults to the records placed).
+    ``level`` is a :class:`~zvf.write.points.LevelWriter`.  ``intra_array``:
+    create the all-zero offsets array (and the family) even when no record
+    lands there, as 0.9.2's graph and mesh writers do; ``link_fragments``:
+    index every intra cell with one range fragment (graphs, meshes).
+    ``link_attributes`` rows are aligned with the records given to
+    :func:`place_records`.
     """
     writer = level.writer
     width = cells.link_width
     intra_name = md.offsets_name([[0] * ndim] * (width - 1))
     is_intra = cells.cell_is_intra()
     names = [md.offsets_name(o) for o in cells.cell_offsets.tolist()]
-    total = cells.num_links if num_links is None else num_links
+    total = cells.num_links
 
     def link_array(name: str, offsets) -> object:
         intra = name == intra_name

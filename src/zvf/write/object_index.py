@@ -19,7 +19,14 @@ from ..errors import InvalidArgumentError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.manifest import encode_manifests
-from .engine import StoreWriter, dense_codec, dense_codecs_json, write_dense, write_vlen_1d
+from .engine import (
+    StoreWriter,
+    dense_codec,
+    dense_codecs_json,
+    empty_group,
+    write_dense,
+    write_vlen_1d,
+)
 
 ZSTD = CellCodec.for_writing("zstd")
 INNER_ROWS = 16
@@ -27,10 +34,14 @@ SHARD_ROWS = 65536
 LAYOUTS = ("sharded", "reference")
 
 
-def manifests_layout(num_objects: int, layout: str) -> tuple[CellCodec, int]:
-    """(codec, rows per stored object) of the manifests array."""
+def check_layout(layout) -> None:
     if layout not in LAYOUTS:
         raise InvalidArgumentError(f"object_index_layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+def manifests_layout(num_objects: int, layout: str) -> tuple[CellCodec, int]:
+    """(codec, rows per stored object) of the manifests array."""
+    check_layout(layout)
     if layout == "reference":
         return ZSTD, max(1, min(num_objects, md.MANIFEST_ROW_CHUNK))
     rows = min(SHARD_ROWS, max(INNER_ROWS, -(-num_objects // INNER_ROWS) * INNER_ROWS))
@@ -42,12 +53,49 @@ async def put_object_index(writer: StoreWriter, level: int, object_row: np.ndarr
                            layout: str = "sharded", compact_group: bool = True) -> None:
     """Manifests of ``object_ids`` (sorted, unique) from (object_row, coords, fragment) rows in block order."""
     n = len(object_ids)
+    if n == 0:  # what 0.9.2 leaves: the bare group, no index arrays
+        writer.add_document(f"{level}/object_index/zarr.json",
+                            md.group_document({"zv_array": "object_index"}, compact=compact_group), stage=0)
+        return
     items = encode_manifests(object_row, coords, fragment, n)
+    present = np.zeros(n, dtype=bool)
+    present[object_row] = True
     codec, rows = manifests_layout(n, layout)
     writer.add_document(f"{level}/object_index/zarr.json",
-                        md.object_index_group_document(n, n, ndim, compact=compact_group), stage=0)
+                        md.object_index_group_document(n, int(present.sum()), ndim, compact=compact_group), stage=0)
     doc = md.vlen_1d_array_document(n, codec.codecs_json(), {}, chunk=rows)
     await write_vlen_1d(writer, f"{level}/object_index/manifests", items, rows, codec, doc)
     ids_codec = dense_codec(CellCodec.for_writing(compression))
     await write_dense(writer, f"{level}/object_index/object_ids", object_ids.astype("<i8"), max(n, 1), 0, ids_codec,
                       md.object_ids_document(n, dense_codecs_json(ids_codec, np.int64)))
+
+
+async def put_object_attributes(writer: StoreWriter, level: int, attributes: dict[str, np.ndarray],
+                                codec: CellCodec) -> None:
+    """Dense per-object attributes (absent = the dtype's sentinel fill) under ``object_attributes/``."""
+    if not attributes:
+        return
+    empty_group(writer, f"{level}/object_attributes")
+    dcodec = dense_codec(codec)
+    for name, values in attributes.items():
+        doc = md.object_attribute_document(name, values.dtype, values.shape, dense_codecs_json(dcodec, values.dtype))
+        await write_dense(writer, f"{level}/object_attributes/{name}", values, md.OBJECT_ATTRIBUTE_ROW_CHUNK,
+                          md.object_attribute_fill(values.dtype), dcodec, doc)
+
+
+async def put_groups(writer: StoreWriter, group_rows: list[np.ndarray], group_attributes: dict[str, np.ndarray],
+                     attribute_codec: CellCodec) -> None:
+    """``groups`` (member ids per group, always zstd) and dense ``group_attributes``."""
+    if group_rows:
+        doc = md.groups_document(len(group_rows), ZSTD.codecs_json())
+        if any(len(r) for r in group_rows):
+            await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in group_rows],
+                                len(group_rows), ZSTD, doc)
+        else:  # every row empty = all fill: zarr stores no chunk
+            writer.add_document("0/groups/zarr.json", doc, stage=0)
+    if group_attributes:
+        empty_group(writer, "0/group_attributes")
+        gcodec = dense_codec(attribute_codec)
+        for name, values in group_attributes.items():
+            doc = md.group_attribute_document(name, values.dtype, values.shape, dense_codecs_json(gcodec, values.dtype))
+            await write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)

@@ -16,12 +16,20 @@ Connectivity goes to ``links/0/`` through :mod:`.links`: polylines and
 lines store only the bridges between consecutive runs, graphs every edge,
 skeletons the edges the reader cannot imply, meshes every face.
 
-Two places where 0.9.2 writes something wrong are *not* reproduced unless
-``_reference_quirks=True`` (used by the compatibility tests to show every
-other byte matches): ``write_lines`` stores the chunk-local *fragment*
-index instead of the vertex index in its bridge links, and
-``write_polylines`` / ``write_graph`` / ``write_mesh`` label multi-channel
-vertex attributes ``row_shape: []`` without ``channel_names``.
+Three things 0.9.2 gets wrong are *not* reproduced unless
+``_reference_quirks=True`` (the compatibility tests use it to show that every
+other byte matches):
+
+* ``write_lines`` stores the chunk-local *fragment* index instead of the
+  vertex index in its bridge links;
+* ``write_polylines`` / ``write_graph`` / ``write_mesh`` label multi-channel
+  vertex attributes ``row_shape: []`` without ``channel_names``;
+* skeleton forests: only the first tree is stored depth-first, so another
+  tree's root can land mid-fragment and read back with an invented parent
+  (see :func:`_skeleton_order`).
+
+The manifests layout follows ``object_index_layout`` (see :mod:`.object_index`;
+``"reference"`` is 0.9.2's single zstd chunk).
 """
 
 from __future__ import annotations
@@ -34,20 +42,27 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
-from ..format.fragments import FragmentIndex, encode_fragment_index
+from ..format.fragments import FragmentIndex
 from ..format.grid import Grid
-from ..format.keys import ChunkKeyEncoding
-from ..format.manifest import encode_manifests
 from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs
-from .engine import StoreWriter, dense_codec, dense_codecs_json, empty_group, write_vlen_1d
+from .engine import (
+    StoreWriter,
+    add_level0_documents,
+    empty_group,
+)
 from .links import place_records, put_links
-from .object_index import manifests_layout
+from .object_index import (
+    check_layout,
+    put_groups,
+    put_object_attributes,
+    put_object_index,
+)
 from .partition import Partition, partition
-from .points import ZSTD, LevelWriter, shard_tuple
+from .points import LevelWriter, put_rows, shard_tuple
 
-__all__ = ["write_polylines", "write_lines", "write_graph", "write_mesh"]
+__all__ = ["write_graph", "write_lines", "write_mesh", "write_polylines"]
 
 
 # ---------------------------------------------------------------------------
@@ -71,13 +86,28 @@ def _dtype(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise InvalidArgumentError(f"dtype {dtype!r} is not a numpy dtype") from exc
-    if dt.kind != "f":
-        raise InvalidArgumentError(f"dtype must be a float type (float32, float64), got {dt}")
+    if dt.kind != "f" or dt.name not in md.NUMERIC_DTYPES:
+        raise InvalidArgumentError(f"dtype must be a float type (float16, float32, float64), got {dt}")
     return dt
 
 
-def _check_layout(object_index_layout) -> None:
-    manifests_layout(0, object_index_layout)  # raises InvalidArgumentError naming the argument
+def _check_dtypes(arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+    """Attribute dtypes a zarr.json can name (refused here, not half-way through the upload)."""
+    for name, values in arrays.items():
+        if values.dtype.name not in md.NUMERIC_DTYPES:
+            raise InvalidArgumentError(
+                f"{what}[{name!r}]: dtype {values.dtype} is not supported (use one of {sorted(md.NUMERIC_DTYPES)})"
+            )
+    return arrays
+
+
+def _bounds(pos64: np.ndarray, bounds, ndim: int, name: str):
+    """``inputs.bounds_for`` with the caller's argument name in its message."""
+    try:
+        return inputs.bounds_for(pos64, bounds, ndim)
+    except InvalidArgumentError as exc:
+        msg = str(exc)
+        raise InvalidArgumentError(name + msg[len("positions"):] if msg.startswith("positions") else msg) from None
 
 
 def _check_geometry_options(compression, shard_shape, ndim: int, chunk_shape, bin_shape) -> tuple[Grid, CellCodec]:
@@ -94,8 +124,8 @@ def _finite(pos: np.ndarray, name: str) -> None:
 def _index_array(values, name: str, width: int | None, n_vertices: int, what: str) -> np.ndarray:
     """(M, width) integer rows indexing ``[0, n_vertices)``."""
     arr = np.asarray(values)
-    if arr.size == 0 and arr.ndim <= 2:
-        return np.zeros((0, width or 3), dtype=np.int64)
+    if arr.size == 0 and (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[0] == 0)):
+        return np.zeros((0, arr.shape[1] if arr.ndim == 2 else width or 3), dtype=np.int64)
     if arr.ndim != 2 or (width is not None and arr.shape[1] != width):
         want = f"(M, {width})" if width is not None else "(F, L)"
         raise InvalidArgumentError(f"{name} must be an {want} integer array, got shape {arr.shape}")
@@ -109,7 +139,7 @@ def _index_array(values, name: str, width: int | None, n_vertices: int, what: st
     if bad.any():
         r = int(np.flatnonzero(bad.any(axis=1))[0])
         raise InvalidArgumentError(
-            f"{name}[{r}] = {arr[r].tolist()} indexes past the {n_vertices} {what} (valid: 0..{n_vertices - 1})"
+            f"{name}[{r}] = {arr[r].tolist()} indexes outside the {n_vertices} {what} (valid: 0..{n_vertices - 1})"
         )
     return arr
 
@@ -124,7 +154,7 @@ def _object_ids(object_ids, n: int) -> np.ndarray:
 
 
 def _check_object_attributes(object_attributes, count: int) -> dict[str, np.ndarray]:
-    out = inputs.row_attributes(object_attributes, count, "object_attributes")
+    out = _check_dtypes(inputs.row_attributes(object_attributes, count, "object_attributes"), "object_attributes")
     for name, values in out.items():
         if values.dtype.kind == "b":
             raise InvalidArgumentError(
@@ -134,56 +164,14 @@ def _check_object_attributes(object_attributes, count: int) -> dict[str, np.ndar
 
 
 def _check_group_attributes(group_attributes, groups: list) -> dict[str, np.ndarray]:
-    out = inputs.row_attributes(group_attributes, len(groups), "group_attributes")
+    out = _check_dtypes(inputs.row_attributes(group_attributes, len(groups), "group_attributes"), "group_attributes")
     if out and not groups:
         raise InvalidArgumentError("group_attributes need groups")
     return out
 
 
 def _check_link_attributes(link_attributes, n_links: int) -> dict[str, np.ndarray]:
-    return inputs.row_attributes(link_attributes, n_links, "link_attributes")
-
-
-# ---------------------------------------------------------------------------
-# dense arrays as zarr-python writes them
-
-
-def _is_fill(block: np.ndarray, fill) -> bool:
-    """zarr-python skips a chunk equal to the fill value (NaN equal to NaN, 0.0 compared bitwise)."""
-    if fill == "NaN":
-        return bool(np.all(np.isnan(block)))
-    if block.dtype.kind == "f" and fill == 0:
-        return not np.any(block.view(f"u{block.dtype.itemsize}"))
-    return bool(np.all(block == fill))
-
-
-async def _write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_rows: int, fill, codec: CellCodec,
-                       doc: dict) -> None:
-    """A dense numeric array in chunks of ``chunk_rows`` rows; like zarr, chunks that are all fill are not stored.
-
-    (``engine.write_dense`` stores them, which differs from 0.9.2 for e.g. all-zero object ids.)
-    """
-    values = np.ascontiguousarray(values)
-    n = values.shape[0]
-    keys = ChunkKeyEncoding.from_metadata(None)
-    pad_fill = np.nan if fill == "NaN" else fill
-    for c in range(-(-n // chunk_rows) if n else 0):
-        part = values[c * chunk_rows:(c + 1) * chunk_rows]
-        if part.shape[0] < chunk_rows:
-            pad = np.full((chunk_rows - part.shape[0], *values.shape[1:]), pad_fill, dtype=values.dtype)
-            part = np.concatenate([part, pad])
-        if _is_fill(part, fill):
-            continue
-        data = part.astype(part.dtype.newbyteorder("<")).tobytes()
-        await writer.put_cell(keys.key(path, (c,) + (0,) * (values.ndim - 1)), codec.encode(data))
-    writer.add_document(f"{path}/zarr.json", doc, stage=0)
-
-
-async def _put_object_attribute(writer: StoreWriter, name: str, values: np.ndarray, codec: CellCodec) -> None:
-    fill = md.object_attribute_fill(values.dtype)
-    dcodec = dense_codec(codec)
-    doc = md.object_attribute_document(name, values.dtype, values.shape, dense_codecs_json(dcodec, values.dtype))
-    await _write_dense(writer, f"0/object_attributes/{name}", values, md.OBJECT_ATTRIBUTE_ROW_CHUNK, fill, dcodec, doc)
+    return _check_dtypes(inputs.row_attributes(link_attributes, n_links, "link_attributes"), "link_attributes")
 
 
 # ---------------------------------------------------------------------------
@@ -243,84 +231,25 @@ class Layout:
         return FragmentIndex.from_ranges(self.part.frag_starts[s], self.part.frag_counts[s])
 
 
-async def _put_vertices(level: LevelWriter, lay: Layout, attrs: dict[str, np.ndarray], *, quirk_row_shape: bool) -> None:
-    """vertices, vertex_fragments and vertex_attributes cells, chunk by chunk."""
+def _attribute_docs(attrs: dict[str, np.ndarray], quirk_row_shape: bool) -> dict[str, dict] | None:
+    """0.9.2's object writers label multi-channel attributes ``row_shape: []`` (reproduced on request only)."""
+    if not quirk_row_shape:
+        return None
+    return {n: {"zv_array": "attribute", "name": n, "dtype": np.dtype(a.dtype).name, "row_shape": []}
+            for n, a in attrs.items()}
+
+
+async def _put_object_data(writer: StoreWriter, lay: Layout, frag_object: np.ndarray, frag_order: np.ndarray,
+                           object_ids: np.ndarray, ndim: int, obj_attrs: dict, group_rows: list, grp_attrs: dict,
+                           compression, layout: str) -> None:
+    """Object index (each object's fragments sorted by ``frag_order``), object attributes, groups."""
     part = lay.part
-    sorted_pos = lay.pos[part.order]
-    sorted_attrs = {n: a[part.order] for n, a in attrs.items()}
-    verts = level.array("vertices", md.vertices_attributes(lay.pos.dtype))
-    frags = level.array("vertex_fragments", md.vertex_fragments_attributes())
-    attr_out = {}
-    for n, a in attrs.items():
-        doc = md.vertex_attribute_attributes(n, a.dtype, a.shape[1:])
-        if quirk_row_shape:
-            doc = {"zv_array": "attribute", "name": n, "dtype": doc["dtype"], "row_shape": []}
-        attr_out[n] = level.array(f"vertex_attributes/{n}", doc)
-    for k, chunk in enumerate(part.chunks.tolist()):
-        lo, hi = int(part.chunk_starts[k]), int(part.chunk_starts[k + 1])
-        await verts.add(level.writer, chunk, sorted_pos[lo:hi].astype(sorted_pos.dtype.newbyteorder("<")).tobytes())
-        await frags.add(level.writer, chunk, encode_fragment_index(lay.fragments_of(k)))
-        for n, out in attr_out.items():
-            a = sorted_attrs[n][lo:hi]
-            await out.add(level.writer, chunk, np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"))).tobytes())
-
-
-async def _put_object_index(writer: StoreWriter, lay: Layout, frag_object: np.ndarray, frag_order: np.ndarray,
-                            object_ids: np.ndarray, ndim: int, compression, layout: str) -> None:
-    """Manifests (fragments of each object sorted by ``frag_order``) and the sorted ids.
-
-    ``layout`` as in :mod:`.object_index` ("reference" = 0.9.2's single zstd chunk).
-    """
-    part = lay.part
-    num = len(object_ids)
-    if num == 0:  # 0.9.2 leaves the bare group it created and writes no index arrays
-        writer.add_document("0/object_index/zarr.json",
-                            md.group_document({"zv_array": "object_index"}, compact=True), stage=0)
-        return
     order = np.lexsort((frag_order, frag_object))
-    items = encode_manifests(frag_object[order], part.chunks[part.frag_chunk[order]], lay.frag_local[order], num)
-    present = np.zeros(num, dtype=bool)
-    present[frag_object] = True
-    writer.add_document("0/object_index/zarr.json",
-                        md.object_index_group_document(num, int(present.sum()), ndim), stage=0)
-    codec, rows = manifests_layout(num, layout)
-    await write_vlen_1d(writer, "0/object_index/manifests", items, rows, codec,
-                        md.vlen_1d_array_document(num, codec.codecs_json(), {}, chunk=rows))
-    ids_codec = dense_codec(CellCodec.for_writing(compression))
-    await _write_dense(writer, "0/object_index/object_ids", object_ids.astype("<i8"), max(num, 1), 0, ids_codec,
-                      md.object_ids_document(num, dense_codecs_json(ids_codec, np.int64)))
-
-
-async def _put_object_extras(writer: StoreWriter, obj_attrs: dict, group_rows: list, grp_attrs: dict,
-                             compression) -> None:
-    if obj_attrs:
-        empty_group(writer, "0/object_attributes")
-        codec = CellCodec.for_writing(compression)
-        for name, values in obj_attrs.items():
-            await _put_object_attribute(writer, name, values, codec)
-    if group_rows:
-        doc = md.groups_document(len(group_rows), ZSTD.codecs_json())
-        if any(len(r) for r in group_rows):
-            await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in group_rows],
-                                len(group_rows), ZSTD, doc)
-        else:  # every row empty = all fill: zarr stores no chunk
-            writer.add_document("0/groups/zarr.json", doc, stage=0)
-    if grp_attrs:
-        empty_group(writer, "0/group_attributes")
-        gcodec = dense_codec(CellCodec.for_writing(compression))  # write_points always uses zstd; these follow the compressor
-        for name, values in grp_attrs.items():
-            doc = md.group_attribute_document(name, values.dtype, values.shape, dense_codecs_json(gcodec, values.dtype))
-            await _write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)
-
-
-def _publish_level(writer: StoreWriter, handle, *, geometry: str, n: int, arrays_present, chunk_shape, bounds,
-                   bin_shape) -> None:
-    writer.add_document("0/zarr.json", md.level_document(
-        level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
-        fragments_tile=n > 0), stage=1)
-    writer.add_document("zarr.json", md.root_document(
-        chunk_shape=chunk_shape, bounds=bounds, geometry_types=[geometry], name=md.store_name(handle.url),
-        base_bin_shape=bin_shape), stage=2)
+    await put_object_index(writer, 0, frag_object[order], part.chunks[part.frag_chunk[order]], lay.frag_local[order],
+                           object_ids, ndim, compression=compression, layout=layout)
+    codec = CellCodec.for_writing(compression)  # unlike write_points, these writers follow the compressor
+    await put_object_attributes(writer, 0, obj_attrs, codec)
+    await put_groups(writer, group_rows, grp_attrs, codec)
 
 
 # ---------------------------------------------------------------------------
@@ -385,11 +314,16 @@ def _per_vertex_attributes(attributes, lens: np.ndarray, what: str = "attributes
                     f"{what}[{name!r}][{i}] has {parts[i].shape[0] if parts[i].ndim else 'no'} rows but "
                     f"polylines[{i}] has {int(lens[i])} vertices"
                 )
-            tails = {p.shape[1:] for p in parts}
+            tails = {p.shape[1:] for p in parts if p.shape[0]}  # empty polylines may pass np.zeros(0)
             if len(tails) > 1:
                 raise InvalidArgumentError(f"{what}[{name!r}]: per-polyline arrays disagree on shape {sorted(tails)}")
-            values = np.concatenate(parts, axis=0) if parts else np.zeros(0)
-        out.update(inputs.row_attributes({name: values}, n, what))
+            tail = tails.pop() if tails else ()
+            filled = [p for p in parts if p.shape[0]]
+            if filled:
+                values = np.concatenate(filled, axis=0)
+            else:
+                values = np.zeros((0, *tail), dtype=np.result_type(*parts) if parts else np.float64)
+        out.update(_check_dtypes(inputs.row_attributes({name: values}, n, what), what))
     return out
 
 
@@ -432,22 +366,21 @@ async def _write_paths(target, pos: np.ndarray, lens: np.ndarray, *, geometry: s
         level = LevelWriter(writer, 0, *grid.layout(bounds[0], bounds[1]), codec)
         if attrs:
             empty_group(writer, "0/vertex_attributes")
-        await _put_vertices(level, lay, attrs, quirk_row_shape=quirk_row_shape)
+        await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
         await put_links(level, cells, ndim=ndim, link_attributes={}, intra_array=False, link_fragments=False)
         await level.finish()
         part = lay.part
         frag_object = obj_of[part.order[lay.frag_first]] if n else np.zeros(0, np.int64)
-        await _put_object_index(writer, lay, frag_object, part.frag_keys, np.arange(num, dtype=np.int64), ndim,
-                                compression, object_index_layout)
-        await _put_object_extras(writer, obj_attrs, group_rows, grp_attrs, compression)
-        _publish_level(writer, handle, geometry=geometry, n=n, arrays_present=arrays_present,
-                       chunk_shape=chunk_shape, bounds=bounds, bin_shape=bin_shape)
+        await _put_object_data(writer, lay, frag_object, part.frag_keys, np.arange(num, dtype=np.int64), ndim,
+                               obj_attrs, group_rows, grp_attrs, compression, object_index_layout)
+        add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
+                             chunk_shape=chunk_shape, bounds=bounds, bin_shape=bin_shape)
     return {
         "geometry": geometry,
         "object_count": int(num),
         "vertex_count": int(n),
-        "chunk_count": int(len(lay.part.chunks)),
-        "fragment_count": int(len(lay.part.frag_chunk)),
+        "chunk_count": len(lay.part.chunks),
+        "fragment_count": len(lay.part.frag_chunk),
         "cross_chunk_link_count": int(cells.num_links),
         "group_count": len(group_rows),
         "requests": ex.stats.snapshot(),
@@ -482,7 +415,7 @@ async def write_polylines(
     ``object_attributes``: ``{name: (P,) / (P, C)}``.  ``groups``:
     ``{group_id: [polyline indices]}``.
     """
-    _check_layout(object_index_layout)
+    check_layout(object_index_layout)
     if geometry_type not in ("polyline", "streamline"):
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry_type!r}")
     dt = _dtype(dtype)
@@ -494,7 +427,7 @@ async def write_polylines(
     # 0.9.2 takes the bounds (and checks them) on the vertices as given, before the dtype cast
     raw64 = raw.astype(np.float64)
     _finite(raw64, "polylines")
-    bounds_lh = inputs.bounds_for(raw64, bounds, ndim)
+    bounds_lh = _bounds(raw64, bounds, ndim, "polylines")
     pos = raw.astype(dt)
     _finite(pos, "polylines")
     num = len(lens)
@@ -535,7 +468,7 @@ async def write_lines(
     ``attributes``: per endpoint, ``{name: (M, 2) / (M, 2, C)}``;
     ``object_attributes``: per line, ``{name: (M,) / (M, C)}``.
     """
-    _check_layout(object_index_layout)
+    check_layout(object_index_layout)
     dt = _dtype(dtype)
     try:
         ep = np.asarray(endpoints)
@@ -551,14 +484,14 @@ async def write_lines(
     bin_given = None if bin_shape is None else _as_given(bin_shape, "bin_shape")
     pos = ep.astype(dt).reshape(2 * m, ndim)
     _finite(pos, "endpoints")
-    bounds_lh = inputs.bounds_for(pos.astype(np.float64), bounds, ndim)
+    bounds_lh = _bounds(pos.astype(np.float64), bounds, ndim, "endpoints")
     attrs = {}
     for name, values in (attributes or {}).items():
         inputs.check_name(name, "attribute")
         arr = np.asarray(values)
         if arr.ndim not in (2, 3) or arr.shape[:2] != (m, 2):
             raise InvalidArgumentError(f"attributes[{name!r}] has shape {arr.shape}; expected ({m}, 2) or ({m}, 2, C)")
-        attrs.update(inputs.row_attributes({name: arr.reshape(2 * m, *arr.shape[2:])}, 2 * m, "attributes"))
+        attrs.update(_check_dtypes(inputs.row_attributes({name: arr.reshape(2 * m, *arr.shape[2:])}, 2 * m, "attributes"), "attributes"))
     obj_attrs = _check_object_attributes(object_attributes, m)
     group_rows = inputs.groups_table(groups, np.arange(m, dtype=np.int64))
     grp_attrs = _check_group_attributes(group_attributes, group_rows)
@@ -575,9 +508,16 @@ async def write_lines(
 # graphs, skeletons, meshes
 
 
-def _skeleton_order(n: int, edges: np.ndarray, object_ids: np.ndarray) -> np.ndarray:
-    """0.9.2's skeleton vertex order: depth-first preorder of the tree holding the first
-    root (children in edge order), then every other vertex in index order.
+def _skeleton_order(n: int, edges: np.ndarray, object_ids: np.ndarray, *, reference: bool) -> np.ndarray:
+    """Skeleton vertex order: depth-first preorder (children in edge order) of every tree,
+    trees in the order of their roots' indices.
+
+    0.9.2 (``reference=True``) orders only the tree of the first root that way and
+    appends every other vertex in index order.  Then a later tree's root can sit in
+    the middle of its fragment, where the implicit rule (parent = previous row) hands
+    it a parent nobody wrote -- zarr-vectors reads that edge back too.  Preorder of
+    every tree puts each root first among its tree's rows, so a root always starts
+    its fragment; for a single tree both orders are the same.
 
     Vectorized with an Euler tour ranked by pointer jumping.  ``edges`` rows are
     (child, parent); the edges must form a forest with one root per object.
@@ -631,7 +571,10 @@ def _skeleton_order(n: int, edges: np.ndarray, object_ids: np.ndarray) -> np.nda
     while not np.all(terminal[ptr]):
         dist = dist + dist[ptr]
         ptr = ptr[ptr]
-    in_tree = ptr[:n] == n + root
+    tree_root = ptr[:n] - n  # every tour ends at exit(root)
+    if not reference:
+        return np.lexsort((-dist[:n], tree_root)).astype(np.int64)
+    in_tree = tree_root == root
     tree = np.flatnonzero(in_tree)
     tree = tree[np.argsort(-dist[tree], kind="stable")]
     return np.concatenate([tree, np.flatnonzero(~in_tree)]).astype(np.int64)
@@ -664,23 +607,23 @@ async def _write_connected(target, pos: np.ndarray, oids: np.ndarray, records: n
         level = LevelWriter(writer, 0, *grid.layout(bounds[0], bounds[1]), codec)
         if attrs:
             empty_group(writer, "0/vertex_attributes")
-        await _put_vertices(level, lay, attrs, quirk_row_shape=quirk_row_shape)
+        await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
         await put_links(level, cells, ndim=ndim, link_attributes=link_attrs, intra_array=True, link_fragments=True)
         await level.finish()
         frag_object = np.searchsorted(uniq, part.frag_keys)
-        await _put_object_index(writer, lay, frag_object, part.frag_chunk, uniq, ndim, compression,
-                                object_index_layout)
-        await _put_object_extras(writer, obj_attrs, group_rows, grp_attrs, compression)
-        _publish_level(writer, handle, geometry=geometry, n=n, arrays_present=["vertices", "links", "object_index"],
-                       chunk_shape=chunk_shape, bounds=bounds, bin_shape=bin_shape)
+        await _put_object_data(writer, lay, frag_object, part.frag_chunk, uniq, ndim, obj_attrs, group_rows,
+                               grp_attrs, compression, object_index_layout)
+        add_level0_documents(writer, handle.url, geometry=geometry, n=n,
+                             arrays_present=["vertices", "links", "object_index"],
+                             chunk_shape=chunk_shape, bounds=bounds, bin_shape=bin_shape)
     return {
         "geometry": geometry,
-        "object_count": int(len(uniq)),
+        "object_count": len(uniq),
         "vertex_count": int(n),
-        "link_count": int(len(records)),
+        "link_count": len(records),
         "stored_link_count": int(cells.num_links),
-        "chunk_count": int(len(part.chunks)),
-        "fragment_count": int(len(part.frag_chunk)),
+        "chunk_count": len(part.chunks),
+        "fragment_count": len(part.frag_chunk),
         "group_count": len(group_rows),
         "requests": ex.stats.snapshot(),
     }
@@ -689,9 +632,9 @@ async def _write_connected(target, pos: np.ndarray, oids: np.ndarray, records: n
 def _vertex_setup(positions, dtype, chunk_shape, bin_shape, bounds, compression, shard_shape, name: str):
     dt = _dtype(dtype)
     pos = inputs.positions_array(positions, dt, name)
-    n, ndim = pos.shape
+    ndim = pos.shape[1]
     grid, codec = _check_geometry_options(compression, shard_shape, ndim, chunk_shape, bin_shape)
-    bounds_lh = inputs.bounds_for(pos, bounds, ndim)
+    bounds_lh = _bounds(pos, bounds, ndim, name)
     return pos, grid, codec, bounds_lh, _as_given(chunk_shape, "chunk_shape"), (
         None if bin_shape is None else _as_given(bin_shape, "bin_shape"))
 
@@ -734,7 +677,7 @@ async def write_graph(
     ``object_ids`` (N,) >= 0 (default: one object 0); object attributes and groups
     refer to the sorted distinct ids.  ``link_attributes``: ``{name: (M,) / (M, C)}``.
     """
-    _check_layout(object_index_layout)
+    check_layout(object_index_layout)
     if kind not in ("graph", "skeleton"):
         raise InvalidArgumentError(f"kind must be 'graph' or 'skeleton', got {kind!r}")
     pos, grid, codec, bounds_lh, chunk_given, bin_given = _vertex_setup(
@@ -742,12 +685,12 @@ async def write_graph(
     n = len(pos)
     e = _index_array(edges, "edges", 2, n, "positions")
     oids = _object_ids(object_ids, n)
-    attrs = inputs.row_attributes(attributes, n, "attributes")
+    attrs = _check_dtypes(inputs.row_attributes(attributes, n, "attributes"), "attributes")
     link_attrs = _check_link_attributes(link_attributes, len(e))
     obj_attrs, group_rows, grp_attrs = _object_tables(oids, object_attributes, groups, group_attributes)
     skeleton = kind == "skeleton"
     if skeleton:
-        order = _skeleton_order(n, e, oids)
+        order = _skeleton_order(n, e, oids, reference=_reference_quirks)
         inv = np.empty(n, dtype=np.int64)
         inv[order] = np.arange(n, dtype=np.int64)
         pos, oids = pos[order], oids[order]
@@ -787,7 +730,7 @@ async def write_mesh(
     Every face is a link record; winding survives the canonical sort through
     the perm column.  ``object_ids`` as for :func:`write_graph`.
     """
-    _check_layout(object_index_layout)
+    check_layout(object_index_layout)
     pos, grid, codec, bounds_lh, chunk_given, bin_given = _vertex_setup(
         vertices, dtype, chunk_shape, bin_shape, bounds, compression, shard_shape, "vertices")
     n = len(pos)
@@ -795,7 +738,7 @@ async def write_mesh(
     if f.shape[1] < 3 or f.shape[1] > 8:
         raise InvalidArgumentError(f"faces must be (F, L) with 3 <= L <= 8, got shape {f.shape}")
     oids = _object_ids(object_ids, n)
-    attrs = inputs.row_attributes(attributes, n, "attributes")
+    attrs = _check_dtypes(inputs.row_attributes(attributes, n, "attributes"), "attributes")
     obj_attrs, group_rows, grp_attrs = _object_tables(oids, object_attributes, groups, group_attributes)
     return await _write_connected(
         target, pos, oids, f, geometry="mesh", grid=grid, codec=codec, bounds=bounds_lh, chunk_shape=chunk_given,

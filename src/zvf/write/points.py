@@ -22,16 +22,11 @@ from . import inputs
 from .engine import (
     SpatialArrayOut,
     StoreWriter,
-    dense_codec,
-    dense_codecs_json,
+    add_level0_documents,
     empty_group,
-    write_dense,
-    write_vlen_1d,
 )
-from .object_index import put_object_index
+from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
 from .partition import Partition, partition
-
-ZSTD = CellCodec.for_writing("zstd")
 
 
 def shard_tuple(shard_shape, ndim: int):
@@ -70,15 +65,22 @@ class LevelWriter:
 
 
 async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, attributes: dict[str, np.ndarray],
-                   fragments_of) -> None:
-    """Upload vertices, fragment indexes and attributes of every chunk of a partition."""
-    sorted_pos = positions[part.order]
-    sorted_attrs = {n: a[part.order] for n, a in attributes.items()}
+                   fragments_of, attribute_docs: dict[str, dict] | None = None) -> None:
+    """Upload vertices, fragment indexes and attributes of every chunk of a partition.
+
+    ``attribute_docs`` overrides the document attributes of named vertex attributes.
+    """
+    def little(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
+
+    sorted_pos = little(positions[part.order])
+    sorted_attrs = {n: little(a[part.order]) for n, a in attributes.items()}
     verts = level.array("vertices", md.vertices_attributes(positions.dtype))
     frags = level.array("vertex_fragments", md.vertex_fragments_attributes())
+    docs = attribute_docs or {}
     attr_out = {
         n: level.array(f"vertex_attributes/{n}",
-                       md.vertex_attribute_attributes(n, a.dtype, a.shape[1:]))
+                       docs.get(n) or md.vertex_attribute_attributes(n, a.dtype, a.shape[1:]))
         for n, a in attributes.items()
     }
     for k, chunk in enumerate(part.chunks.tolist()):
@@ -86,7 +88,7 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
         await verts.add(level.writer, chunk, sorted_pos[lo:hi].tobytes())
         await frags.add(level.writer, chunk, encode_fragment_index(fragments_of(k)))
         for n, out in attr_out.items():
-            await out.add(level.writer, chunk, np.ascontiguousarray(sorted_attrs[n][lo:hi]).tobytes())
+            await out.add(level.writer, chunk, sorted_attrs[n][lo:hi].tobytes())
 
 
 @dataclass
@@ -129,26 +131,11 @@ async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, bounds, n:
         arrays_present.append("object_index")
         await put_object_index(writer, 0, *manifest, uniq, grid.ndim, compression=compression,
                                layout=object_index_layout)
-    if extras.object_attributes:
-        empty_group(writer, "0/object_attributes")
-        for name, values in extras.object_attributes.items():
-            await put_object_attribute(writer, 0, name, values, ZSTD)
-    rows = extras.group_rows
-    if rows:
-        await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in rows], max(len(rows), 1), ZSTD,
-                            md.groups_document(len(rows), ZSTD.codecs_json()))
-    if extras.group_attributes:
-        empty_group(writer, "0/group_attributes")
-        gcodec = dense_codec(ZSTD)
-        for name, values in extras.group_attributes.items():
-            doc = md.group_attribute_document(name, values.dtype, values.shape, dense_codecs_json(gcodec, values.dtype))
-            await write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)
-    writer.add_document("0/zarr.json", md.level_document(
-        level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
-        fragments_tile=n > 0), stage=1)
-    writer.add_document("zarr.json", md.root_document(
-        chunk_shape=grid.chunk_shape, bounds=bounds, geometry_types=["point_cloud"],
-        name=md.store_name(url), base_bin_shape=grid.bin_shape), stage=2)
+    # 0.9.2's write_points compresses per-object and per-group tables with zstd whatever the cells use.
+    await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)
+    await put_groups(writer, extras.group_rows, extras.group_attributes, ZSTD)
+    add_level0_documents(writer, url, geometry="point_cloud", n=n, arrays_present=arrays_present,
+                         chunk_shape=grid.chunk_shape, bounds=bounds, bin_shape=grid.bin_shape)
 
 
 async def write_points(
@@ -237,10 +224,3 @@ async def write_points(
         "bins_per_chunk": list(grid.bins_per_chunk),
         "requests": ex.stats.snapshot(),
     }
-
-
-async def put_object_attribute(writer: StoreWriter, level: int, name: str, values: np.ndarray, codec: CellCodec) -> None:
-    fill = md.object_attribute_fill(values.dtype)
-    dcodec = dense_codec(codec)
-    doc = md.object_attribute_document(name, values.dtype, values.shape, dense_codecs_json(dcodec, values.dtype))
-    await write_dense(writer, f"{level}/object_attributes/{name}", values, 65536, fill, dcodec, doc)

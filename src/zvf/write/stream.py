@@ -313,13 +313,19 @@ async def write_points_stream(
     "object_ids": (n,)}`` or a bare positions array.  ``spill_dir`` holds the
     temporary files (default: the system temp dir).
     """
-    from .object_index import LAYOUTS
-    from .points import LevelWriter, PointExtras, manifest_rows, publish_level, put_rows, shard_tuple
+    from .object_index import check_layout
+    from .points import (
+        LevelWriter,
+        PointExtras,
+        manifest_rows,
+        publish_level,
+        put_rows,
+        shard_tuple,
+    )
 
     if spill_bytes < 1:
         raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
-    if object_index_layout not in LAYOUTS:
-        raise InvalidArgumentError(f"object_index_layout must be one of {LAYOUTS}, got {object_index_layout!r}")
+    check_layout(object_index_layout)
     grid = Grid.create(chunk_shape, bin_shape)
     ndim = grid.ndim
     codec = CellCodec.for_writing(compression, shard_tuple(shard_shape, ndim))

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Issue", "Report", "ERROR", "WARNING", "LEVEL_NAMES"]
+__all__ = ["ERROR", "LEVEL_NAMES", "WARNING", "Issue", "Report"]
 
 ERROR = "error"
 WARNING = "warning"

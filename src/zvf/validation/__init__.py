@@ -1,4 +1,4 @@
-"""``zvf.validate``: check a ZVF store against the format, level by level.
+"""``zvf.validate`` / ``zvf.aio.validate``: check a ZVF store against the format, level by level.
 
 ::
 
@@ -8,7 +8,7 @@
             print(issue)          # "ERROR   L3 0/vertex_fragments/c/0/0/1: ..."
 
 Levels 1-5 are structure, metadata, consistency, conventions and
-multi-resolution coherence (see :mod:`zvf.validate.checks`).  Every read goes
+multi-resolution coherence (see :mod:`zvf.validation.checks`).  Every read goes
 through zvf's executor (bounded concurrency, retries); zarr-python is not
 used.  A broken store never raises: its problems are the report.  Only
 invalid arguments (a bad ``level``, an unknown scheme or storage option)
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .report import ERROR, LEVEL_NAMES, WARNING, Issue, Report
 
-__all__ = ["validate", "Report", "Issue", "ERROR", "WARNING", "LEVEL_NAMES"]
+__all__ = ["ERROR", "LEVEL_NAMES", "WARNING", "Issue", "Report", "validate"]
 
 
 async def validate(target, *, level: int = 3, storage_options=None) -> Report:
@@ -39,26 +39,3 @@ async def validate(target, *, level: int = 3, storage_options=None) -> Report:
         return report
     ex = Executor(handle)
     return await Validator(ex, handle.url, level).run()
-
-
-def _callable_module() -> None:
-    """Let ``zvf.validate(...)`` keep working once this subpackage is imported.
-
-    ``import zvf.validate`` binds the *package* as the attribute ``zvf.validate``,
-    which shadows the blocking function the facade exposes under that name.
-    Making the package callable (forwarding to the blocking facade) keeps both
-    spellings valid: ``zvf.validate(path)`` and ``await zvf.aio.validate(path)``.
-    """
-    import sys
-    import types
-
-    class _ValidateModule(types.ModuleType):
-        def __call__(self, target, *, level: int = 3, storage_options=None) -> Report:
-            from ..api import sync
-
-            return sync.validate(target, level=level, storage_options=storage_options)
-
-    sys.modules[__name__].__class__ = _ValidateModule
-
-
-_callable_module()

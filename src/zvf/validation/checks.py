@@ -25,6 +25,7 @@ A store is never "raised": every problem becomes an :class:`Issue`.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 from collections import Counter, defaultdict
@@ -45,6 +46,8 @@ from ..io.executor import Executor
 from .report import ERROR, WARNING, Issue, Report
 
 CLAIM_KEY = ".zvf-writing"  # the writer's claim object (zvf.write.engine.CLAIM_KEY)
+DENSE_LIMIT = 1 << 26  # bytes of a dense array (ids, attributes) the validator reads whole
+MAX_DOC_BYTES = 64 << 20  # a zarr.json larger than this is reported, not parsed
 MAX_SIMILAR = 10  # issues of one kind per array before the rest are only counted
 
 SPATIAL_ZV = {
@@ -200,7 +203,7 @@ class Validator:
                     self._multires()
         except RemoteError as e:
             self.error(1, getattr(e, "key", "") or ".", f"the store could not be read: {e}")
-        except Exception as e:  # a validator bug must not hide the report
+        except Exception as e:  # noqa: BLE001 - a validator bug must not hide the report
             self.error(1, ".", f"validation stopped by an internal error: {type(e).__name__}: {e}")
         self._flush_suppressed()
         self.report.checked = dict(self.counts)
@@ -229,6 +232,10 @@ class Validator:
                 "rewrite the store with overwrite=True (or delete it) once no writer is running",
             )
         doc_keys = [k for k in self.keys if k == "zarr.json" or k.endswith("/zarr.json")]
+        big = [k for k in doc_keys if self.sizes[k] > MAX_DOC_BYTES]
+        for k in big:
+            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over {MAX_DOC_BYTES}): not read")
+        doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOC_BYTES]
         raws = await self.ex.gather([self._get_or_issue(k) for k in doc_keys])
         for k, raw in zip(doc_keys, raws):
             if raw is None or raw is FAILED:
@@ -236,8 +243,8 @@ class Validator:
             path = k[: -len("zarr.json")].rstrip("/")
             try:
                 doc = json.loads(bytes(raw))
-            except (UnicodeDecodeError, ValueError) as e:
-                self.error(1, k, f"not valid JSON ({e})")
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                self.error(1, k, f"not valid JSON ({type(e).__name__}: {str(e)[:120]})")
                 continue
             if not isinstance(doc, dict):
                 self.error(1, k, f"not a JSON object but {type(doc).__name__}")
@@ -504,11 +511,10 @@ class Validator:
                 elif meta.data_type not in md.NUMERIC_DTYPES:
                     self.error(2, key, f"data_type {meta.data_type!r} is not numeric")
                     info.usable = False
-            elif rel in ("object_index/manifests", "groups"):
-                if not meta.is_vlen or meta.ndim != 1:
-                    self.error(2, key, f"must be a 1-D variable_length_bytes array, got {meta.data_type!r} "
-                                       f"shape {list(meta.shape)}")
-                    info.usable = False
+            elif rel in ("object_index/manifests", "groups") and (not meta.is_vlen or meta.ndim != 1):
+                self.error(2, key, f"must be a 1-D variable_length_bytes array, got {meta.data_type!r} "
+                                   f"shape {list(meta.shape)}")
+                info.usable = False
         if vert is not None and vert.usable and lv.chunk_shape is not None and ref_shape is not None:
             self._grid_vs_bounds(lv, vert)
         self._links_meta(lv)
@@ -1149,21 +1155,21 @@ class Validator:
         got = await self._vlen_rows(man, o, "manifest")
         if got is None:
             return
-        rows, cell_of = got
-        missing = [i for i, r in enumerate(rows) if r is None]
+        row_no, payloads, cell_of, missing = got
         if missing:
-            self.error(3, cell_of[missing[0]], f"{len(missing)} object(s) have no manifest (cell missing), "
-                                               f"first: row {missing[0]}")
-        payloads = [b"\x00\x00\x00\x00" if r is None else r for r in rows]
+            first = next(c for c in range(len(man.grid_cells) + 1) if (c,) not in man.grid_cells)
+            self.error(3, man.keys.key(man.path, (first,)),
+                       f"{missing} of {o} object(s) have no stored manifest (cell missing)")
         sid = self.ndim + (1 if lv.meta.chunk_dims else 0)
         try:
             table = decode_manifests(payloads, sid, key=f"{man.path}")
         except ZvfError as e:
             self.error(3, f"{man.path}/c/0", f"manifests do not decode: {_strip_key(str(e), man.path)}")
             return
-        self.counts["objects"] += o
+        self.counts["objects"] += len(row_no)
         self.counts["manifest_blocks"] += len(table)
-        oids = lv.object_ids if lv.object_ids is not None and len(lv.object_ids) == o else np.arange(o)
+        ids = lv.object_ids if lv.object_ids is not None and len(lv.object_ids) == o else None
+        oids = np.asarray(row_no, dtype=np.int64) if ids is None else ids[np.asarray(row_no, dtype=np.int64)]
         if not len(table):
             return
         uniq, inv = np.unique(table.coords, axis=0, return_inverse=True)
@@ -1205,34 +1211,34 @@ class Validator:
                 self.warn(4, f"{man.path}", f"{unused} fragment(s) of level {n} belong to no object's manifest")
 
     async def _vlen_rows(self, info: ArrayInfo, count: int, what: str):
-        """Rows 0..count-1 of a 1-D vlen array (plain or sharded): (payloads or None, key of each row).
+        """Stored rows of a 1-D vlen array (plain or sharded) among 0..count-1.
 
-        None when a stored chunk is broken (reported).
+        Returns (row numbers, payloads, key of each row, rows missing) or None when a
+        stored chunk is broken (reported).  Only stored chunks are visited, so a
+        corrupted ``shape`` cannot make this loop or allocate.
         """
         per = int(info.meta.chunk_shape[0])
         codec = info.codec
-        rows: list[Any] = [None] * count
-        keys: list[str] = [info.keys.key(info.path, (0,))] * count
-        n_chunks = -(-count // per) if count else 0
         inner = per if codec.shard is None else (codec.inner_rows or 1)
-        for c in range(n_chunks):
-            key = info.keys.key(info.path, (c,))
-            lo = c * per
-            if key not in self.sizes:
-                for r in range(lo, min(lo + per, count)):
-                    keys[r] = key
-                continue
+        rows: list[int] = []
+        payloads: list[bytes] = []
+        keys: list[str] = []
+        n_chunks = -(-count // per) if count else 0
+        for (c,), key in sorted(info.grid_cells.items()):
+            if c >= n_chunks:
+                continue  # reported as outside the grid
             raw = await self._get_or_issue(key, 3)
             if raw is FAILED or raw is None:
                 return None
+            lo = c * per
             try:
                 if codec.shard is None:
                     parts = [(lo, raw, key)]
                 else:
-                    n_inner = per // inner
+                    n_inner = max(per // inner, 1)
                     offsets, nbytes = decode_shard_index(raw, n_inner, key=key)
-                    parts = [(lo + i * inner, raw[int(offsets[i]):int(offsets[i]) + int(nbytes[i])],
-                              f"{key}[{i}]") for i in range(n_inner) if int(offsets[i]) != 2**64 - 1]
+                    parts = [(lo + i * inner, raw[int(offsets[i]):int(offsets[i]) + int(nbytes[i])], f"{key}[{i}]")
+                             for i in np.flatnonzero(offsets != np.uint64(2**64 - 1)).tolist()]
                 for start, blob, k in parts:
                     want = min(inner, count - start)
                     if want <= 0:
@@ -1241,18 +1247,24 @@ class Validator:
                     if len(items) < want:
                         self.error(3, key, f"{what} chunk {k} holds {len(items)} rows, expected {want}")
                         return None
-                    rows[start:start + want] = [bytes(x) for x in items[:want]]
-                    keys[start:start + want] = [key] * want
+                    rows.extend(range(start, start + want))
+                    payloads.extend(bytes(x) for x in items[:want])
+                    keys.extend([key] * want)
             except ZvfError as e:
                 self.error(3, key, f"{what} chunk does not decode: {_strip_key(str(e), key)}")
                 return None
-        return rows, keys
+        return rows, payloads, keys, count - len(rows)
 
     async def _dense(self, info: ArrayInfo) -> np.ndarray | None:
         """A whole dense array (object ids, attributes) or None when broken (reported)."""
         from ..read.cells import CellArray
         from ..read.dense import read_dense
 
+        nbytes = dense_alloc_bytes(info.meta)
+        if nbytes > DENSE_LIMIT:
+            self.warn(3, f"{info.path}/zarr.json", f"shape {list(info.meta.shape)} is {nbytes} bytes: not read "
+                                                   f"(the validator reads dense arrays up to {DENSE_LIMIT} bytes)")
+            return None
         try:
             arr = CellArray(self.ex, info.path, info.meta)
             return await read_dense(self.ex, arr)
@@ -1275,9 +1287,7 @@ class Validator:
         if got is None:
             return
         members: list[np.ndarray] = []
-        for i, (row, key) in enumerate(zip(*got)):
-            if row is None:
-                continue
+        for i, row, key in zip(*got[:3]):
             if len(row) % 8:
                 self.error(3, key, f"group {i} is {len(row)} bytes, not int64 object ids", kind="groups")
                 continue
@@ -1341,7 +1351,7 @@ class Validator:
         par[c] = p
         par[c[loops]] = -1
         anc = par.copy()
-        for _ in range(max(1, int(math.ceil(math.log2(len(nodes) + 1))) + 1)):
+        for _ in range(max(1, math.ceil(math.log2(len(nodes) + 1)) + 1)):
             nxt = np.where(anc >= 0, anc[np.maximum(anc, 0)], -1)
             anc = nxt
         if (anc >= 0).any():
@@ -1373,7 +1383,7 @@ class Validator:
                         if np.any(np.abs(q - np.rint(q)) > 1e-9 * np.maximum(q, 1)) or np.any(np.rint(q) < 1):
                             self.error(5, lv.doc_key, f"chunk_shape {list(lv.chunk_shape)} does not nest in level "
                                                       f"{n - 1}'s {list(prev.chunk_shape)}")
-                    po, no = prev.num_objects, lv.num_objects
+                    po = prev.num_objects
                     if m.inherited_num_objects is not None and po is not None and m.inherited_num_objects != po \
                             and po:
                         self.error(5, lv.doc_key, f"inherited_num_objects {m.inherited_num_objects} but level "
@@ -1405,7 +1415,7 @@ class Validator:
                             self.warn(5, f"{n}/{rel}/zarr.json", f"no matching links/-{d} family at level {n + d} "
                                                                  "(cross_level_storage is 'explicit')")
         trs = sorted(self.root.transforms)
-        for a, b in zip(trs, trs[1:]):
+        for a, b in itertools.pairwise(trs):
             if any(y < x for x, y in zip(a.scale, b.scale)):
                 self.warn(5, "zarr.json", f"multiscales scale shrinks from level {a.level} to {b.level}")
 
@@ -1418,6 +1428,15 @@ class Validator:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def dense_alloc_bytes(meta: md.ArrayMeta) -> int:
+    """Bytes ``read_dense`` allocates for a dense array: whole chunks of the first axis."""
+    itemsize = np.dtype(meta.data_type).itemsize if meta.data_type in md.NUMERIC_DTYPES else 8
+    shape = [int(x) for x in meta.shape]
+    chunk = [max(int(x), 1) for x in meta.chunk_shape] or [1]
+    rows = -(-shape[0] // chunk[0]) * chunk[0] if shape else 1
+    return rows * math.prod(shape[1:]) * itemsize
 
 
 def _array_of(key: str) -> str:

@@ -1,0 +1,44 @@
+"""The benchmark harness runs end to end on tiny workloads and prints its table.
+
+It is a smoke test: numbers are not asserted (they are measured, see
+benchmarks/RESULTS.md), only that every row ran, every answer was checked
+correct, and the report came out.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("moto")
+pytest.importorskip("zarr_vectors")
+
+
+def test_run_quick_prints_the_table(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZVF_TEST_S3")}
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--quick", "--json", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=180, cwd=REPO, env=env,
+    )
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "row" in out and "impl" in out and "ref/impl" in out  # the table header
+    for title in ("open + one 8-chunk bbox query", "random small bbox queries", "object read after open",
+                  "sequential object reads", "batch of", "full export", "cross-reads", "ingest", "cold start"):
+        assert title in out, f"row {title!r} missing from:\n{out}"
+    for impl in ("ref", "zvf", "floor"):
+        assert f"  {impl} " in out
+    assert "targets (measured, not asserted):" in out
+    assert "CHECK FAILURES" not in out and " FAIL " not in out
+    assert (tmp_path / "r.json").stat().st_size > 0
+    # budget: ~35 s on 2 idle cores; allow for a loaded machine
+    assert elapsed < 150, f"quick benchmark took {elapsed:.0f} s"
