@@ -38,7 +38,6 @@ class ObjectIndex:
         self.count = int(self.manifests.meta.shape[0])
         self._ids: np.ndarray | None = None
         self._order: np.ndarray | None = None  # rows in ascending id order
-        self._cells: dict[int, list] = {}
         self.rows_per_chunk = int(self.manifests.meta.chunk_shape[0])  # a shard when sharded
         codec = self.manifests.codec
         self.inner = None if codec.shard is None else (codec.inner_rows or 1)
@@ -97,10 +96,24 @@ class ObjectIndex:
         payloads = await (self._sharded(rows) if self.inner is not None else self._plain(rows))
         return decode_manifests(payloads, self.ndim, key=self.manifests.path)
 
+    def _cached(self, cells) -> dict[int, list]:
+        """Decoded manifest cells already in the executor's byte-bounded "manifest" cache."""
+        found = {}
+        for c in cells:
+            items = self.ex.get_cached("manifest", (self.manifests.path, c))
+            if items is not None:
+                found[c] = items
+        return found
+
+    def _remember(self, got: dict[int, list], c: int, items: list) -> None:
+        got[c] = items
+        self.ex.put_cached("manifest", (self.manifests.path, c), items, nbytes=64 + sum(16 + len(x) for x in items))
+
     async def _plain(self, rows: np.ndarray) -> list:
         per = self.rows_per_chunk
         cells = sorted(set((rows // per).tolist()))
-        missing = [c for c in cells if c not in self._cells]
+        got = self._cached(cells)
+        missing = [c for c in cells if c not in got]
         fetched = await self.ex.gather([self.manifests.items((c,)) for c in missing])
         for c, items in zip(missing, fetched):
             want = min(per, self.count - c * per)
@@ -108,8 +121,8 @@ class ObjectIndex:
                 items = [b""] * want
             if len(items) < want:
                 raise FormatError(f"{self.manifests.key_of((c,))}: {len(items)} manifests, expected {want}")
-            self._cells[c] = list(items)
-        return [self._cells[int(r) // per][int(r) % per] for r in rows]
+            self._remember(got, c, list(items))
+        return [got[int(r) // per][int(r) % per] for r in rows]
 
     async def _shard_index(self, shard: int):
         key = self.manifests.key_of((shard,))
@@ -122,7 +135,8 @@ class ObjectIndex:
     async def _sharded(self, rows: np.ndarray) -> list:
         per, k = self.rows_per_chunk, self.inner
         inner_ids = sorted(set((rows // k).tolist()))  # global inner chunk numbers
-        todo = [i for i in inner_ids if i not in self._cells]
+        got = self._cached(inner_ids)
+        todo = [i for i in inner_ids if i not in got]
         shards = sorted({i * k // per for i in todo})
         indexes = dict(zip(shards, await self.ex.gather([self._shard_index(s) for s in shards])))
         ranges, which = [], []
@@ -131,7 +145,7 @@ class ObjectIndex:
             index = indexes[shard]
             slot = i - shard * (per // k)
             if index is None or int(index[0][slot]) == EMPTY:
-                self._cells[i] = [b""] * k
+                self._remember(got, i, [b""] * k)
                 continue
             start = int(index[0][slot])
             ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(index[1][slot])))
@@ -140,5 +154,5 @@ class ObjectIndex:
         for i, blob, r in zip(which, blobs, ranges):
             if blob is None or len(blob) != r.end - r.start:
                 raise MissingDataError(f"{r.key}: shard is shorter than its index says (inner chunk {i})")
-            self._cells[i] = list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{i}]"))
-        return [self._cells[int(r) // k][int(r) % k] for r in rows]
+            self._remember(got, i, list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{i}]")))
+        return [got[int(r) // k][int(r) % k] for r in rows]
