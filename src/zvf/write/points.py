@@ -123,9 +123,12 @@ def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
     return obj_row[order], chunks[frag_chunk[order]], local_frag[order]
 
 
-async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, bounds, n: int, has_attributes: bool, uniq,
+async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, shapes, bounds, n: int, has_attributes: bool, uniq,
                         manifest, extras: PointExtras, compression, object_index_layout: str) -> None:
-    """Everything of a point cloud after its cells: object index, per-object/group data, level, root."""
+    """Everything of a point cloud after its cells: object index, per-object/group data, level, root.
+
+    ``shapes``: (chunk_shape, bin_shape) as the caller gave them -- 0.9.2 records ints as ints.
+    """
     arrays_present = ["vertices"] + (["vertex_attributes"] if has_attributes else [])
     if uniq is not None:
         arrays_present.append("object_index")
@@ -135,7 +138,7 @@ async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, bounds, n:
     await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)
     await put_groups(writer, extras.group_rows, extras.group_attributes, ZSTD)
     add_level0_documents(writer, url, geometry="point_cloud", n=n, arrays_present=arrays_present,
-                         chunk_shape=grid.chunk_shape, bounds=bounds, bin_shape=grid.bin_shape)
+                         chunk_shape=shapes[0], bounds=bounds, bin_shape=shapes[1])
 
 
 async def write_points(
@@ -213,7 +216,8 @@ async def write_points(
         manifest = None
         if uniq is not None:
             manifest = manifest_rows(part.frag_chunk, part.frag_keys, part.chunks, uniq)
-        await publish_level(writer, handle.url, grid=grid, bounds=(lo, hi), n=n, has_attributes=bool(attrs),
+        await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
+                            has_attributes=bool(attrs),
                             uniq=uniq, manifest=manifest, extras=extras, compression=compression,
                             object_index_layout=object_index_layout)
     return {

@@ -404,7 +404,7 @@ async def write_points_stream(
                     fk = np.concatenate(frag_keys) if frag_keys else np.zeros(0, np.int64)
                     by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in a Partition
                     manifest = manifest_rows(fr[by_chunk], fk[by_chunk], coords[c_order], uniq)
-                await publish_level(writer, handle.url, grid=grid, bounds=(lo, hi), n=n,
+                await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
                                     has_attributes=bool(attr_schema), uniq=uniq, manifest=manifest, extras=extras,
                                     compression=compression, object_index_layout=object_index_layout)
         finally:
