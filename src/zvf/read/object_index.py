@@ -133,26 +133,49 @@ class ObjectIndex:
         return decode_shard_index(tail, n_inner, key=key)
 
     async def _sharded(self, rows: np.ndarray) -> list:
+        """Inner chunks holding ``rows``: ranged reads, or whole shards when they are small.
+
+        A shard no bigger than latency x bandwidth costs about one round trip
+        whole, so it is read once and every manifest in it is cached: later
+        object reads in a store of up to ~100k objects need no manifest request.
+        """
         per, k = self.rows_per_chunk, self.inner
         inner_ids = sorted(set((rows // k).tolist()))  # global inner chunk numbers
         got = self._cached(inner_ids)
         todo = [i for i in inner_ids if i not in got]
         shards = sorted({i * k // per for i in todo})
         indexes = dict(zip(shards, await self.ex.gather([self._shard_index(s) for s in shards])))
-        ranges, which = [], []
+        handle = self.ex.handle
+        break_even = handle.latency_hint * handle.bandwidth_hint
+        wanted: dict[int, list[int]] = {}  # shard -> inner chunks to decode
         for i in todo:
-            shard = i * k // per
+            wanted.setdefault(i * k // per, []).append(i)
+        ranges, which = [], []
+        for shard, inner in wanted.items():
             index = indexes[shard]
-            slot = i - shard * (per // k)
-            if index is None or int(index[0][slot]) == EMPTY:
-                self._remember(got, i, [b""] * k)
+            base = shard * (per // k)
+            if index is None:
+                for i in inner:
+                    self._remember(got, i, [b""] * k)
                 continue
-            start = int(index[0][slot])
-            ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(index[1][slot])))
-            which.append(i)
-        blobs = await self.ex.read_ranges(ranges)
+            offsets, nbytes = index
+            present = np.flatnonzero(offsets != EMPTY)
+            end = int((offsets[present] + nbytes[present]).max()) if len(present) else 0
+            if end <= break_even:
+                inner = [base + int(j) for j in present]  # the whole shard: cache all of it
+            for i in inner:
+                slot = i - base
+                if int(offsets[slot]) == EMPTY:
+                    self._remember(got, i, [b""] * k)
+                    continue
+                start = int(offsets[slot])
+                ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(nbytes[slot])))
+                which.append(i)
+        blobs = await self.ex.read_ranges(ranges)  # neighbouring inner chunks coalesce into one GET
         for i, blob, r in zip(which, blobs, ranges):
             if blob is None or len(blob) != r.end - r.start:
                 raise MissingDataError(f"{r.key}: shard is shorter than its index says (inner chunk {i})")
             self._remember(got, i, list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{i}]")))
+        for i in todo:
+            got.setdefault(i, [b""] * k)
         return [got[int(r) // k][int(r) % k] for r in rows]
