@@ -1,17 +1,14 @@
 """The async API: ``await zvf.aio.open(...)``, ``await zvf.aio.write_points(...)``, ...
 
 Everything zvf does is defined here first; ``zvf`` itself is the blocking
-facade over these functions.
+facade over these functions.  Writers load on first use.
 """
 
-from .api.aio import (  # noqa: F401 - re-exported public API
-    AsyncDataset,
-    Selection,
-    open,
-    validate,
-    write_graph,
-    write_lines,
-    write_mesh,
-    write_points,
-    write_polylines,
-)
+from .api import aio as _impl
+from .api.aio import AsyncDataset, Selection, open, validate  # noqa: F401 - re-exported public API
+
+__all__ = ["AsyncDataset", "Selection", "open", "validate", *_impl._WRITERS]
+
+
+def __getattr__(name: str):
+    return getattr(_impl, name)

@@ -5,8 +5,18 @@ from __future__ import annotations
 from ..read.dataset import AsyncDataset
 from ..read.selection import Selection
 from ..validation import validate
-from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
-from ..write.points import write_points
+
+# Writers load on first use: a reader (a serverless cold start) never pays for them.
+_WRITERS = {"write_points": "points", "write_polylines": "objects", "write_lines": "objects",
+            "write_graph": "objects", "write_mesh": "objects"}
+
+
+def __getattr__(name: str):
+    if name in _WRITERS:
+        import importlib
+
+        return getattr(importlib.import_module(f"..write.{_WRITERS[name]}", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AsyncDataset",

@@ -142,9 +142,13 @@ def open(*args, **kwargs) -> Dataset:  # noqa: A001 - mirrors zvf.aio.open
 open.__signature__ = inspect.signature(aio.open).replace(return_annotation=Dataset)
 
 
-write_points = _blocking(aio.write_points)
-write_polylines = _blocking(aio.write_polylines)
-write_lines = _blocking(aio.write_lines)
-write_graph = _blocking(aio.write_graph)
-write_mesh = _blocking(aio.write_mesh)
 validate = _blocking(aio.validate)
+
+
+def __getattr__(name: str):
+    """Blocking writers, made on first use (importing them costs a reader's cold start)."""
+    if name in aio._WRITERS:
+        fn = _blocking(getattr(aio, name))
+        globals()[name] = fn
+        return fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

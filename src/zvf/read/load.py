@@ -154,8 +154,10 @@ async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
 
 # Documents at fixed paths fetched when a level opens, and groups listed then
 # (their members' documents arrive in the second wave).
-OPEN_FIXED = ("core", "object_index", "link_fragments", "groups")
+OPEN_FIXED = ("core", "object_index", "link_fragments")
 OPEN_LISTED = ("vertex_attributes", "links", "links/0")
+# Geometries whose reads need their link arrays (polylines and lines are implicitly sequential).
+LINKED = frozenset({"graph", "skeleton", "mesh"})
 
 
 async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[dict | None, Level | None]:
@@ -189,8 +191,8 @@ async def _finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, 
     if level.array("vertices") is None:
         raise FormatError(f"{ex.handle.url}/{index}/vertices/zarr.json: missing or not an array")
     level.loaded.update(OPEN_FIXED)
-    deltas = listed["links"]
-    paths = listed["vertex_attributes"] + ["links", *deltas, *listed["links/0"]]
+    deltas = listed["links"] if root.geometry_type in LINKED else []
+    paths = listed["vertex_attributes"] + (["links", *deltas, *listed["links/0"]] if deltas else [])
     if level.array("object_index/manifests") is not None:
         level.object_index = ObjectIndex(ex, level, root.ndim)
         wave2 = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths]
@@ -200,7 +202,7 @@ async def _finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, 
         docs = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths])
     _add_docs(level, ex, paths, docs)
     level.loaded.add("vertex_attributes")
-    if set(deltas) <= {"links/0"}:
+    if deltas and set(deltas) <= {"links/0"}:
         level.loaded.add("links")  # no cross-level families: every link document is in
     return level
 

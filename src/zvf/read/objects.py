@@ -42,11 +42,11 @@ from ..format.manifest import ManifestTable, decode_manifests
 from ..format.metadata import parse_array
 from .cells import CellArray, rows_from_payload
 from .dense import read_dense
+from .load import LINKED, load_json
 from .points import attribute_layout, attribute_rows, chunks_in_box, pick_attributes
 from .selection import Selection
 
 SEQUENTIAL = frozenset({"polyline", "streamline", "line"})
-LINKED = frozenset({"graph", "skeleton", "mesh"})
 
 _EMPTY_FI = FragmentIndex(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
@@ -159,8 +159,6 @@ async def _blob(ds, level, path: str) -> bytes | None:
     if arr is None:
         raw_doc = await ex.get(f"{level.index}/{path}/zarr.json", cache="meta")
         if raw_doc is not None:
-            from .load import load_json
-
             doc = load_json(raw_doc, f"{level.index}/{path}/zarr.json")
             if doc.get("node_type") == "array":
                 arr = CellArray(ex, f"{level.index}/{path}", parse_array(doc, key=f"{level.index}/{path}/zarr.json"))
