@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import anyio
 import numpy as np
 
 from ..errors import FormatError
@@ -132,16 +131,3 @@ def rows_from_payload(payload: bytes | None, dtype: np.dtype, row_shape: tuple[i
     if len(payload) % row_bytes:
         raise FormatError(f"{key}: payload of {len(payload)} bytes is not a whole number of {row_bytes}-byte rows")
     return np.frombuffer(payload, dtype=dtype).reshape(-1, *row_shape)
-
-
-async def gather_payloads(arrays: dict[str, CellArray], chunks) -> dict[str, list[bytes | None]]:
-    """Payloads of the same chunks from several arrays, all requests in flight together."""
-    out: dict[str, list[bytes | None]] = {}
-
-    async def one(name: str, arr: CellArray) -> None:
-        out[name] = await arr.payloads(chunks)
-
-    async with anyio.create_task_group() as tg:
-        for name, arr in arrays.items():
-            tg.start_soon(one, name, arr)
-    return out
