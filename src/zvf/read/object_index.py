@@ -136,10 +136,12 @@ class ObjectIndex:
         """Inner chunks holding ``rows``: ranged reads, or whole shards when they are small.
 
         A shard no bigger than latency x bandwidth costs about one round trip
-        whole, so it is read once and every manifest in it is cached: later
-        object reads in a store of up to ~100k objects need no manifest request.
+        whole, so it is read once and kept (raw, in the byte-bounded cache):
+        later object reads in it need no request, and only the inner chunks
+        asked for are ever decoded.
         """
         per, k = self.rows_per_chunk, self.inner
+        path = self.manifests.path
         inner_ids = sorted(set((rows // k).tolist()))  # global inner chunk numbers
         got = self._cached(inner_ids)
         todo = [i for i in inner_ids if i not in got]
@@ -147,35 +149,47 @@ class ObjectIndex:
         indexes = dict(zip(shards, await self.ex.gather([self._shard_index(s) for s in shards])))
         handle = self.ex.handle
         break_even = handle.latency_hint * handle.bandwidth_hint
-        wanted: dict[int, list[int]] = {}  # shard -> inner chunks to decode
-        for i in todo:
-            wanted.setdefault(i * k // per, []).append(i)
-        ranges, which = [], []
-        for shard, inner in wanted.items():
+        ranges, which = [], []  # which: ("shard", shard) or ("inner", i)
+        raw_shards: dict[int, bytes] = {}
+        for shard in shards:
             index = indexes[shard]
-            base = shard * (per // k)
             if index is None:
-                for i in inner:
-                    self._remember(got, i, [b""] * k)
                 continue
             offsets, nbytes = index
-            present = np.flatnonzero(offsets != EMPTY)
-            end = int((offsets[present] + nbytes[present]).max()) if len(present) else 0
+            present = offsets != EMPTY
+            end = int((offsets[present] + nbytes[present]).max()) if present.any() else 0
             if end <= break_even:
-                inner = [base + int(j) for j in present]  # the whole shard: cache all of it
-            for i in inner:
-                slot = i - base
-                if int(offsets[slot]) == EMPTY:
-                    self._remember(got, i, [b""] * k)
-                    continue
-                start = int(offsets[slot])
-                ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(nbytes[slot])))
-                which.append(i)
-        blobs = await self.ex.read_ranges(ranges)  # neighbouring inner chunks coalesce into one GET
-        for i, blob, r in zip(which, blobs, ranges):
+                raw = self.ex.get_cached("manifest", (path, "shard", shard))
+                if raw is None:
+                    ranges.append(ByteRange(self.manifests.key_of((shard,)), 0, end))
+                    which.append(("shard", shard))
+                else:
+                    raw_shards[shard] = raw
+                continue
+            for i in todo:
+                slot = i - shard * (per // k)
+                if 0 <= slot < per // k and present[slot]:
+                    start = int(offsets[slot])
+                    ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(nbytes[slot])))
+                    which.append(("inner", i))
+        blobs = await self.ex.read_ranges(ranges)
+        for (what, n), blob, r in zip(which, blobs, ranges):
             if blob is None or len(blob) != r.end - r.start:
-                raise MissingDataError(f"{r.key}: shard is shorter than its index says (inner chunk {i})")
-            self._remember(got, i, list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{i}]")))
+                raise MissingDataError(f"{r.key}: shard is shorter than its index says")
+            if what == "shard":
+                raw_shards[n] = blob
+                self.ex.put_cached("manifest", (path, "shard", n), blob)
+            else:
+                self._remember(got, n, list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{n}]")))
         for i in todo:
-            got.setdefault(i, [b""] * k)
+            if i in got:
+                continue
+            shard = i * k // per
+            index, slot = indexes[shard], i - shard * (per // k)
+            if shard in raw_shards and index[0][slot] != EMPTY:
+                start = int(index[0][slot])
+                blob = raw_shards[shard][start:start + int(index[1][slot])]
+                self._remember(got, i, list(self.manifests.codec.decode_items(blob, key=f"{path}[{i}]")))
+            else:  # absent inner chunk (or shard): empty manifests
+                self._remember(got, i, [b""] * k)
         return [got[int(r) // k][int(r) % k] for r in rows]
