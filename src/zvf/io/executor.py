@@ -287,23 +287,13 @@ class Executor:
                         if retry
                         else "the data source cannot be replayed"
                     )
-                    err = RemoteError(
-                        f"{op} of {key!r} on {self.label} failed and was not retried ({why}): "
-                        f"{e.reason}"
-                    )
-                    err.status = e.status  # type: ignore[attr-defined]
-                    err.attempts = attempt  # type: ignore[attr-defined]
-                    raise err from None
+                    raise _gave_up(f"{op} of {key!r} on {self.label} failed and was not retried ({why}): "
+                                   f"{e.reason}", e, attempt) from None
                 delay = self._rng.uniform(0.0, policy.backoff(attempt))
                 if attempt > policy.max_retries or elapsed + delay > policy.retry_timeout:
                     self.stats.failures += 1
-                    err = RemoteError(
-                        f"{op} of {key!r} on {self.label} failed after {attempt} attempts "
-                        f"in {elapsed:.2f}s; last error: {e.reason}"
-                    )
-                    err.status = e.status  # type: ignore[attr-defined]
-                    err.attempts = attempt  # type: ignore[attr-defined]
-                    raise err from None
+                    raise _gave_up(f"{op} of {key!r} on {self.label} failed after {attempt} attempts "
+                                   f"in {elapsed:.2f}s; last error: {e.reason}", e, attempt) from None
                 self.stats.retries += 1
                 await anyio.sleep(delay)
                 continue
@@ -619,6 +609,14 @@ class Executor:
             for a in aws:  # close coroutines never started because of an error
                 if inspect.iscoroutine(a) and inspect.getcoroutinestate(a) == inspect.CORO_CREATED:
                     a.close()
+
+
+def _gave_up(message: str, cause, attempts: int) -> RemoteError:
+    """The RemoteError ending a request: carries the last HTTP status and the attempts made."""
+    err = RemoteError(message)
+    err.status = cause.status  # type: ignore[attr-defined]
+    err.attempts = attempts  # type: ignore[attr-defined]
+    return err
 
 
 async def _await(a: Awaitable[T]) -> T:

@@ -206,15 +206,17 @@ class AsyncDataset:
         """
         return await objects.read_objects(self, ids, level=level, attributes=attributes, combined=combined)
 
-    async def object_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
-        """Dense per-object attribute (NaN where absent)."""
-        lvl = await self.family(level, "object_attributes")
-        arr = lvl.array(f"object_attributes/{name}")
+    async def _dense(self, family: str, name: str, level: int) -> np.ndarray:
+        lvl = await self.family(level, family)
+        arr = lvl.array(f"{family}/{name}")
         if arr is None:
-            raise InvalidArgumentError(
-                f"object attribute {name!r} not in level {level} (it has {lvl.named('object_attributes')})"
-            )
+            raise InvalidArgumentError(f"{family[:-1].replace('_', ' ')} {name!r} not in level {level} "
+                                       f"(it has {lvl.named(family)})")
         return await read_dense(self._ex, arr)
+
+    async def object_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
+        """Dense per-object attribute, row i = the i-th object id (absent = the dtype's sentinel)."""
+        return await self._dense("object_attributes", name, level)
 
     async def groups(self, *, level: int = 0) -> list[np.ndarray]:
         """Every group's member object ids, by group id."""
@@ -243,13 +245,8 @@ class AsyncDataset:
         return groups[int(gid)]
 
     async def group_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
-        lvl = await self.family(level, "group_attributes")
-        arr = lvl.array(f"group_attributes/{name}")
-        if arr is None:
-            raise InvalidArgumentError(
-                f"group attribute {name!r} not in level {level} (it has {lvl.named('group_attributes')})"
-            )
-        return await read_dense(self._ex, arr)
+        """Dense per-group attribute, row g = group g."""
+        return await self._dense("group_attributes", name, level)
 
     async def info(self) -> dict:
         """A summary of the store for ``zvf info``."""

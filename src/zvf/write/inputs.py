@@ -60,16 +60,20 @@ def row_attributes(attributes, n: int, what: str = "attributes") -> dict[str, np
     return out
 
 
+def as_int64(arr: np.ndarray, name: str, what: str = "integers", verb: str = "be") -> np.ndarray:
+    """Integers, or floats that hold whole numbers, as int64; anything else names ``name``."""
+    if arr.dtype.kind not in "iu" and not (
+        arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
+    ):
+        raise InvalidArgumentError(f"{name} must {verb} {what}, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
 def integer_ids(values, n: int, name: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.shape != (n,):
         raise InvalidArgumentError(f"{name} has shape {arr.shape}; expected ({n},)")
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise InvalidArgumentError(f"{name} must be integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64)
+    return as_int64(arr, name)
 
 
 def bounds_for(positions: np.ndarray, bounds, ndim: int) -> tuple[list, list]:

@@ -129,12 +129,7 @@ def _index_array(values, name: str, width: int | None, n_vertices: int, what: st
     if arr.ndim != 2 or (width is not None and arr.shape[1] != width):
         want = f"(M, {width})" if width is not None else "(F, L)"
         raise InvalidArgumentError(f"{name} must be an {want} integer array, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise InvalidArgumentError(f"{name} must hold integer vertex indices, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
+    arr = inputs.as_int64(arr, name, "integer vertex indices", verb="hold")
     bad = (arr < 0) | (arr >= n_vertices)
     if bad.any():
         r = int(np.flatnonzero(bad.any(axis=1))[0])
