@@ -125,12 +125,24 @@ class ObjectIndex:
         return [got[int(r) // per][int(r) % per] for r in rows]
 
     async def _shard_index(self, shard: int):
+        """A shard's index, by one suffix read that brings the whole shard when it is small.
+
+        The suffix asked for is the index or one round trip's worth of bytes
+        (latency x bandwidth, at most PREFETCH_LIMIT), whichever is larger: a
+        shard that fits comes back whole and is kept raw, so the first object
+        read in it needs no manifest request at all.
+        """
         key = self.manifests.key_of((shard,))
         n_inner = self.rows_per_chunk // self.inner
-        tail = await self.ex.get_suffix(key, index_nbytes(n_inner), cache="shard_index")
+        index_size = index_nbytes(n_inner)
+        handle = self.ex.handle
+        want = max(index_size, min(PREFETCH_LIMIT, int(handle.latency_hint * handle.bandwidth_hint)))
+        tail = await self.ex.get_suffix(key, want, cache="shard_index")
         if tail is None:
             return None
-        return decode_shard_index(tail, n_inner, key=key)
+        if len(tail) < want and self.ex.get_cached("manifest", (self.manifests.path, "shard", shard)) is None:
+            self.ex.put_cached("manifest", (self.manifests.path, "shard", shard), tail)  # the whole shard
+        return decode_shard_index(tail[-index_size:], n_inner, key=key)
 
     async def _sharded(self, rows: np.ndarray) -> list:
         """Inner chunks holding ``rows``: ranged reads, or whole shards when they are small.
