@@ -91,9 +91,9 @@ def simulate() -> None:
 
         cold, warm = results[0], results[1:]
         assert cold["cold"] and not any(r["cold"] for r in warm) and _opens == 1
-        # The same objects again: no metadata, no object index -- strictly less than the cold call
-        # minus what opening alone costs.
-        assert warm[0]["requests"] < cold["requests"] - open_cost, (warm[0], cold, open_cost)
+        # The same objects again: no metadata, no object index -- no more than the cold call minus
+        # what opening alone costs (opening already brought this small store's manifests).
+        assert warm[0]["requests"] <= cold["requests"] - open_cost, (warm[0], cold, open_cost)
         assert warm[-1]["requests"] == warm[0]["requests"]  # steady state: only the data cells
         print(f"opening costs {open_cost} requests; the cold call made {cold['requests']}, warm calls "
               f"{[r['requests'] for r in warm]}")
