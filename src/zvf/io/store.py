@@ -461,35 +461,15 @@ def _build_cloud(
     if config.get("skip_signature") is not None:
         config["skip_signature"] = bool(config["skip_signature"])
     retry_config = _retry_config(zvf)
-    if scheme == "s3":
-        from obstore.store import S3Store
+    from obstore import store as obstores
 
-        return _build(
-            lambda: S3Store.from_url(
-                target, config=config, client_options=client, retry_config=retry_config
-            ),
-            url, secrets,
-        )
-    if scheme == "gs":
-        from obstore.store import GCSStore
-
-        if "endpoint" in config:
-            config["base_url"] = config.pop("endpoint")
-        if target.lower().startswith("gcs://"):
-            target = "gs://" + target[len("gcs://"):]
-        return _build(
-            lambda: GCSStore.from_url(
-                target, config=config, client_options=client, retry_config=retry_config
-            ),
-            url, secrets,
-        )
-    from obstore.store import AzureStore
-
-    if target.lower().startswith("azure://"):
-        target = "az://" + target[len("azure://"):]
+    store_cls = {"s3": obstores.S3Store, "gs": obstores.GCSStore, "az": obstores.AzureStore}[scheme]
+    if scheme == "gs" and "endpoint" in config:
+        config["base_url"] = config.pop("endpoint")
+    alias = {"gs": "gcs://", "az": "azure://"}.get(scheme)
+    if alias and target.lower().startswith(alias):
+        target = f"{scheme}://" + target[len(alias):]
     return _build(
-        lambda: AzureStore.from_url(
-            target, config=config, client_options=client, retry_config=retry_config
-        ),
+        lambda: store_cls.from_url(target, config=config, client_options=client, retry_config=retry_config),
         url, secrets,
     )
