@@ -90,17 +90,8 @@ class Stats:
         self.reset()
 
     def reset(self) -> None:
-        self.requests = 0
-        self.bytes = 0
-        self.retries = 0
-        self.failures = 0
-        self.cache_hits = 0
-        self.cache_misses = 0
-        self.inflight_shared = 0
-        self.puts = 0
-        self.bytes_put = 0
-        self.max_inflight = 0
-        self.round_trips = 0
+        for name in self.FIELDS:
+            setattr(self, name, 0)
         self._inflight = 0
         self._done_depth = 0  # deepest chain among finished requests
 
