@@ -1,6 +1,6 @@
 """Fixture-store access for the format tests, independent of zvf's own decoders.
 
-``ref_arrays`` (session) walks /work/shared/fixtures/ref-0.9.2 (override with
+``ref_arrays`` (session) walks tests.conftest.REF_FIXTURES (override with
 ZVF_REF_FIXTURES) with plain struct/numcodecs code and yields every Zarr array
 with its stored objects and decoded vlen items; tests that need it skip when
 the fixtures are absent.  ``fuzz_counts`` (session) is a Counter the fuzz tests
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REF = Path(os.environ.get("ZVF_REF_FIXTURES", "/work/shared/fixtures/ref-0.9.2"))
+from tests.conftest import REF_FIXTURES as REF
 
 FUZZ_COUNTS: collections.Counter = collections.Counter()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import struct
@@ -59,14 +60,18 @@ def test_for_writing_json():
     }
     blosc = CellCodec.for_writing("blosc").codecs_json()[1]
     assert json.dumps(blosc) == json.dumps(
-        {"name": "blosc", "configuration": {"typesize": 4, "cname": "zstd", "clevel": 5, "shuffle": "bitshuffle", "blocksize": 0}}
+        {"name": "blosc",
+         "configuration": {"typesize": 4, "cname": "zstd", "clevel": 5, "shuffle": "bitshuffle", "blocksize": 0}}
     )
     sh = CellCodec.for_writing("zstd", (2, 2, 2)).codecs_json()
     fixture = REF / "points3d_sharded_zstd.zarrvectors" / "0" / "vertices" / "zarr.json"
     if fixture.exists():
         assert json.dumps(sh) == json.dumps(json.loads(fixture.read_text())["codecs"])
-    with pytest.raises(InvalidArgumentError):
-        CellCodec.for_writing("gzip")
+    assert CellCodec.for_writing("gzip").codecs_json()[1] == {"name": "gzip", "configuration": {"level": 5}}
+    with pytest.raises(InvalidArgumentError, match="compression"):
+        CellCodec.for_writing("brotli")
+    with pytest.raises(InvalidArgumentError, match=r"unsupported codec 'numcodecs\.zfpy'"):
+        CellCodec.for_writing([{"name": "numcodecs.zfpy", "configuration": {}}])
     with pytest.raises(InvalidArgumentError):
         CellCodec.for_writing("zstd", 2)
     assert CellCodec.for_writing("zstd", (2, 2)) == CellCodec.for_writing("zstd", (2, 2))
@@ -90,9 +95,11 @@ VLEN = {"name": "vlen-bytes", "configuration": {}}
 @pytest.mark.parametrize(
     "codecs, msg",
     [
-        ([VLEN, {"name": "gzip", "configuration": {"level": 5}}], "unsupported codec 'gzip'"),
+        ([VLEN, {"name": "numcodecs.zfpy", "configuration": {}}], "unsupported codec 'numcodecs.zfpy'"),
         ([{"name": "transpose"}, VLEN], "unsupported serializer codec 'transpose'"),
-        ([VLEN, {"name": "zstd"}, {"name": "crc32c"}], "unsupported codec chain"),
+        ([VLEN, {"name": "gzip", "configuration": {"level": "high"}}], "gzip configuration"),
+        ([VLEN, {"name": "numcodecs.lzma", "configuration": {"format": 99}}], "lzma configuration"),
+        ([VLEN, {"name": "crc32c", "configuration": {"location": "middle"}}], "location"),
         ([VLEN, {"name": "blosc", "configuration": {"cname": "brotli"}}], "blosc configuration"),
         ([], "no codecs"),
         (
@@ -119,11 +126,11 @@ def test_unsupported(codecs, msg):
 
 def test_sharded_variants():
     inner = [VLEN, {"name": "zstd", "configuration": {"level": 3, "checksum": True}}]
-    cfg = {"chunk_shape": [1, 1, 1], "codecs": inner, "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-           "index_location": "start"}
+    cfg = {"chunk_shape": [1, 1, 1], "codecs": inner,
+           "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}], "index_location": "start"}
     cc = CellCodec.from_array_metadata(_meta([{"name": "sharding_indexed", "configuration": cfg}], (4, 2, 1)), key="k")
     assert cc.shard == (4, 2, 1) and cc.cells_per_shard == 8 and cc.index_location == "start" and not cc.index_crc
-    assert cc.compressor == ("zstd", {"level": 3, "checksum": True})
+    assert cc.compressors == (("zstd", {"level": 3, "checksum": True}),)
     assert bytes(cc.decode(cc.encode(b"payload"))) == b"payload"
     assert cc.codecs_json()[0]["configuration"] == cfg
 
@@ -203,10 +210,8 @@ def test_zstd_header_lies():
     # corrupt compressed body: libzstd reports it, we wrap it
     comp = bytearray(numcodecs.zstd.compress(bytes(range(256)) * 64, 5))
     comp[len(comp) // 2] ^= 0xFF
-    try:
+    with contextlib.suppress(FormatError):
         zstd_decompress(bytes(comp), key=KEY)
-    except FormatError:
-        pass
 
 
 def test_cell_max_size():
@@ -262,7 +267,7 @@ def test_blosc_store_readable_by_zarr_and_reference(tmp_path):
         if meta.get("node_type") != "array" or meta.get("data_type") != "variable_length_bytes":
             continue
         plain = CellCodec.from_array_metadata(meta, key=str(zj))
-        assert plain.compressor is None
+        assert plain.compressors == ()
         for cell in (zj.parent / "c").rglob("*"):
             if cell.is_file():
                 payload = bytes(plain.decode(cell.read_bytes(), key=str(cell)))
@@ -302,7 +307,8 @@ def test_blosc_header_checks():
 
 
 def test_bytes_serializer():
-    meta = _meta([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 0, "checksum": False}}])
+    meta = _meta([{"name": "bytes", "configuration": {"endian": "little"}},
+                  {"name": "zstd", "configuration": {"level": 0, "checksum": False}}])
     cc = CellCodec.from_array_metadata(meta, key="0/object_index/object_ids")
     data = np.arange(10, dtype="<i8").tobytes()
     assert bytes(cc.decode(cc.encode(data))) == data
@@ -316,3 +322,73 @@ def test_decode_types():
         assert type(cc.decode(raw)) is bytes and cc.decode(raw) == b"\x01\x02\x00"
         view = cc.decode_view(raw)
         assert isinstance(view, memoryview) and bytes(view) == b"\x01\x02\x00"
+
+
+# -- codec lists 0.9.2 writes verbatim --------------------------------------------------------------
+
+
+def _chain(*codecs):
+    return CellCodec.from_array_metadata(_meta([VLEN, *codecs]), key="0/vertices")
+
+
+BOMB = b"\0" * (1 << 20)
+
+
+@pytest.mark.parametrize("codec, compress", [
+    ({"name": "gzip", "configuration": {"level": 9}}, lambda b: __import__("gzip").compress(b, 9)),
+    ({"name": "numcodecs.zlib", "configuration": {"level": 9}}, lambda b: __import__("zlib").compress(b, 9)),
+    ({"name": "numcodecs.bz2", "configuration": {"level": 9}}, lambda b: __import__("bz2").compress(b, 9)),
+    ({"name": "numcodecs.lzma", "configuration": {}}, lambda b: __import__("lzma").compress(b)),
+    ({"name": "numcodecs.lz4", "configuration": {}}, lambda b: bytes(__import__("numcodecs.lz4").lz4.compress(b))),
+])
+def test_bombs_are_refused_before_inflating(codec, compress):
+    """A small blob that inflates past max_size is refused; the limit, not the blob, bounds the memory."""
+    cc = _chain(codec)
+    blob = compress(encode_vlen([BOMB]))
+    assert len(blob) < len(BOMB) // 50
+    with pytest.raises(FormatError, match=r"0/vertices.*limit"):
+        cc.decode(blob, key="0/vertices", max_size=1 << 16)
+    assert cc.decode(blob, key="0/vertices") == BOMB
+    with pytest.raises(FormatError, match="0/vertices"):
+        cc.decode(blob[: len(blob) // 2], key="0/vertices")  # truncated stream
+
+
+def test_lz4_header_lies_are_refused_without_allocating():
+    with pytest.raises(FormatError, match="cannot hold"):
+        _chain({"name": "numcodecs.lz4"}).decode((1 << 30).to_bytes(4, "little") + b"\0" * 10, key="k")
+    with pytest.raises(FormatError, match="limit"):
+        _chain({"name": "numcodecs.lz4"}).decode((-5).to_bytes(4, "little", signed=True) + b"\0", key="k")
+
+
+@pytest.mark.parametrize("codec", [{"name": "crc32c"}, {"name": "numcodecs.crc32", "configuration": {}},
+                                   {"name": "numcodecs.adler32", "configuration": {"location": "end"}},
+                                   {"name": "numcodecs.crc32c", "configuration": {}}])
+def test_checksums_match_numcodecs_and_catch_corruption(codec):
+    """zvf's checksum bytes are numcodecs' (what zarr writes), and a flipped byte is reported by key."""
+    import numcodecs
+
+    cc = _chain(codec)
+    blob = cc.encode(b"payload bytes")
+    short = codec["name"].removeprefix("numcodecs.")
+    ref = numcodecs.get_codec({"id": short, **codec.get("configuration", {})}) if short != "crc32c" else \
+        numcodecs.get_codec({"id": "crc32c", "location": "end"})
+    assert bytes(ref.encode(encode_vlen([b"payload bytes"]))) == blob
+    bad = bytearray(blob)
+    bad[9] ^= 1
+    with pytest.raises(FormatError, match=r"k: .*checksum mismatch"):
+        cc.decode(bytes(bad), key="k")
+
+
+def test_chain_order_and_json_roundtrip():
+    """Codecs undo in reverse order; 0.9.2's JSON (crc32c bare) is written back unchanged."""
+    codecs = [{"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+              {"name": "zstd", "configuration": {"level": 3, "checksum": True}}, {"name": "crc32c"}]
+    cc = _chain(*codecs)
+    assert cc.codecs_json() == [VLEN, *codecs]
+    payload = np.arange(1000, dtype=np.float32).tobytes()
+    assert cc.decode(cc.encode(payload)) == payload
+    import numcodecs
+
+    shuffled = numcodecs.Shuffle(elementsize=4).encode(np.frombuffer(encode_vlen([payload]), np.uint8))
+    assert bytes(shuffled) == bytes(_chain(codecs[0]).encode(payload))
+    assert CellCodec.for_writing(codecs) == cc

@@ -99,7 +99,8 @@ def test_matches_reference_encoder():
 
 def test_reference_reads_explicit_index():
     ref = _oracle()
-    fi = FragmentIndex.from_lists([np.array([3, 1, 1]), None, np.array([], np.int64), (7, 2)], starts=[0, 4], counts=[0, 3])
+    fi = FragmentIndex.from_lists([np.array([3, 1, 1]), None, np.array([], np.int64), (7, 2)],
+                                  starts=[0, 4], counts=[0, 3])
     dec = ref.decode_fragments(encode_fragment_index(fi))
     assert dec.num_fragments == 4
     assert list(dec.indices(0)) == [3, 1, 1] and dec.range(1) == (4, 3)
@@ -267,7 +268,7 @@ def test_round_trip_large():
     fi = FragmentIndex.from_ranges(starts, counts)
     back = decode_fragment_index(encode_fragment_index(fi), n_rows=int(counts.sum()))
     assert back.equals(fi) and back.tiles(int(counts.sum()))
-    rows, lens = back.gather(np.arange(5000))
+    rows, _lens = back.gather(np.arange(5000))
     assert np.array_equal(rows, np.arange(counts.sum()))
 
 

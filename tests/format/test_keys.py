@@ -108,7 +108,7 @@ def test_chunk_ids():
             parse_chunk_id(bad)
     with pytest.raises(FormatError, match="expected 3"):
         parse_chunk_id("1.0", ndim=3)
-    with pytest.raises(FormatError, match="'1.0'"):
+    with pytest.raises(FormatError, match=r"'1\.0'"):
         parse_chunk_ids(["0.0.0", "1.0", "2.0.0.0"], 3)
 
 

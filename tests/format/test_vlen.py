@@ -48,8 +48,8 @@ def test_encode_accepts_buffers():
 
 def test_spans():
     frame = encode_vlen([b"ab", b"", b"cde"])
-    s, l = decode_vlen_spans(frame)
-    assert s.tolist() == [8, 14, 18] and l.tolist() == [2, 0, 3]
+    starts, lens = decode_vlen_spans(frame)
+    assert starts.tolist() == [8, 14, 18] and lens.tolist() == [2, 0, 3]
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 Supported pipelines (what 0.9.2 writes, plus what plain zarr may write for
 the same arrays)::
 
-    [vlen-bytes | bytes] [+ zstd | blosc]
+    [vlen-bytes | bytes] [+ bytes-to-bytes codecs ...]
     sharding_indexed(inner chunk_shape all ones; codecs as above;
                      index_codecs [bytes little, crc32c?]; index at end or start)
 
@@ -21,35 +21,51 @@ the same arrays)::
   "index_location": "end"}}]``; the array's ``chunk_grid`` chunk_shape is then
   the number of cells per shard.
 
+The bytes-to-bytes codecs read are every one zarr-python 3 and numcodecs
+register that 0.9.2 can write into a ``compressor=[...]`` list: ``zstd``,
+``blosc``, ``gzip``, ``crc32c`` and ``numcodecs.{zstd, blosc, gzip, zlib,
+bz2, lzma, lz4, crc32, crc32c, adler32, shuffle}``.
+
 For sharded arrays :meth:`CellCodec.encode` / :meth:`CellCodec.decode`
 work on one inner chunk (one cell); use :mod:`.shard` to assemble / split
 shard objects.  Decompression is bounded (``max_size``) *before* anything
 is allocated: zstd frame headers and block headers are walked to bound the
-output (frames without a content size included), blosc headers are
-checked against the buffer.  numcodecs is imported lazily.
+output (frames without a content size included), blosc and lz4 headers
+are checked against the buffer, and the streaming decoders (gzip, zlib,
+bz2, lzma) stop at ``max_size + 1`` bytes.  numcodecs is imported lazily.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping, Sequence
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
-from .vlen import byte_view, decode_vlen, encode_vlen
+from .vlen import as_u8, byte_view, decode_vlen, decode_vlen_frames, encode_vlen
+
+if TYPE_CHECKING:
+    import zstandard
+    from typing_extensions import Buffer
+
+    from .types import BytesLike
 
 __all__ = [
-    "CellCodec",
+    "BLOSC_CONFIG",
     "DEFAULT_MAX_SIZE",
     "ZSTD_CONFIG",
-    "BLOSC_CONFIG",
-    "zstd_decompress",
-    "zstd_bound",
+    "CellCodec",
     "blosc_decompress",
+    "zstd_bound",
+    "zstd_decompress",
+    "zstd_decompress_many",
 ]
 
 #: Default bound on one decoded cell (bytes).
@@ -57,7 +73,7 @@ DEFAULT_MAX_SIZE = 1 << 31
 
 ZSTD_CONFIG: dict[str, Any] = {"level": 0, "checksum": False}
 BLOSC_CONFIG: dict[str, Any] = {"typesize": 4, "cname": "zstd", "clevel": 5, "shuffle": "bitshuffle", "blocksize": 0}
-_INDEX_CODECS = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+_INDEX_CODECS: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
 _BLOSC_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _BLOSC_CNAMES = {"blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"}
 
@@ -69,7 +85,7 @@ _BLOCK_MAX = 128 * 1024
 # zstd
 
 
-def zstd_bound(data, *, key: str = "?") -> list[tuple[int, int, int | None, int]]:
+def zstd_bound(data: BytesLike, *, key: str = "?") -> list[tuple[int, int, int | None, int]]:
     """Walk zstd frames without decompressing.
 
     Returns per frame ``(start, end, content_size or None, output upper bound)``;
@@ -133,6 +149,7 @@ def zstd_bound(data, *, key: str = "?") -> list[tuple[int, int, int | None, int]
         pos += fcs_size
         if single:
             window = content
+        assert window is not None  # a single-segment frame always declares its content size
         block_max = min(window, _BLOCK_MAX)
         bound = 0
         while True:
@@ -173,16 +190,15 @@ def zstd_bound(data, *, key: str = "?") -> list[tuple[int, int, int | None, int]
     return frames
 
 
-def zstd_decompress(data, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
     """Decompress zstd frame(s) with the output bounded by ``max_size`` before allocation."""
     frames = zstd_bound(data, key=key)
     total = sum(f[3] for f in frames)
     if total > max_size:
         raise FormatError(f"{key}: zstd data may decompress to {total} bytes, above the {max_size}-byte limit")
-    # Reads use python-zstandard: importing numcodecs costs ~70 ms of a cold start, and the
-    # decompressed bytes do not depend on the library (writes still compress with numcodecs).
     import zstandard
 
+    dctx = _decompressor()
     mv = byte_view(data)
     out = []
     for start, end, content, bound in frames:
@@ -190,7 +206,7 @@ def zstd_decompress(data, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -
             out.append(b"")
             continue
         try:
-            piece = zstandard.ZstdDecompressor().decompress(mv[start:end], max_output_size=max(bound, 1))
+            piece = dctx.decompress(mv[start:end], max_output_size=max(bound, 1))
         except (zstandard.ZstdError, ValueError) as exc:
             raise FormatError(f"{key}: corrupt zstd data ({exc})") from exc
         if content is not None and len(piece) != content:
@@ -201,11 +217,132 @@ def zstd_decompress(data, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -
     return out[0] if len(out) == 1 else b"".join(out)
 
 
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's reusable zstd decompression context (building one per frame dominated small reads).
+
+    Reads use python-zstandard: importing numcodecs costs ~70 ms of a cold start, and the
+    decompressed bytes do not depend on the library (writes still compress with numcodecs).
+    """
+    d: zstandard.ZstdDecompressor | None = getattr(_local, "zstd", None)
+    if d is None:
+        import zstandard
+
+        d = _local.zstd = zstandard.ZstdDecompressor()
+    return d
+
+
+def _le_at(u8: NDArray[np.uint8], pos: NDArray[np.int64], width: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Little-endian unsigned ints of ``width`` (0..8) bytes at ``pos`` (bytes past the buffer read as 0)."""
+    idx = pos[:, None] + np.arange(8)
+    b = np.where((np.arange(8) < width[:, None]) & (idx < u8.size), u8[np.minimum(idx, u8.size - 1)], 0)
+    le: NDArray[np.int64] = (
+        (b.astype(np.uint64) << (8 * np.arange(8, dtype=np.uint64))).sum(axis=1, dtype=np.uint64).astype(np.int64)
+    )
+    return le
+
+
+def _zstd_frames_checked(
+    u8: NDArray[np.uint8], starts: NDArray[np.int64], ends: NDArray[np.int64], max_size: int
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """Vectorized :func:`zstd_bound` over many single-frame buffers.
+
+    Returns ``(ok, content)``: ``ok`` marks buffers holding exactly one
+    well-formed frame that declares a content size within its blocks' bound
+    and ``max_size``; the rest (anything unusual or wrong) go through the
+    scalar path, which decodes or names the defect.
+    """
+    n = starts.size
+    size = ends - starts
+    ok = size >= 6
+    magic = _le_at(u8, starts, np.full(n, 4))
+    ok &= magic == _ZSTD_MAGIC
+    fhd = u8[np.minimum(starts + 4, u8.size - 1)].astype(np.int64)
+    single = (fhd >> 5) & 1
+    ok &= ((fhd & 0x08) == 0) & ((fhd & 3) == 0)  # no reserved bit, no dictionary id
+    fcs_size = np.array([0, 2, 4, 8])[fhd >> 6]
+    fcs_size = np.where((fhd >> 6 == 0) & (single == 1), 1, fcs_size)
+    ok &= fcs_size > 0
+    wd = u8[np.minimum(starts + 5, u8.size - 1)].astype(np.int64)
+    base = np.left_shift(1, np.minimum(10 + (wd >> 3), 62))
+    window = base + (base >> 3) * (wd & 7)
+    hpos = starts + 5 + (1 - single)
+    ok &= hpos + fcs_size <= ends
+    content = _le_at(u8, hpos, np.where(ok, fcs_size, 0)) + np.where(fcs_size == 2, 256, 0)
+    window = np.where(single == 1, content, window)
+    block_max = np.minimum(window, _BLOCK_MAX)
+    pos = hpos + fcs_size
+    bound = np.zeros(n, dtype=np.int64)
+    act = np.flatnonzero(ok)
+    while act.size:  # one step per block position, all frames at once
+        p = pos[act]
+        good = p + 3 <= ends[act]
+        bh = _le_at(u8, p, np.where(good, 3, 0))
+        btype, bsize = (bh >> 1) & 3, bh >> 3
+        good &= (btype != 3) & (bsize <= block_max[act])
+        step = np.where(btype == 1, 4, 3 + bsize)
+        bound[act] += np.where(btype == 0, bsize, np.where(btype == 1, bsize, block_max[act]))
+        p = p + step
+        good &= p <= ends[act]
+        ok[act[~good]] = False
+        pos[act] = p
+        act = act[good & ((bh & 1) == 0)]
+    pos += np.where((fhd >> 2) & 1 == 1, 4, 0)
+    ok &= (pos == ends) & (content >= 0) & (content <= bound) & (content <= max_size)
+    return ok, content
+
+
+def zstd_decompress_many(
+    data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE
+) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
+    """Decompress many zstd buffers ``data[starts[i]:ends[i]]`` in one go.
+
+    Returns ``(out, out_starts, out_ends)``: one uint8 buffer holding every
+    output back to back.  Frame headers and block headers are checked for
+    all buffers at once (no allocation beyond what the headers, bounded by
+    the blocks, allow), then one C call decompresses them all; buffers with
+    anything unusual take :func:`zstd_decompress`, which names the defect.
+    """
+    import zstandard
+
+    u8 = as_u8(data)
+    starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+    ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+    ok, content = _zstd_frames_checked(u8, starts, ends, max_size)
+    ok_nonempty = np.flatnonzero(ok & (content > 0))
+    pieces: list[Buffer] = [b""] * starts.size
+    if ok_nonempty.size:
+        mv = memoryview(u8)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ only on Python >= 3.12
+        frames: list[bytes | bytearray | memoryview] = [
+            mv[s:e] for s, e in zip(starts[ok_nonempty].tolist(), ends[ok_nonempty].tolist())
+        ]
+        try:
+            got = _decompressor().multi_decompress_to_buffer(
+                frames, decompressed_sizes=content[ok_nonempty].astype("<u8").tobytes())
+        except (zstandard.ZstdError, ValueError) as exc:
+            raise FormatError(f"{key}: corrupt zstd data ({exc})") from exc
+        # zstandard's stub gives the collection __len__/__getitem__ but no __iter__; it iterates at run time
+        for i, seg in zip(ok_nonempty.tolist(), got):  # type: ignore[call-overload]
+            pieces[i] = seg
+    for i in np.flatnonzero(~ok).tolist():
+        pieces[i] = zstd_decompress(u8[starts[i]:ends[i]], key=f"{key}[{i}]", max_size=max_size)
+    return _packed(pieces)
+
+
+def _packed(pieces: Sequence[Buffer]) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
+    """Join bytes-like pieces into one uint8 buffer with their (starts, ends)."""
+    lens = np.fromiter((memoryview(p).nbytes for p in pieces), dtype=np.int64, count=len(pieces))
+    out_ends = np.cumsum(lens)
+    return np.frombuffer(b"".join(pieces), dtype=np.uint8), out_ends - lens, out_ends
+
+
 # ---------------------------------------------------------------------------
 # blosc
 
 
-def blosc_decompress(data, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+def blosc_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
     """Decompress a blosc(1) buffer after checking its 16-byte header against the data."""
     mv = byte_view(data)
     size = mv.nbytes
@@ -239,7 +376,7 @@ def blosc_decompress(data, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) 
     from numcodecs import blosc as _b
 
     try:
-        out = _b.decompress(mv)
+        out: bytes = _b.decompress(mv)
     except Exception as exc:
         raise FormatError(f"{key}: corrupt blosc data ({exc})") from exc
     if len(out) != nbytes:
@@ -248,17 +385,236 @@ def blosc_decompress(data, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) 
 
 
 # ---------------------------------------------------------------------------
+# streaming decoders, checksums, lz4, shuffle
 
 
-def _int_list(v) -> bool:
+class _Decompressor(Protocol):
+    """What zlib, bz2 and lzma decompression objects share (typing only)."""
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+
+def _stream_decompress(
+    data: BytesLike, new: Callable[[], _Decompressor], *, key: str, what: str, max_size: int
+) -> bytes:
+    """Run ``new()`` decompressors over back-to-back streams, stopping past ``max_size``.
+
+    The output never grows beyond ``max_size + 1`` bytes, so a bomb is
+    refused without being inflated.
+    """
+    mv = byte_view(data)
+    if mv.nbytes == 0:
+        raise FormatError(f"{key}: empty {what} stream")
+    out, total, rest = [], 0, bytes(mv)
+    while rest:
+        d = new()
+        try:
+            piece = d.decompress(rest, max_size - total + 1)
+        except Exception as exc:  # each library has its own error types
+            raise FormatError(f"{key}: corrupt {what} data ({exc})") from exc
+        total += len(piece)
+        if total > max_size:
+            raise FormatError(f"{key}: {what} data decompresses to more than the {max_size}-byte limit")
+        out.append(piece)
+        if not d.eof:
+            raise FormatError(f"{key}: truncated {what} data")
+        rest = d.unused_data
+    return b"".join(out)
+
+
+def _lzma_new(cfg: Mapping[str, Any], key: str) -> Callable[[], _Decompressor]:
+    import lzma
+
+    fmt = cfg.get("format", lzma.FORMAT_AUTO)
+    if fmt == lzma.FORMAT_XZ or fmt == lzma.FORMAT_ALONE:
+        fmt = lzma.FORMAT_AUTO  # the header names the container; AUTO reads both
+    try:
+        lzma.LZMADecompressor(format=fmt, filters=cfg.get("filters") if fmt == lzma.FORMAT_RAW else None)
+    except (TypeError, ValueError, lzma.LZMAError) as exc:
+        raise FormatError(f"{key}: lzma configuration {dict(cfg)!r} is not supported ({exc})") from exc
+    return lambda: lzma.LZMADecompressor(format=fmt, filters=cfg.get("filters") if fmt == lzma.FORMAT_RAW else None)
+
+
+def lz4_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """numcodecs' lz4 frame: i32 little-endian decoded size, then one lz4 block."""
+    mv = byte_view(data)
+    if mv.nbytes < 4:
+        raise FormatError(f"{key}: lz4 buffer of {mv.nbytes} bytes has no size header")
+    (n,) = struct.unpack_from("<i", mv, 0)
+    if n < 0 or n > max_size:
+        raise FormatError(f"{key}: lz4 header says {n} bytes (limit {max_size})")
+    # A block expands at most 255x; a header beyond that is a lie we need not allocate for.
+    if n > 255 * (mv.nbytes - 4) + 16:
+        raise FormatError(f"{key}: lz4 header says {n} bytes but {mv.nbytes - 4} compressed bytes cannot hold them")
+    from numcodecs import lz4 as _lz4
+
+    try:
+        out = _lz4.decompress(mv)
+    except Exception as exc:
+        raise FormatError(f"{key}: corrupt lz4 data ({exc})") from exc
+    if len(out) != n:
+        raise FormatError(f"{key}: lz4 yielded {len(out)} bytes, header says {n}")
+    return bytes(out)
+
+
+def _checksum_fn(name: str) -> Callable[[bytes], int]:
+    if name in ("crc32c", "numcodecs.crc32c"):
+        from .shard import crc32c
+
+        return crc32c
+    return zlib.crc32 if name == "numcodecs.crc32" else zlib.adler32
+
+
+# name -> where its 4-byte checksum sits by default (zarr's crc32c: end; numcodecs' crc32/adler32: start)
+_CHECKSUMS = {"crc32c": "end", "numcodecs.crc32c": "end", "numcodecs.crc32": "start", "numcodecs.adler32": "start"}
+
+
+def _checksum_strip(data: BytesLike, name: str, cfg: Mapping[str, Any], key: str) -> memoryview:
+    mv = byte_view(data)
+    if mv.nbytes < 4:
+        raise FormatError(f"{key}: {name} data of {mv.nbytes} bytes has no 4-byte checksum")
+    at_end = cfg.get("location", _CHECKSUMS[name]) == "end"
+    body, stored = (mv[:-4], mv[-4:]) if at_end else (mv[4:], mv[:4])
+    want = int.from_bytes(stored, "little")
+    got = _checksum_fn(name)(bytes(body)) & 0xFFFFFFFF
+    if got != want:
+        raise FormatError(f"{key}: {name} checksum mismatch (stored {want:#010x}, computed {got:#010x})")
+    return body
+
+
+def _checksum_add(raw: bytes, name: str, cfg: Mapping[str, Any]) -> bytes:
+    c = (_checksum_fn(name)(raw) & 0xFFFFFFFF).to_bytes(4, "little")
+    return raw + c if cfg.get("location", _CHECKSUMS[name]) == "end" else c + raw
+
+
+def _unshuffle(data: BytesLike, elementsize: int) -> memoryview:
+    """Invert numcodecs' byte shuffle: byte j of every element stored together, tail bytes as is."""
+    a = np.frombuffer(byte_view(data), dtype=np.uint8)
+    k = len(a) // elementsize
+    out = a.copy()
+    out[: k * elementsize] = a[: k * elementsize].reshape(elementsize, k).T.reshape(-1)
+    return memoryview(out)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ only on Python >= 3.12
+
+
+def _shuffle(raw: bytes, elementsize: int) -> bytes:
+    a = np.frombuffer(raw, dtype=np.uint8)
+    k = len(a) // elementsize
+    out = a.copy()
+    out[: k * elementsize] = a[: k * elementsize].reshape(k, elementsize).T.reshape(-1)
+    return out.tobytes()
+
+
+def _check_bytes_codec(name: str, cfg: dict[str, Any], key: str) -> tuple[str, dict[str, Any]]:
+    """Validate one bytes-to-bytes codec of a ``codecs`` list; returns (name, configuration)."""
+    def ints(*names: str) -> bool:
+        return all(isinstance(cfg.get(k, 0), int) and not isinstance(cfg.get(k, 0), bool) for k in names)
+
+    if name in ("zstd", "numcodecs.zstd"):
+        if not ints("level") or not isinstance(cfg.get("checksum", False), bool):
+            raise FormatError(f"{key}: zstd configuration {cfg!r} is not supported")
+    elif name in ("blosc", "numcodecs.blosc"):
+        shuffle = cfg.get("shuffle", "noshuffle")
+        if not ((shuffle in _BLOSC_SHUFFLE or shuffle in (-1, 0, 1, 2)) and cfg.get("cname", "zstd") in _BLOSC_CNAMES
+                and ints("clevel", "typesize", "blocksize")):
+            raise FormatError(f"{key}: blosc configuration {cfg!r} is not supported")
+    elif name in ("gzip", "numcodecs.gzip", "numcodecs.zlib", "numcodecs.bz2"):
+        if not ints("level"):
+            raise FormatError(f"{key}: {name} configuration {cfg!r} is not supported")
+    elif name == "numcodecs.lzma":
+        _lzma_new(cfg, key)
+    elif name == "numcodecs.shuffle":
+        if not ints("elementsize") or cfg.get("elementsize", 4) < 1:
+            raise FormatError(f"{key}: shuffle configuration {cfg!r} is not supported")
+    elif name in _CHECKSUMS:
+        if cfg.get("location", _CHECKSUMS[name]) not in ("start", "end"):
+            raise FormatError(f"{key}: {name} location {cfg.get('location')!r} is not supported")
+    elif name != "numcodecs.lz4":
+        raise FormatError(f"{key}: unsupported codec {name!r}")
+    return name, cfg
+
+
+def _decode_one(name: str, cfg: Mapping[str, Any], data: BytesLike, key: str, max_size: int) -> bytes | memoryview:
+    if name in ("zstd", "numcodecs.zstd"):
+        return zstd_decompress(data, key=key, max_size=max_size)
+    if name in ("blosc", "numcodecs.blosc"):
+        return blosc_decompress(data, key=key, max_size=max_size)
+    if name in ("gzip", "numcodecs.gzip"):
+        return _stream_decompress(data, lambda: zlib.decompressobj(31), key=key, what="gzip", max_size=max_size)
+    if name == "numcodecs.zlib":
+        return _stream_decompress(data, zlib.decompressobj, key=key, what="zlib", max_size=max_size)
+    if name == "numcodecs.bz2":
+        import bz2
+
+        return _stream_decompress(data, bz2.BZ2Decompressor, key=key, what="bz2", max_size=max_size)
+    if name == "numcodecs.lzma":
+        return _stream_decompress(data, _lzma_new(cfg, key), key=key, what="lzma", max_size=max_size)
+    if name == "numcodecs.lz4":
+        return lz4_decompress(data, key=key, max_size=max_size)
+    if name == "numcodecs.shuffle":
+        return _unshuffle(data, int(cfg.get("elementsize", 4)))
+    return _checksum_strip(data, name, cfg, key)
+
+
+def _encode_one(name: str, cfg: Mapping[str, Any], raw: bytes) -> bytes:
+    if name in ("zstd", "numcodecs.zstd"):
+        from numcodecs import zstd as _z
+
+        packed: bytes = _z.compress(raw, int(cfg.get("level", 0)), bool(cfg.get("checksum", False)))
+        return packed
+    if name in ("blosc", "numcodecs.blosc"):
+        from numcodecs import blosc as _b
+
+        shuffle = cfg.get("shuffle", "noshuffle")
+        codec = _b.Blosc(
+            cname=str(cfg.get("cname", "zstd")),
+            clevel=int(cfg.get("clevel", 5)),
+            shuffle=_BLOSC_SHUFFLE.get(shuffle, shuffle),
+            blocksize=int(cfg.get("blocksize", 0)),
+            typesize=int(cfg.get("typesize", 1)),
+        )
+        return bytes(codec.encode(np.frombuffer(raw, dtype=np.uint8)))
+    if name in ("gzip", "numcodecs.gzip"):
+        import gzip
+
+        return gzip.compress(raw, int(cfg.get("level", 1)), mtime=0)  # mtime 0: same input, same bytes
+    if name == "numcodecs.zlib":
+        return zlib.compress(raw, int(cfg.get("level", 1)))
+    if name == "numcodecs.bz2":
+        import bz2
+
+        return bz2.compress(raw, int(cfg.get("level", 1)))
+    if name == "numcodecs.lzma":
+        import lzma
+
+        return lzma.compress(raw, format=int(cfg.get("format", lzma.FORMAT_XZ)), check=int(cfg.get("check", -1)),
+                             preset=cfg.get("preset"), filters=cfg.get("filters"))
+    if name == "numcodecs.lz4":
+        from numcodecs import lz4 as _lz4
+
+        return bytes(_lz4.compress(raw, int(cfg.get("acceleration", 1))))
+    if name == "numcodecs.shuffle":
+        return _shuffle(raw, int(cfg.get("elementsize", 4)))
+    return _checksum_add(raw, name, cfg)
+
+
+# ---------------------------------------------------------------------------
+
+
+def _int_list(v: object) -> TypeGuard[list[int]]:
     return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
 
 
-def _codec_list(codecs, key: str, what: str) -> list[tuple[str, dict]]:
+def _codec_list(codecs: object, key: str, what: str) -> list[tuple[str, dict[str, Any]]]:
     """Normalize a zarr codecs list to ``(name, configuration)`` pairs."""
     if not isinstance(codecs, list):
         raise FormatError(f"{key}: {what} is not a list")
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for c in codecs:
         if isinstance(c, str):
             out.append((c, {}))
@@ -274,24 +630,31 @@ def _codec_list(codecs, key: str, what: str) -> list[tuple[str, dict]]:
     return out
 
 
-def _compressor_json(comp) -> list[dict]:
-    if comp is None:
-        return []
-    name, cfg = comp
-    return [{"name": name, "configuration": dict(cfg)}]
+def _compressor_json(comp: Iterable[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """0.9.2 writes ``crc32c`` bare (no configuration), every other codec with one."""
+    return [{"name": n} if n == "crc32c" and not c else {"name": n, "configuration": dict(c)} for n, c in comp]
+
+
+#: ``compression=`` shorthands and the codec list each one writes (gzip: zarr-python's GzipCodec default).
+_SHORTHANDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "zstd": [("zstd", ZSTD_CONFIG)],
+    "blosc": [("blosc", BLOSC_CONFIG)],
+    "gzip": [("gzip", {"level": 5})],
+}
 
 
 @dataclass(frozen=True)
 class CellCodec:
     """How a cell's stored bytes map to its payload.
 
-    ``compressor``: ``None``, ``("zstd", cfg)`` or ``("blosc", cfg)``.
+    ``compressors``: the bytes-to-bytes codecs after the serializer, in encode
+    order, as ``(name, configuration)`` pairs (empty: none).
     ``shard``: ``None`` or the number of cells per shard along each axis.
     ``serializer``: ``"vlen-bytes"`` (every spatial array) or ``"bytes"``
     (dense numeric arrays; then ``decode`` returns the raw chunk bytes).
     """
 
-    compressor: tuple[str, Mapping[str, Any]] | None = None
+    compressors: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     shard: tuple[int, ...] | None = None
     serializer: str = "vlen-bytes"
     index_location: str = "end"
@@ -305,16 +668,30 @@ class CellCodec:
     # -- construction -------------------------------------------------------
 
     @classmethod
-    def for_writing(cls, compression: str | None = None, shard_shape: Sequence[int] | None = None) -> CellCodec:
-        """The codec 0.9.2 writes for ``compressor=compression, shard_shape=shard_shape``."""
-        if compression in (None, "none", False):
-            comp = None
-        elif compression == "zstd":
-            comp = ("zstd", dict(ZSTD_CONFIG))
-        elif compression == "blosc":
-            comp = ("blosc", dict(BLOSC_CONFIG))
+    def for_writing(
+        cls, compression: str | list[Any] | Literal[False] | None = None, shard_shape: Sequence[int] | None = None
+    ) -> CellCodec:
+        """The codec 0.9.2 writes for ``compressor=compression, shard_shape=shard_shape``.
+
+        ``compression``: None, ``"zstd"``, ``"blosc"``, ``"gzip"``, or a codec list
+        as 0.9.2 takes it (``[{"name": "gzip", "configuration": {"level": 5}}]``),
+        written verbatim.
+        """
+        comp: tuple[tuple[str, Mapping[str, Any]], ...]
+        if compression is None or compression is False or compression == "none":
+            comp = ()
+        elif isinstance(compression, str) and compression in _SHORTHANDS:
+            comp = tuple((n, dict(c)) for n, c in _SHORTHANDS[compression])
+        elif isinstance(compression, list):
+            try:
+                comp = tuple(
+                    _check_bytes_codec(n, c, "compression") for n, c in _codec_list(compression, "compression", "list")
+                )
+            except FormatError as exc:
+                raise InvalidArgumentError(str(exc)) from None
         else:
-            raise InvalidArgumentError(f"compression: expected None, 'zstd' or 'blosc', got {compression!r}")
+            raise InvalidArgumentError(
+                f"compression: expected None, 'zstd', 'blosc', 'gzip' or a list of codecs, got {compression!r}")
         shard = None
         if shard_shape is not None:
             if isinstance(shard_shape, (int, np.integer)) or not all(
@@ -344,7 +721,9 @@ class CellCodec:
             cfg = codecs[0][1]
             inner = cfg.get("chunk_shape")
             # Spatial arrays shard one cell per inner chunk; 1-D arrays (manifests) may pack several rows.
-            if not _int_list(inner) or not all(x >= 1 for x in inner) or (len(inner) != 1 and any(x != 1 for x in inner)):
+            if not _int_list(inner) or not all(x >= 1 for x in inner) or (
+                len(inner) != 1 and any(x != 1 for x in inner)
+            ):
                 raise FormatError(f"{key}: sharding_indexed inner chunk_shape {inner!r} is not supported")
             grid = meta.get("chunk_grid")
             gcfg = grid.get("configuration") if isinstance(grid, Mapping) else None
@@ -379,41 +758,19 @@ class CellCodec:
                 raise FormatError(f"{key}: bytes codec endian {endian!r} is not supported")
         elif sname != "vlen-bytes":
             raise FormatError(f"{key}: unsupported serializer codec {sname!r} (expected vlen-bytes or bytes)")
-        rest = codecs[1:]
-        if len(rest) > 1:
-            raise FormatError(f"{key}: unsupported codec chain {[n for n, _c in rest]!r}")
-        comp = None
-        if rest:
-            cname, cfg = rest[0][0], dict(rest[0][1])
-            if cname == "zstd":
-                cfg.setdefault("level", 0)
-                cfg.setdefault("checksum", False)
-                if not isinstance(cfg["level"], int) or not isinstance(cfg["checksum"], bool):
-                    raise FormatError(f"{key}: zstd configuration {cfg!r} is not supported")
-                comp = ("zstd", cfg)
-            elif cname == "blosc":
-                ok = (
-                    cfg.get("shuffle", "noshuffle") in _BLOSC_SHUFFLE
-                    and cfg.get("cname", "zstd") in _BLOSC_CNAMES
-                    and all(isinstance(cfg.get(k, 0), int) for k in ("clevel", "typesize", "blocksize"))
-                )
-                if not ok:
-                    raise FormatError(f"{key}: blosc configuration {cfg!r} is not supported")
-                comp = ("blosc", cfg)
-            else:
-                raise FormatError(f"{key}: unsupported codec {cname!r}")
+        comp = tuple(_check_bytes_codec(n, dict(c), key) for n, c in codecs[1:])
         return cls(comp, shard, sname, loc, crc, endian, inner_rows)
 
     # -- JSON -----------------------------------------------------------------
 
-    def codecs_json(self) -> list[dict]:
+    def codecs_json(self) -> list[dict[str, Any]]:
         """The ``codecs`` list for zarr.json, exactly as 0.9.2 writes it."""
         ser = (
             {"name": "vlen-bytes", "configuration": {}}
             if self.serializer == "vlen-bytes"
             else {"name": "bytes", "configuration": {"endian": self.endian}}
         )
-        inner = [ser, *_compressor_json(self.compressor)]
+        inner = [ser, *_compressor_json(self.compressors)]
         if self.shard is None:
             return inner
         return [
@@ -438,60 +795,79 @@ class CellCodec:
     # -- bytes ----------------------------------------------------------------
 
     def _compress(self, raw: bytes) -> bytes:
-        if self.compressor is None:
-            return raw
-        name, cfg = self.compressor
-        if name == "zstd":
-            from numcodecs import zstd as _z
+        for name, cfg in self.compressors:
+            raw = _encode_one(name, cfg, raw)
+        return raw
 
-            return _z.compress(raw, int(cfg.get("level", 0)), bool(cfg.get("checksum", False)))
-        from numcodecs import blosc as _b
+    def _decompress(self, raw: BytesLike, key: str, max_size: int) -> memoryview:
+        """Undo the codecs in reverse order; each stage's output is bounded by ``max_size``."""
+        data = raw
+        for name, cfg in reversed(self.compressors):
+            data = _decode_one(name, cfg, data, key, max_size)
+        mv = byte_view(data)
+        if mv.nbytes > max_size:
+            raise FormatError(f"{key}: cell of {mv.nbytes} bytes is above the {max_size}-byte limit")
+        return mv
 
-        codec = _b.Blosc(
-            cname=str(cfg.get("cname", "zstd")),
-            clevel=int(cfg.get("clevel", 5)),
-            shuffle=_BLOSC_SHUFFLE[cfg.get("shuffle", "noshuffle")],
-            blocksize=int(cfg.get("blocksize", 0)),
-            typesize=int(cfg.get("typesize", 1)),
-        )
-        return bytes(codec.encode(np.frombuffer(raw, dtype=np.uint8)))
-
-    def _decompress(self, raw, key: str, max_size: int):
-        if self.compressor is None:
-            mv = byte_view(raw)
-            if mv.nbytes > max_size:
-                raise FormatError(f"{key}: cell of {mv.nbytes} bytes is above the {max_size}-byte limit")
-            return mv
-        if self.compressor[0] == "zstd":
-            return zstd_decompress(raw, key=key, max_size=max_size)
-        return blosc_decompress(raw, key=key, max_size=max_size)
-
-    def encode_items(self, items: Sequence) -> bytes:
+    def encode_items(self, items: Sequence[BytesLike]) -> bytes:
         """Items -> stored bytes of one chunk (one inner chunk when sharded)."""
         if self.serializer != "vlen-bytes":
             raise InvalidArgumentError("encode_items: this array uses the bytes serializer; use encode()")
         return self._compress(encode_vlen(items))
 
     def decode_items(
-        self, raw, *, key: str = "?", expected: int | None = None, max_size: int = DEFAULT_MAX_SIZE
+        self, raw: BytesLike, *, key: str = "?", expected: int | None = None, max_size: int = DEFAULT_MAX_SIZE
     ) -> list[memoryview]:
         """Stored bytes of one chunk -> item views."""
         if self.serializer != "vlen-bytes":
             raise InvalidArgumentError(f"{key}: decode_items on a bytes-serialized array; use decode()")
         return decode_vlen(self._decompress(raw, key, max_size), key=key, expected=expected)
 
-    def encode(self, payload) -> bytes:
+    def decode_many(
+        self, data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE
+    ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
+        """Stored chunks lying at ``data[starts[i]:ends[i]]`` -> ``(buffer, starts, ends)`` of their decoded bytes.
+
+        Uncompressed chunks stay where they are (no copy); a zstd pipeline is
+        decompressed in one batch; other pipelines chunk by chunk.
+        """
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+        if not self.compressors:
+            return as_u8(data), starts, ends
+        if len(self.compressors) == 1 and self.compressors[0][0] in ("zstd", "numcodecs.zstd"):
+            return zstd_decompress_many(data, starts, ends, key=key, max_size=max_size)
+        mv = byte_view(data)
+        return _packed([self._decompress(mv[s:e], f"{key}[{i}]", max_size)
+                        for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist()))])
+
+    def decode_items_many(
+        self, data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", expected: ArrayLike | None = None,
+        max_size: int = DEFAULT_MAX_SIZE,
+    ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+        """Many stored multi-item chunks -> ``(buffer, counts, item_starts, item_lengths)`` with no per-item objects.
+
+        ``counts[i]`` items come from chunk ``i``; see
+        :func:`zvf.format.vlen.decode_vlen_frames`.
+        """
+        if self.serializer != "vlen-bytes":
+            raise InvalidArgumentError(f"{key}: decode_items_many on a bytes-serialized array; use decode()")
+        buf, s, e = self.decode_many(data, starts, ends, key=key, max_size=max_size)
+        counts, item_starts, item_lengths = decode_vlen_frames(buf, s, e, key=key, expected=expected)
+        return buf, counts, item_starts, item_lengths
+
+    def encode(self, payload: BytesLike) -> bytes:
         """One payload -> stored bytes (vlen frame of one item, or raw bytes for ``bytes``)."""
         if self.serializer == "vlen-bytes":
             return self._compress(encode_vlen([payload]))
         return self._compress(bytes(byte_view(payload)))
 
-    def decode(self, raw, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    def decode(self, raw: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
         """Stored bytes -> the single payload as ``bytes`` (see :meth:`decode_view` to avoid the copy)."""
         return bytes(self.decode_view(raw, key=key, max_size=max_size))
 
-    def decode_view(self, raw, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> memoryview:
-        """Like :meth:`decode` but a zero-copy view into ``raw`` or the decompressed buffer."""
+    def decode_view(self, raw: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> memoryview:
+        """Like :meth:`decode` but a zero-copy view into ``raw`` or the decompressed buffer (bulk reads)."""
         data = self._decompress(raw, key, max_size)
         if self.serializer != "vlen-bytes":
             return byte_view(data)

@@ -30,20 +30,25 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError, MissingDataError
 from .vlen import as_u8
 
+if TYPE_CHECKING:
+    from .types import BytesLike
+
 __all__ = [
     "FRAGMENT_MAGIC",
     "FRAGMENT_VERSION",
-    "FragmentIndex",
-    "encode_fragment_index",
-    "decode_fragment_index",
     "MAX_CELL_ROWS",
     "MAX_GATHER_ROWS",
+    "FragmentIndex",
+    "decode_fragment_index",
+    "encode_fragment_index",
 ]
 
 FRAGMENT_MAGIC = 0x5A564647
@@ -60,7 +65,7 @@ def _bitmap_nbytes(f: int) -> int:
     return (((f + 7) // 8) + 7) & ~7
 
 
-def _i64(a, name: str) -> np.ndarray:
+def _i64(a: ArrayLike, name: str) -> NDArray[np.int64]:
     arr = np.asarray(a)
     if arr.dtype.kind not in "iu" and not (arr.size == 0):
         raise InvalidArgumentError(f"{name}: expected integers, got dtype {arr.dtype}")
@@ -68,7 +73,7 @@ def _i64(a, name: str) -> np.ndarray:
 
 
 
-def _within(lengths: np.ndarray, total: int) -> np.ndarray:
+def _within(lengths: NDArray[np.int64], total: int) -> NDArray[np.int64]:
     """Position of each output element inside its segment."""
     firsts = np.cumsum(lengths) - lengths
     return np.arange(total, dtype=np.int64) - np.repeat(firsts, lengths)
@@ -128,7 +133,7 @@ class FragmentIndex:
     # -- construction -------------------------------------------------------
 
     @classmethod
-    def from_ranges(cls, starts, counts) -> FragmentIndex:
+    def from_ranges(cls, starts: ArrayLike, counts: ArrayLike) -> FragmentIndex:
         """All-range index (what level-0 writers produce)."""
         s = _i64(starts, "starts")
         c = _i64(counts, "counts")
@@ -139,7 +144,7 @@ class FragmentIndex:
         return cls(np.ones(s.size, dtype=bool), s, c)
 
     @classmethod
-    def from_csr(cls, offsets, indices, *, detect_ranges: bool = True) -> FragmentIndex:
+    def from_csr(cls, offsets: ArrayLike, indices: ArrayLike, *, detect_ranges: bool = True) -> FragmentIndex:
         """Every fragment given as a row list in CSR form (``offsets`` F+1, ``indices`` T).
 
         With ``detect_ranges`` (0.9.2's encoder default) a list equal to
@@ -172,9 +177,9 @@ class FragmentIndex:
     @classmethod
     def from_lists(
         cls,
-        fragments: Sequence,
-        starts=None,
-        counts=None,
+        fragments: Sequence[ArrayLike | tuple[int, int] | None],
+        starts: ArrayLike | None = None,
+        counts: ArrayLike | None = None,
         *,
         detect_ranges: bool = True,
     ) -> FragmentIndex:
@@ -245,7 +250,7 @@ class FragmentIndex:
             and np.array_equal(self.explicit_indices, other.explicit_indices)
         )
 
-    def _check_ids(self, fragment_ids, key: str) -> np.ndarray:
+    def _check_ids(self, fragment_ids: ArrayLike, key: str) -> NDArray[np.int64]:
         ids = np.asarray(fragment_ids)
         if ids.dtype.kind not in "iu" and ids.size:
             raise InvalidArgumentError(f"{key}: fragment ids must be integers, got {ids.dtype}")
@@ -257,7 +262,7 @@ class FragmentIndex:
             )
         return ids
 
-    def gather(self, fragment_ids, *, key: str = "?") -> tuple[np.ndarray, np.ndarray]:
+    def gather(self, fragment_ids: ArrayLike, *, key: str = "?") -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Rows of the given fragments, concatenated in request order, and per-fragment lengths."""
         ids = self._check_ids(fragment_ids, key)
         lengths = self.counts[ids]
@@ -273,7 +278,7 @@ class FragmentIndex:
                 rows[expl] = self.explicit_indices[rows[expl]]
         return rows, lengths
 
-    def spans(self, fragment_ids, *, key: str = "?") -> tuple[np.ndarray, np.ndarray]:
+    def spans(self, fragment_ids: ArrayLike, *, key: str = "?") -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Sorted, merged half-open row spans ``[starts, stops)`` covering the fragments.
 
         Touching and overlapping spans merge, so each span is one byte range
@@ -352,7 +357,7 @@ def encode_fragment_index(fi: FragmentIndex) -> bytes:
     )
 
 
-def decode_fragment_index(buf, *, key: str = "?", n_rows: int | None = None) -> FragmentIndex:
+def decode_fragment_index(buf: BytesLike, *, key: str = "?", n_rows: int | None = None) -> FragmentIndex:
     """Parse and validate a fragment index; with ``n_rows`` every row must be < ``n_rows``."""
     u8 = as_u8(buf)
     size = u8.size

@@ -1,22 +1,35 @@
 """The spatial grid: chunk coordinates, bins and closed-box selection.
 
 Arithmetic mirrors what zarr-vectors 0.9.2 writes, so a point lands in the
-same chunk and bin whether zvf or the reference placed it: coordinates are
-``floor(p / shape)`` in float64 on absolute positions, a chunk's cells live at
-``coords - origin`` where ``origin = floor(bounds_lo / chunk_shape)``, and a
-bin's flat index is C-order over the chunk's bins.  Pure numpy, no I/O.
+same chunk and bin whether zvf or the reference placed it.  Two placements
+exist, and everything that maps coordinates to chunks goes through
+:meth:`Grid.chunk_of` so writer, planner and validator agree:
+
+* by chunk: ``floor(p / chunk_shape)`` -- objects, and points with ids;
+* by bin: ``floor(p / bin_shape) // bins_per_chunk`` -- point clouds whose
+  fragments tile bins.  On a seam the two can differ by one chunk (with
+  chunk 3.3 and bin 1.1, z = 3.3 is bin 2, chunk 0, but ``3.3 / 3.3`` = 1).
+
+Both divide the *stored* value (float32 stays float32 until the division)
+by the float64 shape, in float64, as 0.9.2 does.  A chunk's cells live at
+``coords - origin`` where ``origin`` is the chunk of ``bounds_lo`` under the
+same placement; a bin's flat index is C-order over the chunk's bins.  Pure
+numpy, no I/O.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import InvalidArgumentError
 
 
-def _vec(values, name: str, ndim: int | None = None) -> np.ndarray:
+def _vec(values: ArrayLike, name: str, ndim: int | None = None) -> NDArray[np.float64]:
     try:
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
@@ -28,6 +41,91 @@ def _vec(values, name: str, ndim: int | None = None) -> np.ndarray:
     return arr
 
 
+#: Rows placed per block: the float64 temporaries of one block stay in cache.
+_BLOCK = 1 << 16
+
+
+def _floor_div(points: ArrayLike, shape: ArrayLike) -> NDArray[np.int64]:
+    """``floor(p / shape)`` as int64, the stored values widened to float64 (exact) one block at a time,
+    so the division rounds like 0.9.2's without a float64 copy of the whole input."""
+    p = np.asarray(points)
+    sh = np.asarray(shape, dtype=np.float64)
+    out = np.empty(p.shape, np.int64)
+    for s in range(0, p.shape[0], _BLOCK):
+        blk = p[s:s + _BLOCK].astype(np.float64)
+        np.divide(blk, sh, out=blk)
+        np.floor(blk, out=blk)
+        out[s:s + _BLOCK] = blk
+    return out
+
+
+#: Integers below this are exact in float64: floor, products and sums of them stay exact.
+_EXACT = 1 << 52
+
+
+def extremes(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-axis min and max of (N, ndim) rows, one column at a time (much faster than ``min(axis=0)``)."""
+    cols = [p[..., a] for a in range(p.shape[-1])]
+    return np.array([c.min() for c in cols], dtype=p.dtype), np.array([c.max() for c in cols], dtype=p.dtype)
+
+
+def _exact(p: np.ndarray, shape: ArrayLike) -> bool:
+    """Whether every ``floor(p / shape)`` is below 2**52 in magnitude (so float64 integer arithmetic is exact)."""
+    if p.size == 0:
+        return True
+    lo, hi = extremes(p.reshape(-1, p.shape[-1]))
+    top = np.maximum(np.abs(lo.astype(np.float64)), np.abs(hi.astype(np.float64))) / np.asarray(shape, np.float64)
+    return bool(np.all(top < _EXACT - 1))
+
+
+def _blocks(
+    p: np.ndarray, shape: ArrayLike, bins_per_chunk: ArrayLike
+) -> Iterator[tuple[slice, NDArray[np.float64], NDArray[np.float64] | None]]:
+    """Per block of rows: (rows, chunk, local bin or None) as float64 integers.
+
+    ``floor(p / shape)`` exactly as :func:`_floor_div`; the chunk and local
+    bin derive from it in float64, exact while :func:`_exact` holds.
+    """
+    sh = np.asarray(shape, dtype=np.float64)
+    bpc = np.asarray(bins_per_chunk, dtype=np.float64)
+    split = bool(np.any(bpc > 1))
+    for s in range(0, p.shape[0], _BLOCK):
+        bins = p[s:s + _BLOCK].astype(np.float64)
+        np.divide(bins, sh, out=bins)
+        np.floor(bins, out=bins)
+        rows = slice(s, s + bins.shape[0])
+        if not split:
+            yield rows, bins, None
+            continue
+        chunk = bins / bpc
+        np.floor(chunk, out=chunk)
+        bins -= chunk * bpc
+        yield rows, chunk, bins
+
+
+@dataclass(frozen=True)
+class CellCodes:
+    """Per-point sort codes from :meth:`Grid.cell_codes`: ``code = chunk number * per_chunk + flat bin``.
+
+    A chunk number is the C-order index in the box ``[first, first + span)``,
+    or (``table`` set) a row of ``table``, the occupied chunks in C order.
+    """
+
+    codes: NDArray[np.int64]
+    per_chunk: int
+    first: NDArray[np.int64] | None
+    span: NDArray[np.int64] | None
+    table: NDArray[np.int64] | None = None
+
+    def chunk_coords(self, numbers: ArrayLike) -> NDArray[np.int64]:
+        """(M, ndim) absolute chunk coordinates of chunk numbers."""
+        idx = np.asarray(numbers, dtype=np.int64)
+        if self.table is not None:
+            return self.table[idx]
+        assert self.first is not None and self.span is not None  # set whenever table is not
+        return np.stack(np.unravel_index(idx, tuple(int(s) for s in self.span)), axis=1) + self.first
+
+
 @dataclass(frozen=True)
 class Grid:
     """Chunk and bin geometry of one level."""
@@ -36,7 +134,7 @@ class Grid:
     bin_shape: tuple[float, ...] | None = None
 
     @classmethod
-    def create(cls, chunk_shape, bin_shape=None, *, ndim: int | None = None) -> Grid:
+    def create(cls, chunk_shape: ArrayLike, bin_shape: ArrayLike | None = None, *, ndim: int | None = None) -> Grid:
         """Validate user-supplied shapes (positive, bins tiling chunks)."""
         cs = _vec(chunk_shape, "chunk_shape", ndim)
         if cs.size == 0 or np.any(cs <= 0):
@@ -61,7 +159,7 @@ class Grid:
     def bins_per_chunk(self) -> tuple[int, ...]:
         if self.bin_shape is None:
             return (1,) * self.ndim
-        return tuple(int(round(c / b)) for c, b in zip(self.chunk_shape, self.bin_shape))
+        return tuple(round(c / b) for c, b in zip(self.chunk_shape, self.bin_shape))
 
     @property
     def bins_in_chunk(self) -> int:
@@ -72,62 +170,133 @@ class Grid:
         return self.bin_shape if self.bin_shape is not None else self.chunk_shape
 
     # ------------------------------------------------------------- placement
-    def chunk_of(self, points: np.ndarray) -> np.ndarray:
-        """Absolute chunk coordinates ``floor(p / chunk_shape)`` (N, ndim) int64."""
-        return np.floor(np.asarray(points, dtype=np.float64) / np.asarray(self.chunk_shape)).astype(np.int64)
+    def chunk_of(self, points: ArrayLike, *, by_bin: bool = False) -> NDArray[np.int64]:
+        """Absolute chunk coordinates (N, ndim) int64 of stored positions.
 
-    def bin_of(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ``by_bin``: the chunk of the point's bin (point clouds whose fragments
+        tile bins); otherwise ``floor(p / chunk_shape)``.
+        """
+        if by_bin and self.bin_shape is not None:
+            return self.bin_of(points)[0]
+        return _floor_div(points, self.chunk_shape)
+
+    def bin_of(self, points: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Chunk coords and flat bin index of each point, derived from absolute bins.
 
         The chunk is the floor-division of the absolute bin, so a point that
         rounds onto a bin edge lands in the same chunk as its bin.
         """
-        bins = np.floor(np.asarray(points, dtype=np.float64) / np.asarray(self.effective_bin_shape)).astype(np.int64)
+        p = np.asarray(points)
+        shape = self.effective_bin_shape
         bpc = np.asarray(self.bins_per_chunk, dtype=np.int64)
-        chunks = np.floor_divide(bins, bpc)
-        local = bins - chunks * bpc
-        return chunks, self.flat_bin(local)
+        if not _exact(p, shape):  # bins beyond 2**52: integer arithmetic
+            bins = _floor_div(p, shape)
+            chunks = np.floor_divide(bins, bpc)
+            return chunks, self.flat_bin(bins - chunks * bpc)
+        chunks = np.empty(p.shape, np.int64)
+        flat = np.zeros(p.shape[:-1], np.int64)
+        strides = self._bin_strides().astype(np.float64)
+        for rows, chunk, local in _blocks(p, shape, bpc):
+            chunks[rows] = chunk
+            if local is not None:
+                flat[rows] = local @ strides
+        return chunks, flat
 
-    def flat_bin(self, local: np.ndarray) -> np.ndarray:
-        """C-order flat index of local bin coordinates (..., ndim)."""
+    def cell_codes(self, points: ArrayLike, *, by_bin: bool) -> CellCodes:
+        """One sortable int64 per point: its chunk's C-order number, then its flat bin.
+
+        Same placement as :meth:`chunk_of` / :meth:`bin_of` (``by_bin`` False:
+        one code per chunk), computed a block of rows at a time in float64
+        on exact integers, so no temporary of the whole input is made.
+        Chunks are numbered in the box between the lowest and highest chunk
+        (placement is monotonic, so the per-axis extremes bound it); a box
+        too large to number exactly falls back to ranks of the occupied chunks.
+        """
+        p = np.asarray(points)
+        n, ndim = p.shape
+        per_chunk = self.bins_in_chunk if by_bin else 1
+        if n == 0:
+            return CellCodes(np.zeros(0, np.int64), per_chunk, np.zeros(ndim, np.int64), np.ones(ndim, np.int64))
+        first, last = self.chunk_of(np.stack(extremes(p)), by_bin=by_bin)
+        span = last - first + 1
+        shape = self.effective_bin_shape if by_bin else self.chunk_shape
+        if math.prod(int(s) for s in span) * per_chunk >= _EXACT or not _exact(p, shape):
+            return self._ranked_codes(p, by_bin)
+        cstrides = np.cumprod(np.concatenate(([1], span[::-1][:-1])))[::-1].astype(np.float64)
+        bstrides = self._bin_strides().astype(np.float64)
+        codes = np.empty(n, np.int64)
+        for rows, chunk, local in _blocks(p, shape, self.bins_per_chunk if by_bin else (1,) * ndim):
+            chunk -= first
+            code = chunk @ cstrides
+            if local is not None:
+                code *= per_chunk
+                code += local @ bstrides
+            codes[rows] = code
+        return CellCodes(codes, per_chunk, first, span)
+
+    def _ranked_codes(self, p: np.ndarray, by_bin: bool) -> CellCodes:
+        """Codes over a sparse, huge chunk box: chunks numbered by rank (C order) among the occupied ones."""
+        if by_bin and self.bin_shape is not None:
+            chunks, flat = self.bin_of(p)
+        else:
+            chunks, flat = self.chunk_of(p), np.zeros(len(p), np.int64)
+        table, rank = np.unique(chunks, axis=0, return_inverse=True)
+        per_chunk = self.bins_in_chunk if by_bin else 1
+        return CellCodes(rank.reshape(-1).astype(np.int64) * per_chunk + flat, per_chunk, None, None, table)
+
+    def _bin_strides(self) -> NDArray[np.int64]:
         bpc = np.asarray(self.bins_per_chunk, dtype=np.int64)
-        strides = np.cumprod(np.concatenate(([1], bpc[::-1][:-1])))[::-1]
-        return np.asarray(local, dtype=np.int64) @ strides
+        return np.cumprod(np.concatenate(([1], bpc[::-1][:-1])))[::-1]
+
+    def flat_bin(self, local: ArrayLike) -> NDArray[np.int64]:
+        """C-order flat index of local bin coordinates (..., ndim)."""
+        return np.asarray(local, dtype=np.int64) @ self._bin_strides()
 
     # ------------------------------------------------------------- grid shape
-    def layout(self, lo, hi) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(origin, shape) of the chunk array covering bounds [lo, hi]."""
-        cs = np.asarray(self.chunk_shape)
-        origin = np.floor(np.asarray(lo, dtype=np.float64) / cs).astype(np.int64)
-        top = np.floor(np.asarray(hi, dtype=np.float64) / cs).astype(np.int64)
+    def layout(self, lo: ArrayLike, hi: ArrayLike, *, by_bin: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(origin, shape) of the chunk array covering bounds [lo, hi] (inclusive).
+
+        Placement is monotonic, so the chunks of the two corners bound every
+        stored point's chunk.
+        """
+        corners = self.chunk_of(np.asarray([lo, hi], dtype=np.float64).reshape(2, self.ndim), by_bin=by_bin)
+        origin, top = corners
         shape = np.maximum(1, top - origin + 1)
         return tuple(int(o) for o in origin), tuple(int(s) for s in shape)
 
     # ------------------------------------------------------------- selection
     def chunk_range(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Inclusive absolute chunk range a closed box can touch."""
-        cs = np.asarray(self.chunk_shape)
-        return np.floor(lo / cs).astype(np.int64), np.floor(hi / cs).astype(np.int64)
+        """Inclusive absolute chunk range a closed box can touch, under either placement.
 
-    def bins_touching(self, chunks: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        A reader does not always know which placement a writer used (0.9.2
+        switches on object ids); the union costs at most one extra chunk
+        row, and only when a box edge sits on a seam.
+        """
+        corners = np.asarray([lo, hi], dtype=np.float64).reshape(2, self.ndim)
+        by_chunk = self.chunk_of(corners)
+        by_bin = self.chunk_of(corners, by_bin=True)
+        return np.minimum(by_chunk[0], by_bin[0]), np.maximum(by_chunk[1], by_bin[1])
+
+    def bins_touching(self, chunks: ArrayLike, lo: ArrayLike, hi: ArrayLike) -> NDArray[np.bool_]:
         """(K, bins_in_chunk) mask: which bins of each chunk a closed box can hold points of."""
         bs = np.asarray(self.effective_bin_shape)
         bpc = np.asarray(self.bins_per_chunk, dtype=np.int64)
-        blo = np.floor(lo / bs).astype(np.int64)
-        bhi = np.floor(hi / bs).astype(np.int64)
+        blo = np.floor(np.asarray(lo, dtype=np.float64) / bs).astype(np.int64)
+        bhi = np.floor(np.asarray(hi, dtype=np.float64) / bs).astype(np.int64)
         local = np.indices(self.bins_per_chunk).reshape(self.ndim, -1).T  # (B, ndim), C order
         absolute = np.asarray(chunks, dtype=np.int64)[:, None, :] * bpc + local[None, :, :]
-        return np.all((absolute >= blo) & (absolute <= bhi), axis=2)
+        mask: NDArray[np.bool_] = np.all((absolute >= blo) & (absolute <= bhi), axis=2)
+        return mask
 
 
-def check_bbox(bbox, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+def check_bbox(bbox: tuple[ArrayLike, ArrayLike], ndim: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Validate a ``(lo, hi)`` box against the store's dimension."""
     try:
-        lo, hi = bbox
+        raw_lo, raw_hi = bbox
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"bbox must be a pair (lo, hi), got {bbox!r}") from exc
-    lo = _vec(lo, "bbox lo", None)
-    hi = _vec(hi, "bbox hi", None)
+    lo = _vec(raw_lo, "bbox lo", None)
+    hi = _vec(raw_hi, "bbox hi", None)
     if lo.size != ndim or hi.size != ndim:
         raise InvalidArgumentError(
             f"bbox has {lo.size}-D lo and {hi.size}-D hi but the store is {ndim}-D"
@@ -138,7 +307,8 @@ def check_bbox(bbox, ndim: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def inside(points: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def inside(points: ArrayLike, lo: np.ndarray, hi: np.ndarray) -> NDArray[np.bool_]:
     """Closed-box membership: lo <= p <= hi on every axis."""
     p = np.asarray(points)
-    return np.all((p >= lo) & (p <= hi), axis=1)
+    mask: NDArray[np.bool_] = np.all((p >= lo) & (p <= hi), axis=1)
+    return mask

@@ -16,25 +16,27 @@ Zarr v3 ``chunk_key_encoding``:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
 
 __all__ = [
-    "ChunkKeyEncoding",
     "DEFAULT_ENCODING",
     "SEED_ENCODING",
+    "ChunkKeyEncoding",
     "format_chunk_id",
+    "format_delta",
+    "format_offsets_name",
     "parse_chunk_id",
     "parse_chunk_ids",
-    "format_offsets_name",
-    "parse_offsets_name",
-    "format_delta",
     "parse_delta",
+    "parse_offsets_name",
 ]
 
 
@@ -75,7 +77,7 @@ class ChunkKeyEncoding:
             raise FormatError(f"{key}: unsupported chunk_key_encoding {dict(cke)!r}")
         return cls(name, sep)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "configuration": {"separator": self.separator}}
 
     def suffix(self, coords: Sequence[int]) -> str:
@@ -107,7 +109,9 @@ class ChunkKeyEncoding:
             elif s.startswith("c" + self.separator):
                 parts = s[2:].split(self.separator)
             else:
-                raise FormatError(f"{key_suffix}: not a chunk key of the default encoding (expected 'c{self.separator}...')")
+                raise FormatError(
+                    f"{key_suffix}: not a chunk key of the default encoding (expected 'c{self.separator}...')"
+                )
         else:
             parts = s.split(self.separator)
             if parts == ["0"] and ndim == 0:
@@ -169,25 +173,35 @@ def _signed(v: int) -> str:
     return f"+{v}" if v > 0 else str(v)
 
 
-def format_offsets_name(offsets) -> str:
-    """``[[0, 1, -1]]`` -> ``"0.+1.-1"``; faces join endpoints with ``_``."""
-    a = np.asarray(offsets, dtype=np.int64)
+def format_offsets_name(offsets: ArrayLike) -> str:
+    """``[[0, 1, -1]]`` (or ``[0, 1, -1]``) -> ``"0.+1.-1"``; faces join endpoints with ``_``."""
+    try:
+        a = np.asarray(offsets, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(f"offsets: need integer offset vectors, got {offsets!r}") from None
     if a.ndim == 1:
         a = a[None, :]
+    if a.ndim != 2 or a.size == 0:
+        raise InvalidArgumentError(f"offsets: need a list of offset vectors, got {offsets!r}")
     return "_".join(".".join(_signed(int(v)) for v in row) for row in a.tolist())
 
 
-def parse_offsets_name(name: str, ndim: int | None = None) -> np.ndarray:
-    """``"0.0.0_+1.0.0"`` -> int64 (L-1, ndim) array."""
-    rows = []
-    for part in name.split("_"):
-        vals = part.split(".")
-        if not vals or not all(v[1:].isdigit() and v[1:].isascii() if v[:1] in "+-" else _is_int(v) for v in vals):
-            raise FormatError(f"{name!r}: not a links offsets name")
-        rows.append([int(v) for v in vals])
-    if len({len(r) for r in rows}) != 1 or (ndim is not None and len(rows[0]) != ndim):
-        raise FormatError(f"{name!r}: offsets name has inconsistent dimensionality")
-    return np.array(rows, dtype=np.int64)
+_OFFSET = r"(?:\+[1-9][0-9]{0,8}|-[1-9][0-9]{0,8}|0)"
+
+
+def parse_offsets_name(name: str, ndim: int | None = None, *, key: str = "") -> NDArray[np.int64]:
+    """Inverse of :func:`format_offsets_name`: ``"0.0.0_+1.0.0"`` -> int64 (L-1, ndim) array.
+
+    Only the canonical spelling 0.9.2 writes is accepted (``+1`` not ``1``, no
+    ``+0`` or leading zeros), so a name maps to one set of offsets and back.
+    """
+    if not isinstance(name, str):
+        raise FormatError(f"{key or name!s}: {name!r} is not an offsets name")
+    n = name.split("_", 1)[0].count(".") + 1 if ndim is None else ndim
+    row = _OFFSET + (r"\." + _OFFSET) * (n - 1)
+    if n < 1 or re.fullmatch(f"{row}(?:_{row})*", name) is None:
+        raise FormatError(f"{key or name!s}: {name!r} is not a {n}-D offsets name")
+    return np.array([[int(x) for x in r.split(".")] for r in name.split("_")], dtype=np.int64)
 
 
 def format_delta(delta: int) -> str:

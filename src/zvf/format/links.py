@@ -46,26 +46,31 @@ Which layout a cell uses depends on its array, not its bytes:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
 from .vlen import as_u8
 
+if TYPE_CHECKING:
+    from .types import BytesLike
+
 __all__ = [
-    "encode_intra_links",
     "decode_intra_links",
-    "encode_ragged_links",
     "decode_ragged_links",
     "decode_ragged_links_groups",
-    "lehmer_encode",
-    "lehmer_decode",
-    "unpermute",
+    "encode_intra_links",
+    "encode_ragged_links",
     "is_intra_offsets",
+    "lehmer_decode",
+    "lehmer_encode",
+    "unpermute",
 ]
 
 
-def _int_dtype(dtype, key: str) -> np.dtype:
+def _int_dtype(dtype: DTypeLike, key: str) -> np.dtype[Any]:
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
@@ -75,23 +80,25 @@ def _int_dtype(dtype, key: str) -> np.dtype:
     return dt.newbyteorder("<")
 
 
-def is_intra_offsets(offsets) -> bool:
+def is_intra_offsets(offsets: ArrayLike) -> bool:
     """True for an all-zero offsets list (the flat ``0.0.0`` layout when delta is 0)."""
     return not np.any(np.asarray(offsets))
 
 
-def encode_intra_links(rows, *, dtype="int64") -> bytes:
+def encode_intra_links(rows: ArrayLike, *, dtype: DTypeLike = "int64") -> bytes:
     """Flat rows (M, L) -> payload bytes."""
     dt = _int_dtype(dtype, "dtype")
     a = np.asarray(rows)
     if a.ndim != 2:
         raise InvalidArgumentError(f"rows: expected (M, link_width), got shape {a.shape}")
-    if a.size and (a.min() < 0 or (dt.kind == "u" or dt.itemsize < 8) and a.max() > np.iinfo(dt).max):
+    if a.size and (a.min() < 0 or ((dt.kind == "u" or dt.itemsize < 8) and a.max() > np.iinfo(dt).max)):
         raise InvalidArgumentError(f"rows: values do not fit {dt} or are negative")
     return np.ascontiguousarray(a, dtype=dt).tobytes()
 
 
-def decode_intra_links(buf, width: int, *, key: str = "?", dtype="int64", n_rows: int | None = None) -> np.ndarray:
+def decode_intra_links(
+    buf: BytesLike, width: int, *, key: str = "?", dtype: DTypeLike = "int64", n_rows: int | None = None
+) -> NDArray[np.int64]:
     """Payload -> int64 rows (M, width); with ``n_rows`` every index must be in ``[0, n_rows)``."""
     if width < 1:
         raise InvalidArgumentError(f"width: link width must be >= 1, got {width}")
@@ -116,7 +123,9 @@ def decode_intra_links(buf, width: int, *, key: str = "?", dtype="int64", n_rows
     return rows
 
 
-def encode_ragged_links(rows, perm=None, *, dtype="int64", group_sizes=None) -> bytes:
+def encode_ragged_links(
+    rows: ArrayLike, perm: ArrayLike | None = None, *, dtype: DTypeLike = "int64", group_sizes: ArrayLike | None = None
+) -> bytes:
     """Rows (M, L) [+ perm (M,)] -> ragged payload.
 
     One group (K = 1, what 0.9.2 writes for a fresh cell) unless
@@ -147,8 +156,8 @@ def encode_ragged_links(rows, perm=None, *, dtype="int64", group_sizes=None) -> 
 
 
 def decode_ragged_links_groups(
-    buf, width: int, has_perm: bool, *, key: str = "?", dtype="int64"
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    buf: BytesLike, width: int, has_perm: bool, *, key: str = "?", dtype: DTypeLike = "int64"
+) -> tuple[NDArray[np.int64], NDArray[np.int64] | None, NDArray[np.int64]]:
     """Ragged payload -> (rows int64 (M, width), perm int64 (M,) or None, group row offsets (K+1,)).
 
     ``width`` is the link width L (without the perm column).
@@ -216,14 +225,14 @@ def decode_ragged_links_groups(
 
 
 def decode_ragged_links(
-    buf, width: int, has_perm: bool, *, key: str = "?", dtype="int64"
-) -> tuple[np.ndarray, np.ndarray | None]:
+    buf: BytesLike, width: int, has_perm: bool, *, key: str = "?", dtype: DTypeLike = "int64"
+) -> tuple[NDArray[np.int64], NDArray[np.int64] | None]:
     """Ragged payload -> (rows int64 (M, width), perm int64 (M,) or None); groups concatenated."""
     rows, perm, _ = decode_ragged_links_groups(buf, width, has_perm, key=key, dtype=dtype)
     return rows, perm
 
 
-def lehmer_decode(perm, width: int) -> np.ndarray:
+def lehmer_decode(perm: ArrayLike, width: int) -> NDArray[np.int64]:
     """Lehmer codes (M,) -> permutations ``sigma`` (M, width): ``stored[k] = input[sigma[k]]``."""
     p = np.asarray(perm, dtype=np.int64).reshape(-1).copy()
     limit = math.factorial(width)
@@ -245,20 +254,21 @@ def lehmer_decode(perm, width: int) -> np.ndarray:
     return out
 
 
-def lehmer_encode(sigma) -> np.ndarray:
+def lehmer_encode(sigma: ArrayLike) -> NDArray[np.int64]:
     """Permutations (M, width) -> Lehmer codes (M,)."""
     s = np.asarray(sigma, dtype=np.int64)
     if s.ndim != 2:
         raise InvalidArgumentError(f"sigma: expected (M, width), got shape {s.shape}")
-    m, width = s.shape
+    width = s.shape[1]
     # digit i = number of later entries smaller than s[:, i]
     digits = (s[:, None, :] < s[:, :, None]) & (np.arange(width)[None, None, :] > np.arange(width)[None, :, None])
     d = digits.sum(axis=2)
     weights = np.array([math.factorial(width - 1 - i) for i in range(width)], dtype=np.int64)
-    return (d * weights).sum(axis=1).astype(np.int64)
+    codes: NDArray[np.int64] = (d * weights).sum(axis=1).astype(np.int64)
+    return codes
 
 
-def unpermute(rows, perm) -> np.ndarray:
+def unpermute(rows: ArrayLike, perm: ArrayLike | None) -> NDArray[np.int64]:
     """Stored rows + perm -> endpoints in the original input order."""
     r = np.asarray(rows, dtype=np.int64)
     if perm is None:

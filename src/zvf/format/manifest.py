@@ -32,20 +32,27 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
 from .vlen import as_u8, byte_view
 
+if TYPE_CHECKING:
+    from .types import BytesLike
+
+_I64 = NDArray[np.int64]
+
 __all__ = [
+    "EMPTY_MANIFEST",
     "ManifestTable",
     "decode_manifests",
     "decode_manifests_packed",
     "encode_manifest",
     "encode_manifests",
     "encode_manifests_packed",
-    "EMPTY_MANIFEST",
 ]
 
 EMPTY_MANIFEST = b"\x00\x00\x00\x00"
@@ -74,7 +81,7 @@ class ManifestTable:
         """CSR offsets (``num_objects + 1``) of each object's rows."""
         return np.searchsorted(self.object_row, np.arange(self.num_objects + 1), side="left").astype(np.int64)
 
-    def take_objects(self, rows) -> ManifestTable:
+    def take_objects(self, rows: ArrayLike) -> ManifestTable:
         """Sub-table of the given object rows (renumbered 0..k-1 in the given order)."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if rows.size and (rows.min() < 0 or rows.max() >= self.num_objects):
@@ -93,7 +100,7 @@ class ManifestTable:
         )
 
 
-def _strided(u8: np.ndarray, dtype) -> np.ndarray:
+def _strided(u8: NDArray[np.uint8], dtype: DTypeLike) -> np.ndarray:
     """View ``u8`` as overlapping records of ``dtype`` starting at every byte."""
     dt = np.dtype(dtype)
     n = u8.size - dt.itemsize + 1
@@ -102,20 +109,22 @@ def _strided(u8: np.ndarray, dtype) -> np.ndarray:
     return np.ndarray((n,), dtype=dt, buffer=u8, strides=(1,))
 
 
-def _read_i64(u8: np.ndarray, pos: np.ndarray, count: int) -> np.ndarray:
+def _read_i64(u8: NDArray[np.uint8], pos: _I64, count: int) -> _I64:
     """``count`` little-endian int64 at each byte position -> (len(pos), count)."""
     if pos.size == 0:
         return np.zeros((0, count), dtype=np.int64)
     return _strided(u8, np.dtype(("<i8", (count,))))[pos].astype(np.int64).reshape(pos.size, count)
 
 
-def _read_u32(u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
+def _read_u32(u8: NDArray[np.uint8], pos: _I64) -> _I64:
     if pos.size == 0:
         return np.zeros(0, dtype=np.int64)
     return _strided(u8, "<u4")[pos].astype(np.int64)
 
 
-def decode_manifests(payloads: Sequence, ndim: int, *, key: str = "?", max_refs: int | None = None) -> ManifestTable:
+def decode_manifests(
+    payloads: Sequence[bytes | bytearray | memoryview], ndim: int, *, key: str = "?", max_refs: int | None = None
+) -> ManifestTable:
     """Decode many manifests (bytes-like each) into one :class:`ManifestTable`."""
     n = len(payloads)
     buf = b"".join(payloads)
@@ -129,7 +138,7 @@ def decode_manifests(payloads: Sequence, ndim: int, *, key: str = "?", max_refs:
 
 
 def decode_manifests_packed(
-    buf, starts, lengths, ndim: int, *, key: str = "?", max_refs: int | None = None
+    buf: BytesLike, starts: ArrayLike, lengths: ArrayLike, ndim: int, *, key: str = "?", max_refs: int | None = None
 ) -> ManifestTable:
     """Decode manifests that sit at ``buf[starts[i] : starts[i] + lengths[i]]``.
 
@@ -210,13 +219,19 @@ def decode_manifests_packed(
     return ManifestTable(obj, blk, coords, frag, n)
 
 
-def _walk(u8, starts, ends, nblocks, rows, ndim, key, max_refs):
+def _walk(
+    u8: NDArray[np.uint8], starts: _I64, ends: _I64, nblocks: _I64, rows: _I64, ndim: int, key: str, max_refs: int
+) -> tuple[_I64, _I64, _I64, _I64, _I64]:
     """Parse the given manifests block position by block position, all at once."""
     hdr = 8 * ndim + 1
     cur = starts[rows] + 4
     end = ends[rows]
     remaining = nblocks[rows].copy()
-    out_obj, out_blk, out_sub, out_coords, out_frag = [], [], [], [], []
+    out_obj: list[_I64] = []
+    out_blk: list[_I64] = []
+    out_sub: list[_I64] = []
+    out_coords: list[_I64] = []
+    out_frag: list[_I64] = []
     refs = 0
     j = 0
     act = np.flatnonzero(remaining > 0)
@@ -225,7 +240,7 @@ def _walk(u8, starts, ends, nblocks, rows, ndim, key, max_refs):
         e = end[act]
         r = rows[act]
 
-        def fail(mask, what):
+        def fail(mask: NDArray[np.bool_], what: str, r: _I64 = r, j: int = j) -> NoReturn:
             i = int(np.flatnonzero(mask)[0])
             raise FormatError(f"{key}: manifest of object row {int(r[i])} block {j}: {what}")
 
@@ -325,19 +340,21 @@ def _walk(u8, starts, ends, nblocks, rows, ndim, key, max_refs):
 # encoding
 
 
-def _block_dtype(ndim: int) -> np.dtype:
+def _block_dtype(ndim: int) -> np.dtype[Any]:
     """A packed mode-0 block: i64 coords[ndim], u8 mode, i64 fragment."""
     return np.dtype([("c", "<i8", (ndim,)), ("m", "u1"), ("f", "<i8")], align=False)
 
 
-def _header_mask(total: int, obj_off: np.ndarray) -> np.ndarray:
+def _header_mask(total: int, obj_off: _I64) -> NDArray[np.bool_]:
     """True on bytes that are not a manifest's u32 block count."""
     keep = np.ones(total, dtype=bool)
     keep[(obj_off[:-1, None] + np.arange(4)).ravel()] = False
     return keep
 
 
-def _pack(num_objects: int, block_obj: np.ndarray, coords: np.ndarray, ref_off: np.ndarray, refs: np.ndarray):
+def _pack(
+    num_objects: int, block_obj: _I64, coords: _I64, ref_off: _I64, refs: _I64
+) -> tuple[NDArray[np.uint8], _I64]:
     """Lay out manifests; returns (uint8 buffer, int64 offsets[num_objects + 1])."""
     nb = block_obj.size
     ndim = coords.shape[1]
@@ -401,7 +418,9 @@ def _pack(num_objects: int, block_obj: np.ndarray, coords: np.ndarray, ref_off: 
     return out, obj_off
 
 
-def _check_rows(object_row, coords, fragment, num_objects):
+def _check_rows(
+    object_row: ArrayLike, coords: ArrayLike, fragment: ArrayLike, num_objects: int
+) -> tuple[_I64, _I64, _I64]:
     obj = np.asarray(object_row, dtype=np.int64).reshape(-1)
     frag = np.asarray(fragment, dtype=np.int64).reshape(-1)
     c = np.asarray(coords, dtype=np.int64)
@@ -420,7 +439,9 @@ def _check_rows(object_row, coords, fragment, num_objects):
     return obj, c, frag
 
 
-def encode_manifests_packed(object_row, coords, fragment, num_objects: int) -> tuple[np.ndarray, np.ndarray]:
+def encode_manifests_packed(
+    object_row: ArrayLike, coords: ArrayLike, fragment: ArrayLike, num_objects: int
+) -> tuple[NDArray[np.uint8], _I64]:
     """0.9.2-style manifests for ``num_objects`` objects, one mode-0 block per row.
 
     Rows (``object_row`` ascending, ``coords`` (N, ndim), ``fragment``) are in
@@ -433,14 +454,14 @@ def encode_manifests_packed(object_row, coords, fragment, num_objects: int) -> t
     return _pack(int(num_objects), obj, c, ref_off, frag)
 
 
-def encode_manifests(object_row, coords, fragment, num_objects: int) -> list[bytes]:
+def encode_manifests(object_row: ArrayLike, coords: ArrayLike, fragment: ArrayLike, num_objects: int) -> list[bytes]:
     """Like :func:`encode_manifests_packed` but one ``bytes`` per object."""
     data, off = encode_manifests_packed(object_row, coords, fragment, num_objects)
-    mv = memoryview(data)
+    mv = memoryview(data)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ only on Python >= 3.12
     return [mv[a:b].tobytes() for a, b in zip(off[:-1].tolist(), off[1:].tolist())]
 
 
-def encode_manifest(coords, fragment_lists: Sequence) -> bytes:
+def encode_manifest(coords: ArrayLike, fragment_lists: Sequence[ArrayLike]) -> bytes:
     """One object's manifest: block ``i`` names chunk ``coords[i]`` and the fragments ``fragment_lists[i]``.
 
     A single fragment becomes mode 0 (what 0.9.2 writes), an ascending run

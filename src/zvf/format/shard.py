@@ -17,29 +17,34 @@ writes no object at all: :func:`encode_shard` then returns ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
 from .vlen import as_u8
 
+if TYPE_CHECKING:
+    from .types import BytesLike
+
 __all__ = [
     "EMPTY",
-    "index_nbytes",
     "crc32c",
     "decode_shard_index",
-    "encode_shard_index",
     "encode_shard",
-    "morton_order",
+    "encode_shard_index",
+    "index_nbytes",
     "inner_index",
+    "morton_order",
     "shard_coords",
 ]
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def crc32c(data) -> int:
+def crc32c(data: BytesLike) -> int:
     import google_crc32c
 
     return int(google_crc32c.value(bytes(as_u8(data))))
@@ -51,8 +56,8 @@ def index_nbytes(n_inner: int) -> int:
 
 
 def decode_shard_index(
-    buf, n_inner: int, *, key: str = "?", shard_size: int | None = None, location: str = "end"
-) -> tuple[np.ndarray, np.ndarray]:
+    buf: BytesLike, n_inner: int, *, key: str = "?", shard_size: int | None = None, location: str = "end"
+) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
     """Index -> (offsets uint64[n_inner], nbytes uint64[n_inner]); absent = 2^64-1 in both.
 
     ``buf`` is the index itself or a whole shard (then the index is taken from
@@ -109,20 +114,24 @@ def decode_shard_index(
     return offsets, nbytes
 
 
-def encode_shard_index(offsets, nbytes) -> bytes:
+def encode_shard_index(offsets: ArrayLike, nbytes: ArrayLike) -> bytes:
     """Index entries (+crc32c) for the given per-inner-chunk offsets / sizes (2^64-1 = absent)."""
-    ent = np.empty((len(offsets), 2), dtype="<u8")
-    ent[:, 0] = np.asarray(offsets, dtype=np.uint64)
+    off = np.asarray(offsets, dtype=np.uint64)
+    ent = np.empty((len(off), 2), dtype="<u8")
+    ent[:, 0] = off
     ent[:, 1] = np.asarray(nbytes, dtype=np.uint64)
     body = ent.tobytes()
     return body + int(crc32c(body)).to_bytes(4, "little")
 
 
-def morton_order(inner_shape) -> np.ndarray:
+def morton_order(inner_shape: Sequence[int]) -> NDArray[np.int64]:
     """C-order linear indices of a shard's inner chunks in zarr's Morton write order."""
     shape = tuple(int(s) for s in inner_shape)
     n = int(np.prod(shape)) if shape else 1
-    coords = np.stack(np.unravel_index(np.arange(n), shape), axis=1).astype(np.int64) if shape else np.zeros((1, 0))
+    if shape:
+        coords = np.stack(np.unravel_index(np.arange(n), shape), axis=1).astype(np.int64)
+    else:
+        coords = np.zeros((1, 0), np.int64)
     bits = [max(int(s) - 1, 0).bit_length() for s in shape]
     code = np.zeros(n, dtype=np.int64)
     out_bit = 0
@@ -135,7 +144,8 @@ def morton_order(inner_shape) -> np.ndarray:
 
 
 def encode_shard(
-    inner: Mapping[int, bytes], n_inner: int, *, inner_shape=None, location: str = "end"
+    inner: Mapping[int, bytes | None], n_inner: int, *, inner_shape: Sequence[int] | None = None,
+    location: str = "end"
 ) -> bytes | None:
     """Assemble a shard from encoded inner chunks keyed by C-order inner index.
 
@@ -172,15 +182,15 @@ def encode_shard(
     return b"".join(parts) + index
 
 
-def inner_index(chunk_coords, chunks_per_shard) -> np.ndarray:
+def inner_index(chunk_coords: ArrayLike, chunks_per_shard: ArrayLike) -> NDArray[np.int64]:
     """C-order index of each chunk inside its shard (vectorized over rows of ``chunk_coords``)."""
     c = np.asarray(chunk_coords, dtype=np.int64)
     cps = np.asarray(chunks_per_shard, dtype=np.int64)
     local = np.mod(c, cps)
-    return np.ravel_multi_index(tuple(np.moveaxis(local, -1, 0)), tuple(cps.tolist())).astype(np.int64)
+    return np.asarray(np.ravel_multi_index(tuple(np.moveaxis(local, -1, 0)), tuple(cps.tolist())), dtype=np.int64)
 
 
-def shard_coords(chunk_coords, chunks_per_shard) -> np.ndarray:
+def shard_coords(chunk_coords: ArrayLike, chunks_per_shard: ArrayLike) -> NDArray[np.int64]:
     """Coordinates of the shard holding each chunk."""
     c = np.asarray(chunk_coords, dtype=np.int64)
     return np.floor_divide(c, np.asarray(chunks_per_shard, dtype=np.int64))

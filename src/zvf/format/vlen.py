@@ -12,25 +12,33 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from .types import BytesLike
+
 __all__ = [
-    "encode_vlen",
-    "encode_vlen_packed",
-    "decode_vlen",
-    "decode_vlen_spans",
     "as_u8",
     "byte_view",
+    "decode_vlen",
+    "decode_vlen_frames",
+    "decode_vlen_spans",
+    "encode_vlen",
+    "encode_vlen_packed",
 ]
 
 _U32 = struct.Struct("<I")
 _MAX_ITEM = 0xFFFFFFFF
 
 
-def as_u8(buf) -> np.ndarray:
+def as_u8(buf: BytesLike) -> NDArray[np.uint8]:
     """A read-only ``uint8`` view of any contiguous bytes-like object (no copy)."""
     if isinstance(buf, np.ndarray):
         if buf.dtype == np.uint8 and buf.ndim == 1:
@@ -38,12 +46,15 @@ def as_u8(buf) -> np.ndarray:
         if not buf.flags.c_contiguous:
             buf = np.ascontiguousarray(buf)
         return buf.reshape(-1).view(np.uint8)
-    return np.frombuffer(buf, dtype=np.uint8)
+    # numpy's stubs accept only a few named buffer types; frombuffer takes any buffer (obstore Bytes) at run time
+    u8: NDArray[np.uint8] = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+    return u8
 
 
-def byte_view(buf) -> memoryview:
+def byte_view(buf: BytesLike) -> memoryview:
     """A flat ``'B'`` memoryview of any bytes-like object (copies only if non-contiguous)."""
-    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    # numpy's stubs give ndarray a __buffer__ only for Python >= 3.12; it exports its buffer on 3.11 too
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)  # type: ignore[arg-type]
     if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
         return mv
     if not mv.c_contiguous:
@@ -51,25 +62,25 @@ def byte_view(buf) -> memoryview:
     return mv.cast("B")
 
 
-def _nbytes(item) -> int:
+def _nbytes(item: BytesLike) -> int:
     if isinstance(item, (bytes, bytearray)):
         return len(item)
-    return memoryview(item).nbytes
+    return memoryview(item).nbytes  # type: ignore[arg-type]  # ndarray: see byte_view
 
 
-def encode_vlen(items: Sequence) -> bytes:
+def encode_vlen(items: Sequence[BytesLike]) -> bytes:
     """Frame ``items`` (bytes-like) as one vlen-bytes chunk."""
-    parts: list = [_U32.pack(len(items))]
+    parts: list[Buffer] = [_U32.pack(len(items))]
     for i, item in enumerate(items):
         n = _nbytes(item)
         if n > _MAX_ITEM:
             raise InvalidArgumentError(f"items[{i}]: {n} bytes exceed the u32 length prefix")
         parts.append(_U32.pack(n))
-        parts.append(item if isinstance(item, (bytes, bytearray, memoryview)) else memoryview(item))
+        parts.append(item if isinstance(item, (bytes, bytearray, memoryview)) else memoryview(item))  # type: ignore[arg-type]  # ndarray: see byte_view
     return b"".join(parts)
 
 
-def encode_vlen_packed(data, offsets) -> bytes:
+def encode_vlen_packed(data: BytesLike, offsets: ArrayLike) -> bytes:
     """Frame items given as one buffer plus ``offsets`` (``n+1`` byte offsets).
 
     Vectorized twin of :func:`encode_vlen` for many small items (e.g. one
@@ -100,7 +111,9 @@ def encode_vlen_packed(data, offsets) -> bytes:
     return out.tobytes()
 
 
-def decode_vlen_spans(buf, *, key: str = "?", expected: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def decode_vlen_spans(
+    buf: BytesLike, *, key: str = "?", expected: int | None = None
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Item ``(starts, lengths)`` (int64 byte offsets into ``buf``) of a vlen frame.
 
     Lets hot paths (manifests) keep one buffer instead of many slices.
@@ -136,8 +149,94 @@ def decode_vlen_spans(buf, *, key: str = "?", expected: int | None = None) -> tu
     return starts, lengths
 
 
-def decode_vlen(buf, *, key: str = "?", expected: int | None = None) -> list[memoryview]:
+def decode_vlen(buf: BytesLike, *, key: str = "?", expected: int | None = None) -> list[memoryview]:
     """Split a vlen-bytes frame into zero-copy item views."""
     mv = byte_view(buf)
     starts, lengths = decode_vlen_spans(mv, key=key, expected=expected)
     return [mv[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
+
+
+def decode_vlen_frames(
+    buf: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", expected: ArrayLike | None = None
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Item spans of many vlen frames lying at ``buf[starts[f]:ends[f]]``, all at once.
+
+    Returns ``(counts, item_starts, item_lengths)``: items in frame order,
+    ``counts[f]`` of them from frame ``f``.  The walk steps over item
+    *positions* across every frame together (one numpy step per position,
+    not per item), so thousands of small frames (the inner chunks of a
+    manifest shard) cost a handful of numpy calls; a few big frames take
+    the scalar walk, which is cheaper per item.  ``expected``: items per
+    frame (int or array), checked.
+    """
+    u8 = as_u8(buf)
+    starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+    ends = np.asarray(ends, dtype=np.int64).reshape(-1)
+    nf = starts.size
+    if ends.size != nf or (nf and (starts.min() < 0 or int(ends.max()) > u8.size or np.any(ends < starts))):
+        raise InvalidArgumentError("starts/ends: frames must lie inside buf")
+    want = None if expected is None else np.broadcast_to(np.asarray(expected, dtype=np.int64), (nf,))
+    short = ends - starts < 4
+    if short.any():
+        f = int(np.flatnonzero(short)[0])
+        raise FormatError(
+            f"{key}[{f}]: vlen-bytes frame is {int(ends[f] - starts[f])} bytes, shorter than its 4-byte count"
+        )
+    counts = _u32_at(u8, starts)
+    if want is not None and np.any(counts != want):
+        f = int(np.flatnonzero(counts != want)[0])
+        raise FormatError(f"{key}[{f}]: vlen-bytes frame holds {int(counts[f])} items, expected {int(want[f])}")
+    over = starts + 4 + 4 * counts > ends
+    if over.any():
+        f = int(np.flatnonzero(over)[0])
+        raise FormatError(f"{key}[{f}]: vlen-bytes frame declares {int(counts[f])} items but is only "
+                          f"{int(ends[f] - starts[f])} bytes")
+    total = int(counts.sum())
+    if nf <= 8 or total <= 2 * nf:  # few frames: the scalar walk is cheaper than many tiny numpy steps
+        parts = [
+            decode_vlen_spans(u8[s:e], key=f"{key}[{f}]")
+            for f, (s, e) in enumerate(zip(starts.tolist(), ends.tolist()))
+        ]
+        item_starts = np.concatenate([p[0] + s for p, s in zip(parts, starts.tolist())] or [np.zeros(0, np.int64)])
+        item_lengths = np.concatenate([p[1] for p in parts] or [np.zeros(0, np.int64)])
+        return counts, item_starts, item_lengths
+    first = np.cumsum(counts) - counts  # output slot of each frame's first item
+    item_starts = np.empty(total, dtype=np.int64)
+    item_lengths = np.empty(total, dtype=np.int64)
+    pos = starts + 4
+    act = np.flatnonzero(counts > 0)
+    j = 0
+    while act.size:
+        p = pos[act]
+        trunc = p + 4 > ends[act]
+        if trunc.any():
+            f = int(act[np.flatnonzero(trunc)[0]])
+            raise FormatError(f"{key}[{f}]: vlen-bytes frame truncated at the length of item {j} of {int(counts[f])}")
+        ln = _u32_at(u8, p)
+        end = p + 4 + ln
+        bad = end > ends[act]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            f = int(act[i])
+            raise FormatError(f"{key}[{f}]: vlen-bytes item {j} of {int(counts[f])} declares {int(ln[i])} bytes, "
+                              f"only {int(ends[f] - p[i] - 4)} remain")
+        item_starts[first[act] + j] = p + 4
+        item_lengths[first[act] + j] = ln
+        pos[act] = end
+        j += 1
+        act = act[counts[act] > j]
+    trailing = pos != ends
+    if trailing.any():
+        f = int(np.flatnonzero(trailing)[0])
+        raise FormatError(f"{key}[{f}]: vlen-bytes frame has {int(ends[f] - pos[f])} trailing bytes "
+                          f"after {int(counts[f])} items")
+    return counts, item_starts, item_lengths
+
+
+def _u32_at(u8: NDArray[np.uint8], pos: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Little-endian u32 at each byte position (positions already bounds-checked)."""
+    if pos.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    b = u8[pos[:, None] + np.arange(4)].astype(np.int64)
+    u32: NDArray[np.int64] = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
+    return u32

@@ -10,7 +10,7 @@ Retries — decision: zvf's executor is the single retry layer.  obstore's own
 retries are off by default (``transport_retries=0`` in storage_options), so
 every HTTP attempt is visible here: ``Stats.requests`` counts attempts and
 ``Stats.retries`` counts re-attempts exactly, and the same policy is testable
-on :class:`~zvf.io.transport.MemoryTransport`.  Transient failures
+on :class:`~zvf.testing.MemoryTransport`.  Transient failures
 (:class:`~zvf.io.transport.TransientError`: 5xx, 429, timeouts, dropped or
 refused connections) are retried with exponential backoff and full jitter
 (``sleep ~ U(0, min(max_backoff, init_backoff * base**(n-1)))``) at most
@@ -31,6 +31,15 @@ later callers await the first one's result.  If the first caller is
 cancelled, a waiter takes over and issues the request itself, so one caller's
 cancellation never leaks into another.
 
+Concurrency from the plan: unless ``concurrency`` was given (storage option or
+argument), a remote store's limit grows with the work asked of it.  A plan of
+``n`` requests moving ``b`` bytes gets enough requests in flight that its
+round trips cost at most a quarter of its transfer time: ``4 * n * latency_hint
+* bandwidth_hint / b``, between the scheme default and ``min(n, MAX_WIDTH)``.
+Many small requests (latency-bound) thus run wide, a few big ones (bandwidth-
+bound) stay at the default; a plan of unknown sizes (``map``) is taken as
+latency-bound.  The limiter stays one per executor; it only grows.
+
 Caches: byte-budget LRUs per namespace ("meta", "shard_index",
 "fragment_index", "manifest", ...); ``get(key, cache="meta")`` reads through,
 ``get_cached``/``put_cached`` store any object with an explicit size.  Missing
@@ -40,12 +49,14 @@ for that key.
 
 from __future__ import annotations
 
+import builtins
 import inspect
+import logging
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 
@@ -54,9 +65,10 @@ from .plan import ByteRange, Request, coalesce, scatter
 from .store import RetryPolicy, StoreHandle
 from .transport import TransientError
 
-__all__ = ["Stats", "ByteLRU", "Executor", "DEFAULT_CACHE_BYTES"]
+__all__ = ["DEFAULT_CACHE_BYTES", "ByteLRU", "Executor", "Stats"]
 
 T = TypeVar("T")
+_log = logging.getLogger("zvf.io")  # a child of "zvf": request traces at DEBUG
 
 DEFAULT_CACHE_BYTES: dict[str, int] = {
     "meta": 8 * 1024 * 1024,
@@ -65,6 +77,7 @@ DEFAULT_CACHE_BYTES: dict[str, int] = {
     "manifest": 32 * 1024 * 1024,
 }
 _DEFAULT_NAMESPACE_BYTES = 16 * 1024 * 1024
+MAX_WIDTH = 256  # requests in flight a plan may ask for (connection pools and servers cap useful width)
 
 
 class Stats:
@@ -85,6 +98,17 @@ class Stats:
         "requests", "bytes", "retries", "failures", "cache_hits", "cache_misses",
         "inflight_shared", "puts", "bytes_put", "max_inflight", "round_trips",
     )
+    requests: int
+    bytes: int
+    retries: int
+    failures: int
+    cache_hits: int
+    cache_misses: int
+    inflight_shared: int
+    puts: int
+    bytes_put: int
+    max_inflight: int
+    round_trips: int
 
     def __init__(self) -> None:
         self.reset()
@@ -131,6 +155,9 @@ class ByteLRU:
     def __contains__(self, key: Any) -> bool:
         return key in self._d
 
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._d))
+
     def get(self, key: Any, default: Any = None) -> Any:
         hit = self._d.get(key)
         if hit is None:
@@ -174,7 +201,7 @@ def _sizeof(value: Any) -> int:
 
 
 class _Flight:
-    __slots__ = ("event", "ok", "result", "error")
+    __slots__ = ("error", "event", "ok", "result")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
@@ -198,6 +225,7 @@ class Executor:
         self.handle = handle
         self.transport = handle.transport
         self.concurrency = int(concurrency or handle.concurrency)
+        self.auto_width = concurrency is None and getattr(handle, "concurrency_auto", False)
         if self.concurrency < 1:
             raise InvalidArgumentError(f"concurrency must be >= 1, got {concurrency}")
         self.retry = retry or handle.retry
@@ -249,11 +277,13 @@ class Executor:
         retry_ambiguous: bool = True,
         tokens: int = 1,
         put: bool = False,
+        span: tuple[int, int | None] | None = None,
     ) -> T:
         """Run one transport call under the limiter with the retry policy.
 
         ``retry=False``: a transient error fails at once; ``retry_ambiguous=False``:
         only failures that prove the request was not applied are retried.
+        Each attempt is one DEBUG line on the ``zvf.io`` logger (``span``: the byte range).
         """
         policy = self.retry
         t0 = anyio.current_time()
@@ -265,10 +295,15 @@ class Executor:
                     depth = self.stats._begin()
                     if put:
                         self.stats.puts += 1
+                    sent = anyio.current_time()
                     try:
                         result = await fn()
+                    except BaseException as exc:
+                        _trace(op, key, span, getattr(exc, "reason", None) or type(exc).__name__, None, sent)
+                        raise
                     finally:
                         self.stats._end(depth)
+                    _trace(op, key, span, "missing" if result is None else "ok", result, sent)
             except TransientError as e:
                 elapsed = anyio.current_time() - t0
                 if not retry or (e.ambiguous and not retry_ambiguous):
@@ -293,7 +328,7 @@ class Executor:
                 raise
             if isinstance(result, (bytes, bytearray, memoryview)):
                 self.stats.bytes += len(result)
-            elif isinstance(result, list) and result and isinstance(result[0], (bytes, bytearray)):
+            elif isinstance(result, list) and result and isinstance(result[0], (bytes, bytearray, memoryview)):
                 self.stats.bytes += sum(len(r) for r in result)
             return result
 
@@ -319,7 +354,7 @@ class Executor:
             self.stats.inflight_shared += 1
             await flight.event.wait()
             if flight.ok:
-                return flight.result
+                return cast(T, flight.result)
             if flight.error is not None:
                 raise flight.error
             # the owner was cancelled: loop and (maybe) become the owner
@@ -327,6 +362,29 @@ class Executor:
     def _check_writable(self, key: str) -> None:
         if self.handle.read_only:
             raise ReadOnlyError(f"cannot write {key!r} on {self.label}: the store is opened read-only")
+
+    def plan_width(self, n_requests: int, nbytes: float | None = None) -> int:
+        """Requests in flight for a plan of ``n_requests`` moving ``nbytes`` (see module docstring).
+
+        ``nbytes`` None (a plan of unknown sizes, e.g. ``map`` over cells): taken as
+        latency-bound, ``min(n, MAX_WIDTH)`` -- the bytes seen so far (whole manifest
+        shards, documents) say little about the requests to come.
+        """
+        if not self.auto_width or n_requests <= self.concurrency:
+            return self.concurrency
+        if nbytes is None:
+            return min(n_requests, MAX_WIDTH)
+        h = self.handle
+        need = 4 * n_requests * h.latency_hint * h.bandwidth_hint / max(float(nbytes), 1.0)
+        return int(min(n_requests, MAX_WIDTH, max(self.concurrency, -(-need // 1))))
+
+    def widen(self, n_requests: int, nbytes: float | None = None) -> int:
+        """Grow the store-wide limit to :meth:`plan_width` (never shrinks it); returns the limit."""
+        width = self.plan_width(n_requests, nbytes)
+        if width > self.concurrency:
+            self.concurrency = width
+            self.limiter.total_tokens = width
+        return self.concurrency
 
     # ------------------------------------------------------------------------------
     # caches
@@ -358,7 +416,7 @@ class Executor:
         for c in self.caches.values():
             if not len(c):
                 continue
-            for ck in c.keys():
+            for ck in list(c):
                 if ck == key or (isinstance(ck, tuple) and len(ck) > 1 and ck[1] == key):
                     c.pop(ck)
 
@@ -375,9 +433,9 @@ class Executor:
         if cache is not None:
             hit = self.get_cached(cache, key)
             if hit is not None:
-                return hit
+                return cast(bytes, hit)
         t = self.transport
-        data = await self._shared(("get", key), lambda: self.call("get", key, lambda: t.get(key)))
+        data: bytes | None = await self._shared(("get", key), lambda: self.call("get", key, lambda: t.get(key)))
         if cache is not None and data is not None:
             self.put_cached(cache, key, data)
         return data
@@ -392,7 +450,7 @@ class Executor:
         if cache is not None:
             hit = self.get_cached(cache, ckey)
             if hit is not None:
-                return hit
+                return cast(bytes, hit)
         data = await self._fetch(Request(key, start, end))
         if cache is not None and data is not None:
             self.put_cached(cache, ckey, data)
@@ -406,7 +464,7 @@ class Executor:
         if cache is not None:
             hit = self.get_cached(cache, ckey)
             if hit is not None:
-                return hit
+                return cast(bytes, hit)
         data = await self._fetch(Request(key, -nbytes, None))
         if cache is not None and data is not None:
             self.put_cached(cache, ckey, data)
@@ -423,10 +481,10 @@ class Executor:
             return await self.get(key)
         if e is None and s < 0:
             return await self._shared(
-                ("suffix", key, -s), lambda: self.call("get_suffix", key, lambda: t.get_suffix(key, -s))
+                ("suffix", key, -s), lambda: self.call("get_suffix", key, lambda: t.get_suffix(key, -s), span=(s, None))
             )
         return await self._shared(
-            ("range", key, s, e), lambda: self.call("get_range", key, lambda: t.get_range(key, s, e))
+            ("range", key, s, e), lambda: self.call("get_range", key, lambda: t.get_range(key, s, e), span=(s, e))
         )
 
     async def read_ranges(
@@ -448,6 +506,7 @@ class Executor:
             max_gap=self.handle.coalesce_gap if max_gap is None else max_gap,
             max_size=self.handle.coalesce_max if max_size is None else max_size,
         )
+        self.widen(len(reqs), sum(r.end - r.start for r in reqs if r.end is not None and r.start >= 0))
         payloads = await self.map(self._fetch, reqs)
         return scatter(ranges, reqs, payloads)
 
@@ -545,7 +604,7 @@ class Executor:
         t = self.transport
         return await self.call("list", prefix, lambda: t.list(prefix))
 
-    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]:
+    async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
         """(sub-directory prefixes, objects) directly under ``prefix``."""
         t = self.transport
         return await self.call("list_dirs", prefix, lambda: t.list_dirs(prefix))
@@ -556,7 +615,7 @@ class Executor:
 
     async def map(
         self, fn: Callable[[Any], Awaitable[T]], items: Iterable[Any], *, limit: int | None = None
-    ) -> list[T]:
+    ) -> builtins.list[T]:
         """``[await fn(x) for x in items]`` run concurrently; results in input order.
 
         At most ``limit`` (default 2 x concurrency) calls run at once.  The
@@ -570,8 +629,9 @@ class Executor:
             return []
         if n == 1:
             return [await fn(items[0])]
-        results: list[Any] = [None] * n
-        errors: list[BaseException] = []
+        self.widen(n)
+        results: builtins.list[Any] = [None] * n
+        errors: builtins.list[BaseException] = []
         next_index = iter(range(n))
         width = min(n, limit or 2 * self.concurrency)
 
@@ -591,7 +651,7 @@ class Executor:
             raise errors[0]
         return results
 
-    async def gather(self, aws: Iterable[Awaitable[T]], *, limit: int | None = None) -> list[T]:
+    async def gather(self, aws: Iterable[Awaitable[T]], *, limit: int | None = None) -> builtins.list[T]:
         """Await many awaitables concurrently (see :meth:`map`); results in order."""
         aws = list(aws)
         try:
@@ -602,10 +662,25 @@ class Executor:
                     a.close()
 
 
-def _gave_up(message: str, cause, attempts: int) -> RemoteError:
+def _trace(op: str, key: str, span: tuple[int, int | None] | None, status: str, result: Any, sent: float) -> None:
+    """One DEBUG line per request attempt: op, key, byte range, status, bytes received, milliseconds."""
+    if not _log.isEnabledFor(logging.DEBUG):
+        return
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        nbytes = len(result)
+    elif isinstance(result, list):
+        nbytes = sum(len(r) for r in result if isinstance(r, (bytes, bytearray, memoryview)))
+    else:
+        nbytes = 0
+    where = "" if span is None else f" bytes={span[0]}-{'' if span[1] is None else span[1] - 1}"
+    _log.debug("%s %s%s status=%s bytes=%d ms=%.1f", op, key, where, status, nbytes,
+               (anyio.current_time() - sent) * 1000)
+
+
+def _gave_up(message: str, cause: BaseException, attempts: int) -> RemoteError:
     """The RemoteError ending a request: carries the last HTTP status and the attempts made."""
     err = RemoteError(message)
-    err.status = cause.status  # type: ignore[attr-defined]
+    err.status = getattr(cause, "status", None)  # type: ignore[attr-defined]
     err.attempts = attempts  # type: ignore[attr-defined]
     return err
 

@@ -26,10 +26,10 @@ from ..errors import InvalidArgumentError
 __all__ = [
     "ByteRange",
     "Request",
-    "coalesce",
-    "scatter",
-    "fetch_cost",
     "choose_fetch",
+    "coalesce",
+    "fetch_cost",
+    "scatter",
 ]
 
 
@@ -270,7 +270,7 @@ def choose_fetch(
     reqs = coalesce(
         [ByteRange("_", s, e) for s, e in spans], max_gap=max_gap, max_size=max_size
     )
-    ranged_bytes = sum(r.end - r.start for r in reqs)  # type: ignore[operator]
+    ranged_bytes = sum(r.end - r.start for r in reqs if r.end is not None)  # all bounded
     c_ranges = fetch_cost(
         ranged_bytes,
         len(reqs),

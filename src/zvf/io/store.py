@@ -9,6 +9,7 @@ Supported targets::
     gs://bucket/prefix  (gcs://)             Google Cloud Storage
     az://container/prefix (azure://, abfs[s]://container@account.dfs.core.windows.net/p)
     http(s)://host/path                      read-only HTTP
+    an obstore store built by the caller     used as is (``storage_options``: zvf keys only)
 
 ``storage_options`` (``None`` values are ignored; unknown keys are an error):
 
@@ -33,30 +34,105 @@ Supported targets::
   (s) / ``bandwidth_hint`` (B/s) for the cost model, ``multipart_threshold``,
   ``part_size``, ``multipart_concurrency`` for uploads.
 
-Credentials are passed to obstore and then forgotten: the handle keeps a
-credential-free URL and error messages are scrubbed of secret values.
+Type checkers see these keys as :class:`StorageOptions`.  Credentials are
+passed to obstore and then forgotten: the handle keeps a credential-free URL
+and error messages are scrubbed of secret values.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import InvalidArgumentError, ReadOnlyError, StoreNotFoundError
+from ..errors import InvalidArgumentError, ReadOnlyError, RemoteError, StoreNotFoundError
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, ObjectStore, RetryConfig
 
 __all__ = [
-    "StoreHandle",
     "RetryPolicy",
-    "open_store",
-    "memory_store",
+    "StorageOptions",
+    "StoreHandle",
+    "Target",
     "forget_memory_store",
+    "memory_store",
+    "open_store",
 ]
+
+
+class StorageOptions(TypedDict, total=False):
+    """``storage_options`` keys (the module docstring says what each does; defaults in comments).
+
+    Durations are seconds or strings such as ``"5s"``.  The aliases at the end
+    name the same settings as their fsspec/boto spellings.
+    """
+
+    # S3 / GCS / Azure store settings (default: the environment, as obstore reads it)
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    skip_signature: bool
+    virtual_hosted_style_request: bool
+    request_payer: bool
+    service_account: str
+    service_account_key: str
+    application_credentials: str
+    account_name: str
+    account_key: str
+    sas_key: str
+    client_id: str
+    client_secret: str
+    tenant_id: str
+    use_emulator: bool
+    # HTTP client (allow_http: on for http:// endpoints; timeout: 30 s, obstore's)
+    allow_http: bool
+    timeout: float | str
+    connect_timeout: float | str
+    read_timeout: float | str
+    allow_invalid_certificates: bool
+    proxy_url: str
+    # zvf's retries (see RetryPolicy: 6 retries within 30 s, backoff 0.05 s doubling to 5 s)
+    max_retries: int
+    retry_timeout: float
+    init_backoff: float
+    max_backoff: float
+    backoff_base: float
+    transport_retries: int  # obstore's own retries under zvf's: 0
+    # zvf's I/O (remote / local defaults): 32 / 8 requests in flight, merge reads 256 KiB / 16 KiB
+    # apart up to 16 MiB / 8 MiB, 30 ms / 0.1 ms latency and 100 MB/s / 2 GB/s for the cost model,
+    # multipart uploads above 32 MiB in 8 MiB parts, 4 at a time
+    concurrency: int
+    coalesce_gap: int
+    coalesce_max: int
+    latency_hint: float
+    bandwidth_hint: float
+    multipart_threshold: int
+    part_size: int
+    multipart_concurrency: int
+    # aliases
+    endpoint_url: str
+    aws_endpoint: str
+    aws_endpoint_url: str
+    aws_region: str
+    region_name: str
+    aws_access_key_id: str
+    aws_secret_access_key: str
+    aws_session_token: str
+    token: str
+    anonymous: bool
+    aws_skip_signature: bool
+
+
+Target: TypeAlias = "str | os.PathLike[str] | ObjectStore"
+"""Where a store lives: a local path, a URL, or an obstore store the caller built."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +174,7 @@ class StoreHandle:
     part_size: int = 8 * 1024 * 1024
     multipart_concurrency: int = 4
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    concurrency_auto: bool = False  # no `concurrency` option given: the executor sizes it from each plan
 
     @classmethod
     def for_transport(
@@ -220,7 +297,8 @@ _DEFAULTS = {
 }
 
 
-def _normalise_options(options: Mapping[str, Any] | None, scheme: str) -> dict[str, Any]:
+def _normalise_options(options: Mapping[str, Any] | None, scheme: str, where: str = "") -> dict[str, Any]:
+    """Canonical keys with checked values; ``where`` names the target in errors."""
     out: dict[str, Any] = {}
     for raw_key, value in (options or {}).items():
         if value is None:
@@ -235,7 +313,7 @@ def _normalise_options(options: Mapping[str, Any] | None, scheme: str) -> dict[s
             allowed = allowed | _CLIENT
         if key not in allowed:
             raise InvalidArgumentError(
-                f"storage option {raw_key!r} does not apply to {scheme}:// targets"
+                f"storage option {raw_key!r} does not apply to {where or scheme + ':// targets'}"
             )
         if key in out:
             raise InvalidArgumentError(f"storage option {raw_key!r} is given twice (via an alias)")
@@ -266,8 +344,8 @@ def _split(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[s
     return opts, client, zvf
 
 
-def _retry_config(zvf: dict[str, Any]) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
+def _retry_config(zvf: dict[str, Any]) -> RetryConfig:
+    cfg: RetryConfig = {
         "max_retries": int(zvf.get("transport_retries", 0)),
         "retry_timeout": timedelta(seconds=float(zvf.get("retry_timeout", 30.0))),
     }
@@ -290,13 +368,6 @@ def _clean_url(url: str) -> tuple[str, list[str]]:
     if parts.query:
         secrets.append(parts.query)
     return urlunsplit((parts.scheme, host, parts.path, "", "")), secrets
-
-
-def _scrubbed(text: str, secrets: list[str]) -> str:
-    for s in secrets:
-        if s and len(s) >= 3:
-            text = text.replace(s, "***")
-    return text
 
 
 # --------------------------------------------------------------------------------------
@@ -326,10 +397,10 @@ def _settle_obstore_at_exit() -> None:
 
 
 def open_store(
-    target: str | os.PathLike[str],
+    target: Target,
     *,
     mode: str = "r",
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: StorageOptions | Mapping[str, Any] | None = None,
 ) -> StoreHandle:
     """Open ``target`` for reading (``mode="r"``) or writing (``"w"``/``"a"``).
 
@@ -337,8 +408,6 @@ def open_store(
     paths, which must exist in mode "r".  Whether the target holds a zvf
     store is for the reader to decide.
     """
-    from .transport import ObstoreTransport, ReadOnlyTransport
-
     if mode not in ("r", "w", "a"):
         raise InvalidArgumentError(f"mode must be 'r', 'w' or 'a', got {mode!r}")
     if storage_options is not None and not isinstance(storage_options, Mapping):
@@ -346,7 +415,9 @@ def open_store(
 
     if isinstance(target, os.PathLike):
         target = os.fspath(target)
-    if not isinstance(target, str) or not target:
+    if not isinstance(target, str):
+        return _prebuilt(target, mode, storage_options)
+    if not target:
         raise InvalidArgumentError(f"target must be a non-empty path or URL, got {target!r}")
 
     scheme_raw = target.split("://", 1)[0].lower() if "://" in target else ""
@@ -362,8 +433,6 @@ def open_store(
     secrets = [str(v) for k, v in opts.items() if k in _SECRET_KEYS]
     config, client, zvf = _split(opts)
     read_only = mode == "r"
-    kind = "local" if scheme in ("file", "memory") else "remote"
-    settings = dict(_DEFAULTS[kind])
     prefix = ""
 
     if scheme == "file":
@@ -399,14 +468,56 @@ def open_store(
         secrets += url_secrets
         client.setdefault("allow_http", target.lower().startswith("http://"))
         store = _build(
-            lambda: HTTPStore.from_url(target, client_options=client, retry_config=_retry_config(zvf)),
+            lambda: HTTPStore.from_url(target, client_options=cast("ClientConfig", client),
+                                      retry_config=_retry_config(zvf)),
             url, secrets,
         )
     else:
         url, url_secrets = _clean_url(target)
         secrets += url_secrets
         store = _build_cloud(scheme, target, config, client, zvf, url, secrets)
+    return _handle(store, url=url, scheme=scheme, mode=mode, prefix=prefix, secrets=secrets, zvf=zvf)
 
+
+_STORE_SCHEMES = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az", "HTTPStore": "http",
+                  "LocalStore": "file", "MemoryStore": "memory"}
+
+
+def _prebuilt(store: Any, mode: str, storage_options: Mapping[str, Any] | None) -> StoreHandle:
+    """A handle around an obstore store the caller configured: only zvf's own settings apply."""
+    from obstore import store as obstores
+
+    name = type(store).__name__
+    if _STORE_SCHEMES.get(name) is None or not isinstance(store, getattr(obstores, name)):
+        raise InvalidArgumentError(
+            f"target must be a path, a URL or an obstore store (S3Store, GCSStore, ...), got {type(store).__name__}")
+    scheme = _STORE_SCHEMES[name]
+    opts = _normalise_options(storage_options, "memory", "an obstore store you built: configure the store")
+    if "transport_retries" in opts:
+        raise InvalidArgumentError("storage option 'transport_retries' does not apply to a store you built: "
+                                   "give the store its own retry_config")
+    if scheme == "http" and mode != "r":
+        raise ReadOnlyError(f"cannot open {store.url!r} for writing: HTTP stores are read-only")
+    if scheme in ("s3", "gs", "az"):
+        bucket = store.config["container_name" if scheme == "az" else "bucket"]
+        prefix = str(store.prefix or "").strip("/")
+        url = f"{scheme}://{bucket}" + (f"/{prefix}" if prefix else "")
+    elif scheme == "http":
+        url = _clean_url(store.url)[0]
+    elif scheme == "file":
+        url = Path(str(store.prefix or "/")).as_uri()
+    else:
+        url = "memory://"
+    return _handle(store, url=url, scheme=scheme, mode=mode, prefix="", secrets=[], zvf=opts)
+
+
+def _handle(store: Any, *, url: str, scheme: str, mode: str, prefix: str, secrets: list[str],
+            zvf: dict[str, Any]) -> StoreHandle:
+    """The handle around an obstore store, with zvf's settings resolved against the scheme's defaults."""
+    from .transport import ObstoreTransport, ReadOnlyTransport
+
+    read_only = mode == "r"
+    settings = dict(_DEFAULTS["local" if scheme in ("file", "memory") else "remote"])
     for k in ("concurrency", "coalesce_gap", "coalesce_max", "latency_hint", "bandwidth_hint"):
         if k in zvf:
             settings[k] = zvf[k]
@@ -437,6 +548,7 @@ def open_store(
         part_size=part_size,
         multipart_concurrency=int(zvf.get("multipart_concurrency", 4)),
         retry=retry,
+        concurrency_auto="concurrency" not in zvf and scheme not in ("file", "memory"),
     )
 
 
@@ -445,8 +557,9 @@ def _build(factory: Any, url: str, secrets: list[str]) -> Any:
     try:
         return factory()
     except Exception as e:  # obstore config errors may echo values back
-        first = str(e).split("\n\nDebug source:", 1)[0].strip().replace("\n", " ")
-        raise InvalidArgumentError(f"cannot configure store {url!r}: {_scrubbed(first, secrets)}") from None
+        from .transport import error_detail
+
+        raise InvalidArgumentError(f"cannot configure store {url!r}: {error_detail(e, secrets)}") from None
 
 
 def _build_cloud(
@@ -461,15 +574,91 @@ def _build_cloud(
     if config.get("skip_signature") is not None:
         config["skip_signature"] = bool(config["skip_signature"])
     retry_config = _retry_config(zvf)
+    if scheme == "s3":
+        _check_aws_credentials(config, url)
     from obstore import store as obstores
 
-    store_cls = {"s3": obstores.S3Store, "gs": obstores.GCSStore, "az": obstores.AzureStore}[scheme]
+    constructors: dict[str, Callable[..., Any]] = {
+        "s3": obstores.S3Store.from_url, "gs": obstores.GCSStore.from_url, "az": obstores.AzureStore.from_url,
+    }
+    from_url = constructors[scheme]
     if scheme == "gs" and "endpoint" in config:
         config["base_url"] = config.pop("endpoint")
+    _emulator_config(scheme, config)
     alias = {"gs": "gcs://", "az": "azure://"}.get(scheme)
     if alias and target.lower().startswith(alias):
         target = f"{scheme}://" + target[len(alias):]
     return _build(
-        lambda: store_cls.from_url(target, config=config, client_options=client, retry_config=retry_config),
+        lambda: from_url(target, config=config, client_options=client, retry_config=retry_config),
         url, secrets,
     )
+
+
+# Where obstore finds AWS credentials besides storage_options and the instance metadata service.
+_AWS_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                       "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+
+
+def _check_aws_credentials(config: dict[str, Any], url: str) -> None:
+    """Fail fast when S3 has no credentials and no instance metadata service would give any.
+
+    Without credentials obstore asks the EC2 metadata endpoint, and off EC2
+    every request then waits for that endpoint's timeout (30 s each) before
+    failing with its URL.  A 1 s probe tells the two cases apart, as the AWS SDKs do.
+    """
+    if config.get("skip_signature") or config.get("access_key_id") or any(os.environ.get(k)
+                                                                            for k in _AWS_CREDENTIAL_ENV):
+        return
+    import urllib.error
+    import urllib.request
+
+    endpoint = (os.environ.get("AWS_METADATA_ENDPOINT") or "http://169.254.169.254").rstrip("/")
+    probe = urllib.request.Request(f"{endpoint}/latest/api/token", method="PUT",
+                                   headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    try:
+        with opener.open(probe, timeout=1.0):
+            return
+    except urllib.error.HTTPError as e:
+        if e.code in (400, 401, 405):  # a metadata service that wants IMDSv1 or another token call
+            return
+    except OSError:
+        pass
+    raise RemoteError(
+        f"no AWS credentials found for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, pass "
+        f"storage_options access_key_id/secret_access_key, or skip_signature=True for a public bucket "
+        f"(no instance metadata service answered within 1 s)")
+
+
+# Azurite's fixed development account and key (public, documented by Microsoft; not a secret).
+_AZURITE_ACCOUNT = "devstoreaccount1"
+_AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _emulator_config(scheme: str, config: dict[str, Any]) -> None:
+    """Make ``endpoint`` work with local emulators (obstore alone does not).
+
+    * Azure ``use_emulator`` with an ``endpoint``: obstore's emulator mode only
+      reaches 127.0.0.1:10000 (or AZURITE_BLOB_STORAGE_URL), so zvf keeps the
+      endpoint, adds the account path when missing and the development
+      account/key when none is given.
+    * GCS ``skip_signature``: obstore skips signing reads only and still asks
+      a metadata server for a token before writes; a credential-free service
+      account (``disable_oauth``) makes every request unsigned, as the option says.
+    """
+    if scheme == "az" and config.get("use_emulator") and config.get("endpoint"):
+        account = config.setdefault("account_name", _AZURITE_ACCOUNT)
+        if not any(k in config for k in ("account_key", "sas_key", "client_secret")):
+            config["account_key"] = _AZURITE_KEY
+        parts = urlsplit(str(config["endpoint"]))
+        if parts.path.strip("/") == "":
+            config["endpoint"] = urlunsplit((parts.scheme, parts.netloc, f"/{account}", "", ""))
+        config.pop("use_emulator")
+    if scheme == "gs" and config.get("skip_signature") and not any(
+        k in config for k in ("service_account", "service_account_key", "application_credentials")
+    ):
+        import json
+
+        config["service_account_key"] = json.dumps(
+            {"disable_oauth": True, "client_email": "", "private_key": "", "private_key_id": ""}
+        )

@@ -4,43 +4,54 @@ A transport performs exactly one store operation per call and never retries;
 the executor decides about retries, concurrency and caching.  Failures are
 normalised so the executor can decide without knowing the backend:
 
+* data                 -> ``bytes`` from ``get`` (documents are parsed as JSON); ranged reads
+  (``get_range(s)``, ``get_suffix``) may return a read-only ``memoryview`` straight over the
+  backend's buffer, so cell payloads are not copied on their way in
 * missing object       -> ``None`` (``get``, ``get_range``, ``get_suffix``, ``head``)
 * range past the end   -> the shorter slice, ``b""`` when it starts past the end
 * create conflict      -> :class:`zvf.errors.StoreExistsError`
+* stale ETag put       -> :class:`zvf.errors.ConcurrentModificationError`
+  (``mode=tag`` with the tag from :meth:`get_tagged`: ``{"e_tag": ...}`` plus
+  ``"version"`` where the store needs it, e.g. GCS generations)
 * retryable failure    -> :class:`TransientError` (a ``RemoteError``) with
   ``ambiguous=True`` when the request may have been applied (500, dropped
   connection) and ``False`` when it surely was not (429, 503, connect refused)
 * anything else        -> :class:`zvf.errors.RemoteError` (not retried)
 
-Messages name the operation and key and pass through :meth:`_scrub` so
+Messages name the operation and key and pass through :func:`scrub` so
 credentials handed to the store never appear in them.
 
-:class:`ObstoreTransport` wraps any obstore store.  :class:`MemoryTransport` is
-a dict with injectable latency and faults (:class:`FaultPlan`) and a request
-log, so executor behaviour can be tested without a network.
+:class:`ObstoreTransport` wraps any obstore store; :class:`ReadOnlyTransport`
+refuses writes.  A dict-backed test double with injectable faults lives in
+:mod:`zvf.testing`.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import builtins
 import re
-import time
-from collections.abc import AsyncIterable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from ..errors import InvalidArgumentError, ReadOnlyError, RemoteError, StoreExistsError
+from ..errors import (
+    ConcurrentModificationError,
+    InvalidArgumentError,
+    ReadOnlyError,
+    RemoteError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from obstore import PutMode
+    from typing_extensions import Buffer
 
 __all__ = [
-    "Transport",
-    "TransientError",
+    "Chunks",
     "ObstoreTransport",
     "ReadOnlyTransport",
-    "MemoryTransport",
-    "Fault",
-    "FaultPlan",
-    "LogEntry",
-    "Chunks",
+    "TransientError",
+    "Transport",
 ]
 
 Chunks = Any  # bytes-like, Iterable[bytes-like] or AsyncIterable[bytes-like]
@@ -73,24 +84,32 @@ class Transport(Protocol):
     label: str
 
     async def get(self, key: str) -> bytes | None: ...
-    async def get_range(self, key: str, start: int, end: int | None) -> bytes | None: ...
+    async def get_range(self, key: str, start: int, end: int | None) -> bytes | memoryview | None: ...
     async def get_ranges(
         self, key: str, starts: Sequence[int], ends: Sequence[int]
-    ) -> list[bytes] | None: ...
-    async def get_suffix(self, key: str, nbytes: int) -> bytes | None: ...
+    ) -> list[bytes | memoryview] | None: ...
+    async def get_suffix(self, key: str, nbytes: int) -> bytes | memoryview | None: ...
     async def head(self, key: str) -> int | None: ...
-    async def put(self, key: str, data: Any, *, mode: str = "overwrite") -> None: ...
+    async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None: ...
+    async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None: ...
     async def put_multipart(
         self, key: str, chunks: Chunks, *, part_size: int, max_concurrency: int = 4
     ) -> None: ...
     async def list(self, prefix: str = "") -> list[tuple[str, int]]: ...
-    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]: ...
+    async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]: ...
     async def delete(self, keys: Iterable[str]) -> None: ...
+    async def copy(self, src: str, dst: str) -> None: ...
 
 
-def _check_mode(mode: str, key: str) -> None:
-    if mode not in ("overwrite", "create"):
-        raise InvalidArgumentError(f"put mode for {key!r} must be 'overwrite' or 'create', got {mode!r}")
+def _check_mode(mode: str | dict[str, str], key: str) -> None:
+    if isinstance(mode, dict):
+        if "e_tag" not in mode or not set(mode) <= {"e_tag", "version"} or not all(
+                isinstance(v, str) for v in mode.values()):
+            raise InvalidArgumentError(f"put mode for {key!r}: a conditional put is the tag get_tagged gave, "
+                                       f"got {mode!r}")
+    elif mode not in ("overwrite", "create"):
+        raise InvalidArgumentError(f"put mode for {key!r} must be 'overwrite', 'create' or {{'e_tag': ...}}, "
+                                   f"got {mode!r}")
 
 
 def _flat(data: Any) -> Any:
@@ -127,6 +146,22 @@ class _NotPartial(Exception):
     servers that ignore Range): fetch it whole and slice."""
 
 
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each secret (3+ characters) replaced by ``***``: store errors may echo credentials."""
+    for s in secrets:
+        if s and len(s) >= 3:
+            text = text.replace(s, "***")
+    return text
+
+
+def error_detail(exc: BaseException, secrets: Iterable[str] = ()) -> str:
+    """An obstore error's first paragraph on one line (no debug dump), at most ~400 characters, scrubbed."""
+    first = str(exc).split("\n\nDebug source:", 1)[0].strip().replace("\n", " ")
+    if len(first) > 400:
+        first = first[:400] + "..."
+    return scrub(first, secrets)
+
+
 def _under_a_file(exc: BaseException) -> bool:
     """A local key below a path that is a file (``a/data`` a blob, ``a/data/zarr.json`` asked): missing."""
     return "os error 20" in str(exc) or "Not a directory" in str(exc)
@@ -146,7 +181,7 @@ class ObstoreTransport:
     ) -> None:
         self.store = store
         self.prefix = _dir_prefix(prefix)
-        self._secrets = tuple(s for s in secrets if s and len(s) >= 3)
+        self._secrets = tuple(secrets)
         self.label = label or type(store).__name__
 
     def __repr__(self) -> str:
@@ -157,20 +192,12 @@ class ObstoreTransport:
     def _path(self, key: str) -> str:
         return self.prefix + key if self.prefix else key
 
-    def _scrub(self, text: str) -> str:
-        for s in self._secrets:
-            text = text.replace(s, "***")
-        return text
-
     def _error(self, exc: BaseException, op: str, key: str) -> BaseException:
         """Translate an obstore exception into zvf's (see module docstring)."""
         from obstore import exceptions as oe
 
         raw = str(exc)
-        first = raw.split("\n\nDebug source:", 1)[0].strip().replace("\n", " ")
-        if len(first) > 400:
-            first = first[:400] + "..."
-        detail = self._scrub(first)
+        detail = error_detail(exc, self._secrets)
         where = f"{op} of {key!r} on {self.label}"
         if isinstance(exc, (oe.AlreadyExistsError, oe.PreconditionError)):
             return StoreExistsError(f"{key!r} already exists on {self.label} ({op})")
@@ -178,12 +205,19 @@ class ObstoreTransport:
             isinstance(exc, ValueError) and "parse path" in raw
         ):
             return InvalidArgumentError(f"invalid key {key!r} for {self.label}: {detail}")
+        if "NoSuchBucket" in raw or "ContainerNotFound" in raw:
+            return StoreNotFoundError(f"{self.label}: the bucket (container) does not exist ({op} of {key!r})")
+        if "/latest/api/token" in raw or "/latest/meta-data" in raw:  # obstore fell back to EC2 instance metadata
+            return RemoteError(f"{self.label}: no credentials found (pass access_key_id/secret_access_key in "
+                               f"storage_options, set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or skip_signature=True "
+                               f"for a public bucket); {op} of {key!r}")
         if any(m in raw for m in _RANGE_PAST_END):
             return _RangePastEnd()
-        if "non-partial response" in raw:
-            return _NotPartial()
-        if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
-            e = RemoteError(f"{where} was refused (permission/credentials): {detail}")
+        if "non-partial response" in raw or "CONTENT_RANGE header" in raw:
+            return _NotPartial()  # whole object, or a Content-Range we cannot trust (bytes 0--1/0)
+        if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or "403 Forbidden" in raw:
+            e = RemoteError(f"{self.label}: access denied: the credentials were rejected or may not do this "
+                            f"(check them and the bucket policy); {where}: {detail}")
             e.status = 403  # type: ignore[attr-defined]
             return e
         if isinstance(exc, (oe.NotSupportedError, oe.UnknownConfigurationKeyError)):
@@ -236,7 +270,7 @@ class ObstoreTransport:
             self._raise(e, "get", key)
             raise  # unreachable
 
-    async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | None:
+    async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
         import obstore as obs
 
         if end is not None and end <= start:
@@ -250,11 +284,13 @@ class ObstoreTransport:
                 res = await obs.get_async(
                     self.store, self._path(key), options={"range": {"offset": start}}
                 )
-                return bytes(await res.bytes_async())
-            return bytes(await obs.get_range_async(self.store, self._path(key), start=start, end=end))
+                return memoryview(await res.bytes_async())
+            return memoryview(await obs.get_range_async(self.store, self._path(key), start=start, end=end))
         except FileNotFoundError:
             return None
         except Exception as e:
+            if _under_a_file(e):
+                return None
             err = self._error(e, "get_range", key)
             if isinstance(err, _RangePastEnd):
                 return b""
@@ -265,7 +301,7 @@ class ObstoreTransport:
 
     async def get_ranges(
         self, key: str, starts: Sequence[int], ends: Sequence[int]
-    ) -> list[bytes] | None:
+    ) -> list[bytes | memoryview] | None:
         """Several bounded ranges of one object; obstore does not merge them (coalesce=0)."""
         import obstore as obs
 
@@ -273,41 +309,51 @@ class ObstoreTransport:
         if len(starts) != len(ends):
             raise InvalidArgumentError(f"get_ranges of {key!r}: starts and ends differ in length")
         live = [i for i in range(len(starts)) if ends[i] > starts[i]]
-        out = [b""] * len(starts)
+        out: list[bytes | memoryview] = [b""] * len(starts)
         if not live:
             return out
         try:
-            got = await obs.get_ranges_async(
+            got: Sequence[Buffer] = await obs.get_ranges_async(
                 self.store, self._path(key),
                 starts=[starts[i] for i in live], ends=[ends[i] for i in live], coalesce=0,
             )
         except FileNotFoundError:
             return None
         except Exception as e:
+            if _under_a_file(e):
+                return None
             err = self._error(e, "get_ranges", key)
             if not isinstance(err, (_RangePastEnd, _NotPartial)):
                 raise err from None
-            got = []
+            one_by_one: list[bytes | memoryview] = []
             for i in live:  # some range starts past the end: do them one by one
                 piece = await self.get_range(key, starts[i], ends[i])
                 if piece is None:
                     return None
-                got.append(piece)
+                one_by_one.append(piece)
+            got = one_by_one
         for i, g in zip(live, got):
-            out[i] = bytes(g)
+            out[i] = memoryview(g)
         return out
 
-    async def get_suffix(self, key: str, nbytes: int) -> bytes | None:
+    async def get_suffix(self, key: str, nbytes: int) -> bytes | memoryview | None:
         import obstore as obs
 
         if nbytes <= 0:
             raise InvalidArgumentError(f"suffix of {key!r} needs nbytes > 0, got {nbytes}")
         try:
             res = await obs.get_async(self.store, self._path(key), options={"range": {"suffix": nbytes}})
-            return bytes(await res.bytes_async())
+            return memoryview(await res.bytes_async())
         except FileNotFoundError:
             return None
         except Exception as e:
+            if _under_a_file(e):
+                return None
+            from obstore.exceptions import NotSupportedError
+
+            if isinstance(e, NotSupportedError):  # Azure has no suffix ranges: size, then range
+                size = await self.head(key)
+                return None if size is None else await self.get_range(key, max(0, size - nbytes), size)
             err = self._error(e, "get_suffix", key)
             if isinstance(err, _RangePastEnd):  # empty object
                 return b""
@@ -325,19 +371,52 @@ class ObstoreTransport:
         except FileNotFoundError:
             return None
         except Exception as e:
+            if _under_a_file(e):
+                return None
             self._raise(e, "head", key)
             raise
 
+    async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None:
+        """The object and its tag for a later ``put(key, data, mode=tag)`` (a compare-and-swap); the
+        tag is None where the store has no conditional update (obstore's LocalStore)."""
+        import obstore as obs
+        from obstore.store import LocalStore
+
+        try:
+            res = await obs.get_async(self.store, self._path(key))
+            data = bytes(await res.bytes_async())
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            if _under_a_file(e):
+                return None
+            self._raise(e, "get", key)
+            raise
+        e_tag, version = res.meta.get("e_tag"), res.meta.get("version")
+        if isinstance(self.store, LocalStore) or not e_tag:
+            return data, None
+        tag = {"e_tag": e_tag}
+        if version:
+            tag["version"] = version
+        return data, tag
+
     # -- writes -----------------------------------------------------------------------
 
-    async def put(self, key: str, data: Any, *, mode: str = "overwrite") -> None:
+    async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None:
         import obstore as obs
+        from obstore.exceptions import PreconditionError
 
         _check_mode(mode, key)
         try:
             await obs.put_async(
-                self.store, self._path(key), _flat(data), mode=mode, use_multipart=False
+                # _check_mode accepted it: "overwrite", "create" or an {"e_tag", "version"} tag
+                self.store, self._path(key), _flat(data), mode=cast("PutMode", mode), use_multipart=False
             )
+        except PreconditionError as e:
+            if not isinstance(mode, dict):  # S3 answers a create conflict with 412 too
+                self._raise(e, "put", key)
+            raise ConcurrentModificationError(
+                f"{key!r} on {self.label} changed since its ETag was read (conditional put refused)") from None
         except Exception as e:
             self._raise(e, "put", key)
 
@@ -358,6 +437,17 @@ class ObstoreTransport:
             )
         except Exception as e:
             self._raise(e, "put_multipart", key)
+
+    async def copy(self, src: str, dst: str) -> None:
+        """Copy one object, server side where the store can (S3, GCS, Azure): no bytes through us."""
+        import obstore as obs
+
+        try:
+            await obs.copy_async(self.store, self._path(src), self._path(dst), overwrite=True)
+        except FileNotFoundError:
+            raise RemoteError(f"copy of {src!r} to {dst!r} on {self.label}: {src!r} does not exist") from None
+        except Exception as e:
+            self._raise(e, "copy", src)
 
     async def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys``; missing ones are ignored."""
@@ -401,7 +491,7 @@ class ObstoreTransport:
         out.sort()
         return out
 
-    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]:
+    async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
         import obstore as obs
 
         p = (self.prefix + (prefix or "").strip("/")).strip("/") or None
@@ -420,7 +510,7 @@ class ObstoreTransport:
 class ReadOnlyTransport:
     """Wraps a transport and refuses every write with ReadOnlyError naming the key."""
 
-    def __init__(self, inner: Any, *, reason: str = "the store is opened read-only") -> None:
+    def __init__(self, inner: Transport, *, reason: str = "the store is opened read-only") -> None:
         self.inner = inner
         self.reason = reason
         self.label = getattr(inner, "label", "store")
@@ -439,13 +529,15 @@ class ReadOnlyTransport:
     async def get(self, key: str) -> bytes | None:
         return await self.inner.get(key)
 
-    async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | None:
+    async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
         return await self.inner.get_range(key, start, end)
 
-    async def get_ranges(self, key: str, starts: Sequence[int], ends: Sequence[int]) -> Any:
+    async def get_ranges(
+        self, key: str, starts: Sequence[int], ends: Sequence[int]
+    ) -> list[bytes | memoryview] | None:
         return await self.inner.get_ranges(key, starts, ends)
 
-    async def get_suffix(self, key: str, nbytes: int) -> bytes | None:
+    async def get_suffix(self, key: str, nbytes: int) -> bytes | memoryview | None:
         return await self.inner.get_suffix(key, nbytes)
 
     async def head(self, key: str) -> int | None:
@@ -454,7 +546,7 @@ class ReadOnlyTransport:
     async def list(self, prefix: str = "") -> list[tuple[str, int]]:
         return await self.inner.list(prefix)
 
-    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]:
+    async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
         return await self.inner.list_dirs(prefix)
 
     async def put(self, key: str, data: Any, *, mode: str = "overwrite") -> None:
@@ -468,312 +560,5 @@ class ReadOnlyTransport:
         if keys:
             self._refuse(keys[0])
 
-
-# --------------------------------------------------------------------------------------
-# In-memory transport with faults
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Fault:
-    """One injected failure for :class:`MemoryTransport`.
-
-    ``kind``: "transient" (retryable, surely not applied — like 503),
-    "ambiguous" (retryable, but a put IS applied before the error — like a lost
-    response), "permanent" (RemoteError, not retryable) or "slow" (adds
-    ``delay`` seconds, no error).  ``op`` limits it to operation names (str or
-    tuple; None = all); ``key`` is a glob pattern if it has ``*?[``, else a
-    substring.  The first ``skip`` matching requests pass; the next ``times``
-    ones (None = forever) fault.
-    """
-
-    kind: str = "transient"
-    op: str | tuple[str, ...] | None = None
-    key: str | None = None
-    skip: int = 0
-    times: int | None = 1
-    delay: float = 0.0
-    status: int | None = None
-    matched: int = 0
-    fired: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("transient", "ambiguous", "permanent", "slow"):
-            raise InvalidArgumentError(f"unknown fault kind {self.kind!r}")
-
-    def matches(self, op: str, key: str) -> bool:
-        if self.op is not None:
-            ops = (self.op,) if isinstance(self.op, str) else self.op
-            if op not in ops:
-                return False
-        if self.key is None:
-            return True
-        if any(c in self.key for c in "*?["):
-            return fnmatch.fnmatchcase(key, self.key)
-        return self.key in key
-
-
-class FaultPlan:
-    """An ordered list of :class:`Fault`; the first live matching error fault applies."""
-
-    def __init__(self, *faults: Fault) -> None:
-        self.faults: list[Fault] = list(faults)
-
-    def add(self, fault: Fault) -> Fault:
-        self.faults.append(fault)
-        return fault
-
-    def fail(self, kind: str = "transient", **kw: Any) -> Fault:
-        return self.add(Fault(kind, **kw))
-
-    def nth(self, n: int, kind: str = "transient", **kw: Any) -> Fault:
-        """Fail the n-th (1-based) request matching ``op``/``key``."""
-        return self.add(Fault(kind, skip=n - 1, times=1, **kw))
-
-    def clear(self) -> None:
-        self.faults.clear()
-
-    def check(self, op: str, key: str) -> tuple[Fault | None, float]:
-        """(error fault or None, extra delay) for this request; updates counters."""
-        error: Fault | None = None
-        delay = 0.0
-        for f in self.faults:
-            if (f.times is not None and f.fired >= f.times) or not f.matches(op, key):
-                continue
-            if f.kind != "slow" and error is not None:
-                continue
-            f.matched += 1
-            if f.matched <= f.skip:
-                continue
-            f.fired += 1
-            if f.kind == "slow":
-                delay += f.delay
-            else:
-                error = f
-                delay += f.delay
-        return error, delay
-
-
-class LogEntry(NamedTuple):
-    op: str
-    key: str
-    start: int | None
-    end: int | None
-    t0: float
-    t1: float
-    outcome: str  # "ok", "missing", or the fault kind / error class name
-
-
-class MemoryTransport:
-    """A dict-backed transport with latency, bandwidth, faults and a request log.
-
-    ``latency`` seconds are slept per request (plus ``nbytes / bandwidth`` when
-    ``bandwidth`` is set) with anyio, so it runs under asyncio or trio.
-    ``log`` records every request; ``max_inflight`` the peak concurrency seen.
-    """
-
-    label = "memory-transport"
-
-    def __init__(
-        self,
-        data: dict[str, bytes] | None = None,
-        *,
-        latency: float = 0.0,
-        bandwidth: float | None = None,
-        faults: FaultPlan | None = None,
-    ) -> None:
-        self.data: dict[str, bytes] = dict(data or {})
-        self.latency = latency
-        self.bandwidth = bandwidth
-        self.faults = faults if faults is not None else FaultPlan()
-        self.log: list[LogEntry] = []
-        self.inflight = 0
-        self.max_inflight = 0
-
-    def __repr__(self) -> str:
-        return f"MemoryTransport({len(self.data)} objects)"
-
-    # -- log helpers ------------------------------------------------------------------
-
-    def requests(self, op: str | tuple[str, ...] | None = None, key: str | None = None) -> int:
-        ops = (op,) if isinstance(op, str) else op
-        return sum(
-            1 for e in self.log
-            if (ops is None or e.op in ops) and (key is None or e.key == key)
-        )
-
-    def round_trips(self) -> int:
-        """Longest chain of requests each starting after the previous ended.
-
-        This is the number of sequential round trips the workload needed
-        (greedy by end time gives the maximum set of non-overlapping intervals).
-        """
-        count, last_end = 0, float("-inf")
-        for e in sorted(self.log, key=lambda e: e.t1):
-            if e.t0 >= last_end:
-                count += 1
-                last_end = e.t1
-        return count
-
-    def reset_log(self) -> None:
-        self.log.clear()
-        self.max_inflight = 0
-
-    # -- request core -----------------------------------------------------------------
-
-    async def _request(self, op: str, key: str, start: int | None = None, end: int | None = None,
-                       nbytes: int = 0, apply: Any = None) -> Any:
-        import anyio
-
-        t0 = time.monotonic()
-        self.inflight += 1
-        self.max_inflight = max(self.max_inflight, self.inflight)
-        outcome = "ok"
-        try:
-            fault, extra = self.faults.check(op, key)
-            delay = self.latency + extra
-            if self.bandwidth:
-                delay += nbytes / self.bandwidth
-            if delay > 0:
-                await anyio.sleep(delay)
-            else:
-                await anyio.lowlevel.checkpoint()
-            if fault is not None:
-                outcome = fault.kind
-                if fault.kind == "permanent":
-                    raise RemoteError(f"{op} of {key!r} failed permanently (injected fault)")
-                if fault.kind == "ambiguous" and apply is not None and op.startswith("put"):
-                    apply()  # the write lands, the answer is lost
-                raise TransientError(
-                    f"{op} of {key!r} failed (injected {fault.kind} fault)", key=key, op=op,
-                    status=fault.status, ambiguous=fault.kind == "ambiguous",
-                    reason=f"injected {fault.kind} fault",
-                )
-            result = apply() if apply is not None else None
-            if result is None and op in ("get", "get_range", "get_ranges", "get_suffix", "head"):
-                outcome = "missing"
-            return result
-        except BaseException as e:
-            if outcome == "ok":
-                outcome = type(e).__name__
-            raise
-        finally:
-            self.inflight -= 1
-            self.log.append(LogEntry(op, key, start, end, t0, time.monotonic(), outcome))
-
-    # -- reads ------------------------------------------------------------------------
-
-    async def get(self, key: str) -> bytes | None:
-        return await self._request("get", key, nbytes=len(self.data.get(key, b"")),
-                                   apply=lambda: self.data.get(key))
-
-    async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | None:
-        if end is not None and end <= start:
-            return b""
-
-        def apply() -> bytes | None:
-            d = self.data.get(key)
-            if d is None:
-                return None
-            return d[start:end] if start >= 0 or end is not None else d[start:]
-
-        n = (end - start) if end is not None else len(self.data.get(key, b""))
-        return await self._request("get_range", key, start, end, nbytes=n, apply=apply)
-
-    async def get_ranges(self, key: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes] | None:
-        if len(starts) != len(ends):
-            raise InvalidArgumentError(f"get_ranges of {key!r}: starts and ends differ in length")
-
-        def apply() -> list[bytes] | None:
-            d = self.data.get(key)
-            if d is None:
-                return None
-            return [d[s:e] if e > s else b"" for s, e in zip(starts, ends)]
-
-        n = sum(max(0, e - s) for s, e in zip(starts, ends))
-        return await self._request("get_ranges", key, min(starts, default=0), max(ends, default=0),
-                                   nbytes=n, apply=apply)
-
-    async def get_suffix(self, key: str, nbytes: int) -> bytes | None:
-        if nbytes <= 0:
-            raise InvalidArgumentError(f"suffix of {key!r} needs nbytes > 0, got {nbytes}")
-
-        def apply() -> bytes | None:
-            d = self.data.get(key)
-            return None if d is None else d[-nbytes:]
-
-        return await self._request("get_suffix", key, -nbytes, None, nbytes=nbytes, apply=apply)
-
-    async def head(self, key: str) -> int | None:
-        def apply() -> int | None:
-            d = self.data.get(key)
-            return None if d is None else len(d)
-
-        return await self._request("head", key, apply=apply)
-
-    # -- writes -----------------------------------------------------------------------
-
-    async def put(self, key: str, data: Any, *, mode: str = "overwrite") -> None:
-        _check_mode(mode, key)
-        blob = bytes(data)
-
-        def apply() -> None:
-            if mode == "create" and key in self.data:
-                raise StoreExistsError(f"{key!r} already exists on {self.label} (put)")
-            self.data[key] = blob
-
-        await self._request("put", key, nbytes=len(blob), apply=apply)
-
-    async def put_multipart(
-        self, key: str, chunks: Chunks, *, part_size: int, max_concurrency: int = 4
-    ) -> None:
-        if isinstance(chunks, (bytes, bytearray, memoryview)):
-            blob = bytes(chunks)
-        elif isinstance(chunks, AsyncIterable):
-            blob = b"".join([bytes(c) async for c in chunks])
-        else:
-            blob = b"".join(bytes(c) for c in chunks)
-
-        def apply() -> None:
-            self.data[key] = blob
-
-        await self._request("put_multipart", key, 0, len(blob), nbytes=len(blob), apply=apply)
-
-    async def delete(self, keys: Iterable[str]) -> None:
-        keys = list(keys)
-        if not keys:
-            return
-
-        def apply() -> None:
-            for k in keys:
-                self.data.pop(k, None)
-
-        await self._request("delete", keys[0], apply=apply)
-
-    # -- listing ----------------------------------------------------------------------
-
-    async def list(self, prefix: str = "") -> list[tuple[str, int]]:
-        p = _dir_prefix(prefix)
-
-        def apply() -> list[tuple[str, int]]:
-            return sorted((k, len(v)) for k, v in self.data.items() if k.startswith(p))
-
-        return await self._request("list", prefix or "", apply=apply)
-
-    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]:
-        p = _dir_prefix(prefix)
-
-        def apply() -> tuple[list[str], list[tuple[str, int]]]:
-            dirs: set[str] = set()
-            objs: list[tuple[str, int]] = []
-            for k, v in self.data.items():
-                if not k.startswith(p):
-                    continue
-                rest = k[len(p):]
-                if "/" in rest:
-                    dirs.add(p + rest.split("/", 1)[0])
-                else:
-                    objs.append((k, len(v)))
-            return sorted(dirs), sorted(objs)
-
-        return await self._request("list_dirs", prefix or "", apply=apply)
+    async def copy(self, src: str, dst: str) -> None:
+        self._refuse(dst)

@@ -1,0 +1,354 @@
+"""Parse ``zarr.json`` documents into the models of :mod:`zvf.format.metadata`.
+
+Trusts nothing: every type, length and range is checked, and every failure is a
+:class:`~zvf.errors.FormatError` (or :class:`~zvf.errors.NotZvfStoreError`)
+naming the key and the field.  Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from ..errors import FormatError, IncompleteStoreError, NotZvfStoreError, StoreNotFoundError
+from .metadata import (
+    COMPACT_GROUP_KEYS,
+    CROSS_CHUNK_STRATEGIES,
+    CROSS_LEVEL_STORAGES,
+    DEFAULT_CHUNK_KEY_ENCODING,
+    GEOMETRY_TYPES,
+    LINKS_CONVENTIONS,
+    MAX_NDIM,
+    OBJECT_INDEX_CONVENTIONS,
+    ArrayMeta,
+    GroupMeta,
+    LevelMeta,
+    LevelTransform,
+    RootMeta,
+    fail,
+    is_real,
+    need_bool,
+    need_dict,
+    need_int,
+    need_ints,
+    need_list,
+    need_reals,
+    need_str,
+    need_strs,
+)
+
+__all__ = ["classify_root", "loads", "parse_array", "parse_group", "parse_level", "parse_root"]
+
+
+def loads(data: bytes | bytearray | memoryview | str, *, key: str) -> dict[str, Any]:
+    """Decode one ``zarr.json``; any decoding problem is a FormatError naming ``key``."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        doc = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError, TypeError) as exc:
+        raise FormatError(f"{key}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{key}: JSON document must be an object, got {type(doc).__name__}")
+    return doc
+
+
+def _node(doc: Any, key: str, node_type: str) -> dict[str, Any]:
+    doc = need_dict(doc, key, "document")
+    fmt = doc.get("zarr_format")
+    if fmt != 3 or isinstance(fmt, bool):
+        raise fail(key, "zarr_format", f"must be 3, got {fmt!r}")
+    nt = doc.get("node_type")
+    if nt != node_type:
+        raise fail(key, "node_type", f"must be {node_type!r}, got {nt!r}")
+    return need_dict(doc.get("attributes", {}), key, "attributes")
+
+
+def _parse_transforms(
+    ms: Any, key: str, ndim: int
+) -> tuple[tuple[dict[str, Any], ...] | None, tuple[LevelTransform, ...]]:
+    if ms is None:
+        return None, ()
+    ms = need_list(ms, key, "multiscales")
+    if not ms:
+        return None, ()
+    entry = need_dict(ms[0], key, "multiscales[0]")
+    axes = entry.get("axes")
+    parsed_axes = None
+    if axes is not None:
+        axes = need_list(axes, key, "multiscales[0].axes", max_len=MAX_NDIM)
+        for a in axes:
+            need_dict(a, key, "multiscales[0].axes[]")
+            need_str(a.get("name"), key, "multiscales[0].axes[].name")
+        n_space = sum(1 for a in axes if a.get("type", "space") == "space")
+        if n_space != ndim:
+            raise fail(key, "multiscales[0].axes", f"declares {n_space} space axes but chunk_shape has {ndim}")
+        parsed_axes = tuple(dict(a) for a in axes)
+    out = []
+    seen = set()
+    for i, ds in enumerate(need_list(entry.get("datasets", []), key, "multiscales[0].datasets")):
+        f = f"multiscales[0].datasets[{i}]"
+        ds = need_dict(ds, key, f)
+        path = need_str(ds.get("path"), key, f + ".path")
+        if not re.fullmatch(r"[0-9]{1,6}", path):
+            raise fail(key, f + ".path", f"must be a level number, got {path!r}")
+        level = int(path)
+        if level in seen:
+            raise fail(key, f + ".path", f"repeats level {level}")
+        seen.add(level)
+        scale = translation = None
+        for t in need_list(ds.get("coordinateTransformations", []), key, f + ".coordinateTransformations"):
+            t = need_dict(t, key, f + ".coordinateTransformations[]")
+            kind = t.get("type")
+            if kind == "scale":
+                scale = need_reals(t.get("scale"), key, f + ".scale", ndim=ndim)
+            elif kind == "translation":
+                translation = need_reals(t.get("translation"), key, f + ".translation", ndim=ndim)
+        if scale is None:
+            scale = (1.0,) * ndim
+        out.append(LevelTransform(level, scale, translation))
+    return parsed_axes, tuple(out)
+
+
+def parse_root(doc: Any, *, key: str = "zarr.json") -> RootMeta:
+    """Parse the store root group; refuse anything that is not a ZVF root."""
+    doc = need_dict(doc, key, "document")
+    if doc.get("node_type") == "array":
+        raise NotZvfStoreError(f"{key}: a Zarr array, not a Zarr Vectors store")
+    attrs = _node(doc, key, "group")
+    if "zarr_vectors" not in attrs:
+        raise NotZvfStoreError(f"{key}: a Zarr group but not a Zarr Vectors store")
+    zv = need_dict(attrs["zarr_vectors"], key, "attributes.zarr_vectors")
+    f = "zarr_vectors."
+
+    version = need_str(zv.get("zv_version"), key, f + "zv_version")
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){0,2}([.+-][0-9A-Za-z.+-]*)?", version):
+        raise fail(key, f + "zv_version", f"is not a version string: {version!r}")
+    caps = need_strs(zv.get("format_capabilities", []), key, f + "format_capabilities")
+    chunk_shape = need_reals(zv.get("chunk_shape"), key, f + "chunk_shape", positive=True)
+    ndim = len(chunk_shape)
+    bounds_raw = need_list(zv.get("bounds"), key, f + "bounds")
+    if len(bounds_raw) != 2:
+        raise fail(key, f + "bounds", "must be [min_corner, max_corner]")
+    lo = need_reals(bounds_raw[0], key, f + "bounds[0]", ndim=ndim, ndim_from=f + "chunk_shape")
+    hi = need_reals(bounds_raw[1], key, f + "bounds[1]", ndim=ndim, ndim_from=f + "chunk_shape")
+    if any(a > b for a, b in zip(lo, hi)):
+        raise fail(key, f + "bounds", f"has min > max: {list(lo)} > {list(hi)}")
+    geoms = need_strs(zv.get("geometry_types", []), key, f + "geometry_types", allowed=GEOMETRY_TYPES)
+
+    bbs_raw = zv.get("base_bin_shape")
+    bbs = None
+    if bbs_raw is not None:
+        bbs = need_reals(bbs_raw, key, f + "base_bin_shape", ndim=ndim, positive=True,
+                          ndim_from=f + "chunk_shape")
+        for i, (c, b) in enumerate(zip(chunk_shape, bbs)):
+            r = c / b
+            if not math.isfinite(r) or r > 2**31:
+                raise fail(key, f + "base_bin_shape", f"[{i}]={b} gives too many bins per chunk")
+            if round(r) < 1 or abs(r - round(r)) > 1e-9 * max(1.0, r):
+                raise fail(key, f + "base_bin_shape", f"[{i}]={b} does not divide chunk_shape[{i}]={c}")
+
+    links = need_str(zv.get("links_convention", "implicit_sequential"), key, f + "links_convention",
+                      allowed=LINKS_CONVENTIONS)
+    oic = need_str(zv.get("object_index_convention", "standard"), key, f + "object_index_convention",
+                    allowed=OBJECT_INDEX_CONVENTIONS)
+    ccs = need_str(zv.get("cross_chunk_strategy", "explicit_links"), key, f + "cross_chunk_strategy",
+                    allowed=CROSS_CHUNK_STRATEGIES)
+    cld = zv.get("cross_level_depth")
+    if cld is not None:
+        cld = need_int(cld, key, f + "cross_level_depth", lo=-1, hi=1 << 16)
+    cls = zv.get("cross_level_storage")
+    if cls is not None:
+        cls = need_str(cls, key, f + "cross_level_storage", allowed=CROSS_LEVEL_STORAGES)
+    specs = zv.get("attribute_specs")
+    if specs is not None:
+        specs = need_dict(specs, key, f + "attribute_specs")
+
+    axes, transforms = _parse_transforms(attrs.get("multiscales"), key, ndim)
+    name = None
+    ome = attrs.get("ome")
+    if isinstance(ome, dict) and isinstance(ome.get("name"), str):
+        name = ome["name"]
+    return RootMeta(
+        zv_version=version,
+        format_capabilities=caps,
+        chunk_shape=chunk_shape,
+        bounds=(lo, hi),
+        geometry_types=geoms,
+        base_bin_shape=bbs,
+        links_convention=links,
+        object_index_convention=oic,
+        cross_chunk_strategy=ccs,
+        cross_level_depth=cld,
+        cross_level_storage=cls,
+        crs=zv.get("crs"),
+        attribute_specs=specs,
+        axes=axes,
+        transforms=transforms,
+        name=name,
+        # without the consolidated section: a root rebuilt from raw (pyramids) must not list stale nodes
+        raw={k: v for k, v in doc.items() if k != "consolidated_metadata"},
+    )
+
+
+def parse_level(doc: Any, *, key: str = "0/zarr.json") -> LevelMeta:
+    """Parse a level group's ``zarr_vectors_level`` block."""
+    attrs = _node(doc, key, "group")
+    if "zarr_vectors_level" not in attrs:
+        raise FormatError(f"{key}: level group has no zarr_vectors_level attributes")
+    lv = need_dict(attrs["zarr_vectors_level"], key, "attributes.zarr_vectors_level")
+    f = "zarr_vectors_level."
+    level = need_int(lv.get("level"), key, f + "level", lo=0, hi=1 << 16)
+    vc = need_int(lv.get("vertex_count"), key, f + "vertex_count", lo=0)
+    present = need_strs(lv.get("arrays_present"), key, f + "arrays_present")
+    sparsity = lv.get("object_sparsity", 1.0)
+    if not is_real(sparsity) or not 0 < sparsity <= 1:
+        raise fail(key, f + "object_sparsity", f"must be in (0, 1], got {sparsity!r}")
+    method = need_str(lv.get("coarsening_method", "none"), key, f + "coarsening_method")
+    parent = lv.get("parent_level")
+    if parent is not None:
+        parent = need_int(parent, key, f + "parent_level", lo=0, hi=1 << 16)
+        if parent >= level:
+            raise fail(key, f + "parent_level", f"must be below level {level}, got {parent}")
+
+    def opt_reals(name: str) -> tuple[Any, ...] | None:
+        v = lv.get(name)
+        return None if v is None else need_reals(v, key, f + name, positive=True)
+
+    chunk_shape = opt_reals("chunk_shape")
+    bin_shape = opt_reals("bin_shape")
+    if bin_shape is None and lv.get("bin_size") is not None:  # seed-era spelling
+        bin_shape = opt_reals("bin_size")
+    inherited = lv.get("inherited_num_objects")
+    if inherited is not None:
+        inherited = need_int(inherited, key, f + "inherited_num_objects", lo=0)
+    dims = lv.get("chunk_dims")
+    if dims is not None:
+        dims = need_strs(dims, key, f + "chunk_dims")
+    can = lv.get("chunk_attribute_name")
+    if can is not None:
+        can = need_str(can, key, f + "chunk_attribute_name")
+    cav = lv.get("chunk_attribute_values")
+    if cav is not None:
+        cav = tuple(need_list(cav, key, f + "chunk_attribute_values"))
+    return LevelMeta(
+        level=level,
+        vertex_count=vc,
+        object_sparsity=sparsity,
+        coarsening_method=method,
+        parent_level=parent,
+        arrays_present=present,
+        fragments_tile=need_bool(lv.get("fragments_tile", False), key, f + "fragments_tile"),
+        chunk_shape=chunk_shape,
+        bin_shape=bin_shape,
+        preserves_object_ids=need_bool(lv.get("preserves_object_ids", False), key, f + "preserves_object_ids"),
+        inherited_num_objects=inherited,
+        shared_fragments=need_bool(lv.get("shared_fragments", False), key, f + "shared_fragments"),
+        chunk_dims=dims,
+        chunk_attribute_name=can,
+        chunk_attribute_values=cav,
+        raw=doc,
+    )
+
+
+def parse_array(doc: Any, *, key: str) -> ArrayMeta:
+    """Parse a Zarr v3 array node; the ZVF attributes are checked where cheap."""
+    attrs = _node(doc, key, "array")
+    shape = need_ints(doc.get("shape"), key, "shape", lo=0, allow_empty=False)
+    ndim = len(shape)
+    dt = doc.get("data_type")
+    if isinstance(dt, dict):  # extension data types are spelled as objects
+        dt = dt.get("name")
+    data_type = need_str(dt, key, "data_type")
+    grid = need_dict(doc.get("chunk_grid"), key, "chunk_grid")
+    if grid.get("name") != "regular":
+        raise fail(key, "chunk_grid.name", f"must be 'regular', got {grid.get('name')!r}")
+    conf = need_dict(grid.get("configuration"), key, "chunk_grid.configuration")
+    chunks = need_ints(conf.get("chunk_shape"), key, "chunk_grid.configuration.chunk_shape", ndim=ndim, lo=1)
+    cke = doc.get("chunk_key_encoding")
+    cke = json.loads(json.dumps(DEFAULT_CHUNK_KEY_ENCODING)) if cke is None else cke
+    need_dict(cke, key, "chunk_key_encoding")
+    need_str(cke.get("name"), key, "chunk_key_encoding.name", allowed=("default", "v2"))
+    cke_conf = need_dict(cke.get("configuration", {}), key, "chunk_key_encoding.configuration")
+    if "separator" in cke_conf:
+        need_str(cke_conf["separator"], key, "chunk_key_encoding.configuration.separator", allowed=("/", "."))
+    codecs = need_list(doc.get("codecs", []), key, "codecs", max_len=64)
+    for c in codecs:
+        need_str(need_dict(c, key, "codecs[]").get("name"), key, "codecs[].name")
+    if "fill_value" not in doc:
+        raise fail(key, "fill_value", "is missing")
+    nonempty = attrs.get("nonempty_chunks")
+    if nonempty is not None:
+        need_list(nonempty, key, "attributes.nonempty_chunks")
+    meta = ArrayMeta(
+        key=key,
+        shape=shape,
+        data_type=data_type,
+        chunk_shape=chunks,
+        chunk_key_encoding=cke,
+        fill_value=doc["fill_value"],
+        codecs=tuple(codecs),
+        attributes=attrs,
+        raw=doc,
+    )
+    _ = meta.grid_origin  # validate now (cached)
+    _check_zv_attributes(meta, attrs, key)
+    return meta
+
+
+def _check_zv_attributes(meta: ArrayMeta, attrs: dict[str, Any], key: str) -> None:
+    """Type-check the ZVF attributes readers act on (dtype, row_shape, link fields)."""
+    if "dtype" in attrs or not meta.is_vlen:
+        _ = meta.dtype  # raises FormatError for anything but a numeric dtype name
+    if "row_shape" in attrs:
+        need_ints(attrs["row_shape"], key, "attributes.row_shape", lo=1, allow_empty=True)
+        if len(attrs["row_shape"]) > 1:
+            raise fail(key, "attributes.row_shape", f"must be [] or [C], got {attrs['row_shape']!r}")
+    if "link_width" in attrs:
+        need_int(attrs["link_width"], key, "attributes.link_width", lo=1, hi=64)
+    if "has_perm" in attrs:
+        need_bool(attrs["has_perm"], key, "attributes.has_perm")
+    if "offsets" in attrs:
+        offsets = need_list(attrs["offsets"], key, "attributes.offsets", max_len=64)
+        for row in offsets:
+            if any(abs(x) > 1 << 20 for x in need_ints(row, key, "attributes.offsets[]")):
+                raise fail(key, "attributes.offsets", f"offset out of range in {row!r}")
+
+
+def parse_group(doc: Any, *, key: str) -> GroupMeta:
+    """Parse any group node, recording which serialization style it uses."""
+    attrs = _node(doc, key, "group")
+    return GroupMeta(key=key, attributes=attrs, compact=list(doc.keys()) == COMPACT_GROUP_KEYS, raw=doc)
+
+
+def classify_root(
+    zarr_json: bytes | None,
+    *,
+    has_zgroup: bool = False,
+    has_zarray: bool = False,
+    has_other_keys: bool = False,
+    key: str = "zarr.json",
+) -> RootMeta:
+    """Decide what a store root is from its ``zarr.json`` bytes and the v2 markers.
+
+    ``zarr_json`` is ``None`` when the key does not exist.  Raises
+    NotZvfStoreError (Zarr v2, a plain group, an array), IncompleteStoreError
+    (data but no root metadata: a write never finished), StoreNotFoundError
+    (nothing there), FormatError (malformed); returns the parsed root otherwise.
+    """
+    prefix = key[: -len("zarr.json")].rstrip("/") or "."
+    if zarr_json is None:
+        if has_zgroup or has_zarray:
+            what = ".zgroup" if has_zgroup else ".zarray"
+            raise NotZvfStoreError(
+                f"{prefix}: Zarr v2 store ({what}) is not supported; Zarr Vectors stores are Zarr v3"
+            )
+        if has_other_keys:
+            raise IncompleteStoreError(f"{key}: missing, but the store holds data (an unfinished write?)")
+        raise StoreNotFoundError(f"{key}: no store at {prefix}")
+    doc = loads(zarr_json, key=key)
+    fmt = doc.get("zarr_format")
+    if fmt == 2 and not isinstance(fmt, bool):
+        raise NotZvfStoreError(f"{key}: Zarr v2 store is not supported; Zarr Vectors stores are Zarr v3")
+    return parse_root(doc, key=key)
