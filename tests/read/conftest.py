@@ -28,8 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SHARED = Path(os.environ.get("ZVF_REF_FIXTURES", "/work/shared/fixtures/ref-0.9.2"))
-TOOL = Path("/work/shared/tools/make_ref_stores.py")
+from tests.conftest import REF_FIXTURES as SHARED
+from tests.conftest import SHARED as SHARED_DIR
+
+TOOL = SHARED_DIR / "tools" / "make_ref_stores.py"
 NEEDED = ("graph", "skeleton", "mesh", "streamlines", "polylines2", "streamlines_pyramid", "points_groups")
 
 BOXES3 = [([10.0, 20.0, 5.0], [60.0, 70.0, 55.0]), ([45.0, 0.0, 40.0], [100.0, 52.5, 100.0])]

@@ -26,8 +26,16 @@ import pytest
 import zvf.aio as zaio
 from zvf.errors import FormatError, InvalidArgumentError, MissingDataError
 
-from .conftest import cell_path, copy_store, decode_cell, plain_vlen_codecs, read_json, vlen_frame, vlen_items, \
-    write_vlen_items
+from .conftest import (
+    cell_path,
+    copy_store,
+    decode_cell,
+    plain_vlen_codecs,
+    read_json,
+    vlen_frame,
+    vlen_items,
+    write_vlen_items,
+)
 
 BOUNDS = ([0.0] * 3, [100.0] * 3)
 
@@ -55,7 +63,7 @@ def tree(rng, n, start):
 
 
 def uv_sphere(center, r, nu=14, nv=9):
-    verts = [center + [0, 0, r]]
+    verts = [center + np.array([0.0, 0.0, r])]  # center is an array: a vector sum
     for i in range(1, nv):
         th = np.pi * i / nv
         for j in range(nu):
@@ -248,7 +256,7 @@ async def test_bbox_per_vertex(own, name):
     ds = await open_own(own, name)
     rng = np.random.default_rng(5)
     lo_b, hi_b = (-50.0, 50.0) if name == "neg" else (0.0, 100.0)
-    for lo, hi in random_boxes(rng, 4, lo_b, hi_b) + [(np.full(3, lo_b), np.full(3, hi_b))]:
+    for lo, hi in [*random_boxes(rng, 4, lo_b, hi_b), (np.full(3, lo_b), np.full(3, hi_b))]:
         sel = await ds.query((lo, hi))
         want = [i for i, p in enumerate(pls) if inside(p, lo, hi).any()]
         assert sel.objects.tolist() == want
@@ -392,7 +400,7 @@ async def test_linked_bbox_many_chunks(own, name):
     t = own[1][name]
     ds = await open_own(own, name)
     rng = np.random.default_rng(11)
-    for lo, hi in random_boxes(rng, 6) + [(np.zeros(3), np.full(3, 100.0)), (np.full(3, 30.0), np.full(3, 70.0))]:
+    for lo, hi in [*random_boxes(rng, 6), (np.zeros(3), np.full(3, 100.0)), (np.full(3, 30.0), np.full(3, 70.0))]:
         sel = await ds.query((lo, hi))
         ins = inside(t["pos"], lo, hi)
         assert pos_set(sel.positions) == pos_set(t["pos"][ins])
@@ -421,7 +429,7 @@ async def test_unknown_object_ids(ref_dir, own):
         with pytest.raises(InvalidArgumentError, match="object ids must be integers"):
             await ds.read_object(bad)
     g = await open_own(own, "graphs")
-    with pytest.raises(InvalidArgumentError, match="object id 4 .*5 ids between 3 and 41"):
+    with pytest.raises(InvalidArgumentError, match=r"object id 4 .*5 ids between 3 and 41"):
         await g.read_object(4)
 
 

@@ -126,7 +126,7 @@ def split_bin_fragments(level_dir: Path, bin_shape, items: list[bytes]) -> list[
     org = origin(vdir)
     new_ids: dict[tuple, list[list[int]]] = {}
     encoded: dict[tuple, bytes] = {}
-    for f, grid in chunk_files(fdir):
+    for _f, grid in chunk_files(fdir):
         absolute = tuple((np.asarray(grid) + org).tolist())
         pos = np.frombuffer(decode_cell(vdir, grid), dtype="<f4").reshape(-1, NDIM)
         fi = decode_fragment_index(decode_cell(fdir, grid))
@@ -208,7 +208,7 @@ def seed_cross_links(level_dir: Path, blobs: str) -> int:
             intra = arr
             continue
         org = origin(arr)
-        for f, grid in chunk_files(arr):
+        for _f, grid in chunk_files(arr):
             src = np.asarray(grid) + org
             rows, perm = decode_ragged_links(decode_cell(arr, grid), width, attrs["has_perm"])
             chunks = np.stack([np.broadcast_to(src, (len(rows), NDIM))]

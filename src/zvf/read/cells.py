@@ -54,7 +54,7 @@ class CellArray:
     @property
     def partial_rows_ok(self) -> bool:
         """Rows can be range-read straight from storage: no compression, no shards."""
-        return self.codec.compressor is None and self.codec.shard is None
+        return not self.codec.compressors and self.codec.shard is None
 
     # ------------------------------------------------------------- reads
     async def payloads(self, chunks) -> list[bytes | None]:
@@ -62,7 +62,8 @@ class CellArray:
         grid = [self.cell_coords(c) for c in chunks]
         if self.codec.shard is None:
             raws = await self.executor.gather([self.executor.get(self.key_of(g)) for g in grid])
-            return [None if raw is None else self.codec.decode(raw, key=self.key_of(g)) for raw, g in zip(raws, grid)]
+            return [None if raw is None else self.codec.decode_view(raw, key=self.key_of(g))
+                    for raw, g in zip(raws, grid)]
         return await self._sharded(grid)
 
     async def items(self, grid_coords: tuple[int, ...]) -> list[memoryview] | None:
@@ -117,7 +118,7 @@ class CellArray:
         for i, raw, r in zip(slots, raws, ranges):
             if raw is None:
                 raise FormatError(f"{r.key}: shard shrank while reading inner chunk {grid[i]}")
-            out[i] = self.codec.decode(raw, key=f"{r.key}[{grid[i]}]")
+            out[i] = self.codec.decode_view(raw, key=f"{r.key}[{grid[i]}]")
         return out
 
 

@@ -7,135 +7,105 @@ service share connections, in-flight requests and decoded indexes.
 
 from __future__ import annotations
 
-import anyio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
+
 import numpy as np
 
-from ..errors import FormatError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..format.grid import check_bbox
-from ..io.executor import Executor
-from ..io.store import open_store
-from . import load, objects
-from .dense import read_dense
+from ..io.executor import Executor, Stats
+from ..io.store import StorageOptions, Target, open_store
+from . import box, load, objects
+from .context import Owners, ReadContext, RootFacts
+from .dense import dense_attribute, read_groups
 from .points import chunks_in_box, pick_attributes, read_chunks
-from .selection import Selection
+from .selection import FragmentRows, Selection
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..format.manifest import ManifestTable
+    from ..format.metadata import RootMeta
+    from ..io.store import StoreHandle
+    from .export import BatchStream
+    from .query import AsyncQuery
+
+BBox = tuple["ArrayLike", "ArrayLike"]
+"""A closed box ``(lo, hi)``: two sequences of ``ndim`` coordinates."""
+AttributeNames = str | Sequence[str] | None
+"""Vertex attributes to read: None for all, a name, or names."""
+Categories = Sequence[Any] | None
+"""Values of the chunking attribute to read on an attribute-chunked level (None for all)."""
 
 
-class AsyncDataset:
+class AsyncDataset(RootFacts):
     """A ZVF store opened for reading (``await zvf.aio.open(target)``)."""
 
-    def __init__(self, handle, executor: Executor, root, level0: load.Level):
-        self._handle = handle
-        self._ex = executor
-        self.root = root
-        self._levels: dict[int, load.Level] = {0: level0}
-        self._level_ids = sorted(set(root.levels)) or [0]
-        self._lock = anyio.Lock()
-        self._owners: dict[int, dict] = {}
-        self._manifests: dict[int, tuple] = {}
-        self._object_cache: dict = {}  # zvf.read.objects: parsed link arrays per level
+    def __init__(self, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level):
+        self._ctx = ReadContext.create(handle, executor, root, level0)
 
     @classmethod
-    async def open(cls, target, *, mode: str = "r", storage_options=None) -> AsyncDataset:
+    async def open(cls, target: Target, *, mode: str = "r",
+                   storage_options: StorageOptions | None = None) -> AsyncDataset:
         handle = open_store(target, mode=mode, storage_options=storage_options)
         ex = Executor(handle)
         root, level0 = await load.load_root(ex, handle.url)
         return cls(handle, ex, root, level0)
 
     def __repr__(self) -> str:
-        return (f"AsyncDataset({self._handle.url!r}, geometry={self.geometry_type!r}, ndim={self.ndim}, "
+        return (f"AsyncDataset({self.url!r}, geometry={self.geometry_type!r}, ndim={self.ndim}, "
                 f"levels={self.levels})")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     # ------------------------------------------------------------- properties
     @property
+    def context(self) -> ReadContext:
+        """The read context (executor, root, loaded levels, caches) the ``zvf.read`` modules take."""
+        return self._ctx
+
+    @property
+    def root(self) -> RootMeta:
+        return self._ctx.root
+
+    @property
     def url(self) -> str:
-        return self._handle.url
+        return self._ctx.url
 
     @property
     def levels(self) -> list[int]:
         """Resolution levels in the store (0 is the finest)."""
-        return list(self._level_ids)
+        return self._ctx.level_ids
 
     @property
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """(lo, hi) corners of the store's declared extent."""
-        lo, hi = self.root.bounds
-        return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
-
-    @property
-    def ndim(self) -> int:
-        return self.root.ndim
-
-    @property
-    def geometry_type(self) -> str:
-        return self.root.geometry_type
-
-    @property
-    def chunk_shape(self) -> tuple[float, ...]:
-        return tuple(float(c) for c in self.root.chunk_shape)
-
-    @property
-    def stats(self):
+    def stats(self) -> Stats:
         """Requests, bytes, retries and cache hits of this dataset so far."""
-        return self._ex.stats
+        return self._ctx.executor.stats
 
     # ------------------------------------------------------------- levels
     async def level(self, index: int = 0) -> load.Level:
-        index = load.check_level(self._level_ids, index)
-        if index not in self._levels:
-            async with self._lock:
-                if index not in self._levels:
-                    self._levels[index] = await load.load_level(self._ex, self.root, index)
-        return self._levels[index]
+        return await self._ctx.level(index)
 
     async def family(self, index: int, family: str) -> load.Level:
         """The level with one more lazily loaded family of arrays."""
-        level = await self.level(index)
-        if family not in level.loaded:
-            await load.load_family(self._ex, level, family)
-        return level
+        return await self._ctx.family(index, family)
 
     def has_objects(self, index: int) -> bool:
-        level = self._levels.get(index)
-        present = level.meta.arrays_present if level is not None else []
-        return "object_index" in present or self.geometry_type != "point_cloud"
+        return self._ctx.has_objects(index)
 
     # ------------------------------------------------------------- object index
-    async def manifests(self, index: int = 0):
+    async def manifests(self, index: int = 0) -> tuple[np.ndarray, ManifestTable]:
         """(object ids, ManifestTable) of a level, decoded once and cached."""
-        if index in self._manifests:
-            return self._manifests[index]
-        level = await self.family(index, "object_index")
-        arr = level.array("object_index/manifests")
-        if arr is None and ("object_index" in level.groups or level.array("object_index/data") is not None):
-            self._manifests[index] = await objects.read_seed_object_index(self, level)  # seed layout
-            return self._manifests[index]
-        if arr is None:
-            raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")
-        oindex = level.object_index
-        oids = await oindex.ids()
-        table = await oindex.table(np.arange(oindex.count, dtype=np.int64))
-        self._manifests[index] = (oids, table)
-        return self._manifests[index]
+        return await self._ctx.manifests(index)
 
-    async def fragment_owners(self, index: int) -> dict[tuple, np.ndarray]:
+    async def fragment_owners(self, index: int) -> Owners:
         """chunk -> object id of each fragment (-1 for fragments no manifest names)."""
-        if index in self._owners:
-            return self._owners[index]
-        oids, table = await self.manifests(index)
-        owners: dict[tuple, np.ndarray] = {}
-        if len(table.fragment):
-            order = np.lexsort((table.fragment, *table.coords.T[::-1]))
-            coords = table.coords[order]
-            frags = table.fragment[order]
-            owner = oids[table.object_row[order]]
-            cut = np.flatnonzero(np.any(np.diff(coords, axis=0) != 0, axis=1)) + 1
-            for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(frags)]):
-                f = frags[lo:hi]
-                per = np.full(int(f.max()) + 1, -1, dtype=np.int64)
-                per[f] = owner[lo:hi]
-                owners[tuple(int(x) for x in coords[lo])] = per
-        self._owners[index] = owners
-        return owners
+        return await self._ctx.fragment_owners(index)
 
     async def object_ids(self, *, level: int = 0) -> np.ndarray:
         """Ids of the objects the level's index lists (none for a cloud without object ids)."""
@@ -146,7 +116,25 @@ class AsyncDataset:
         return oids.copy()
 
     # ------------------------------------------------------------- queries
-    async def query(self, bbox, *, level: int = 0, attributes=None, clip: bool = False) -> Selection:
+    def select(self, *, bbox: BBox | None = None, near=None, objects=None, groups=None, where=None,
+               level: int | str = 0, attributes: AttributeNames = None, clip: bool = False, limit: int | None = None,
+               max_vertices: int | None = None) -> AsyncQuery:
+        """A lazy, immutable query (nothing is read until a terminal runs); see ``zvf.read.query``.
+
+        ``near=(center, radius)`` closed ball; ``objects``/``groups`` id sets;
+        ``where={name: value | (lo, hi) | [values]}`` on vertex or object
+        attributes (``"rgb[1]"`` picks a channel); ``level="auto"`` with
+        ``max_vertices`` picks the finest level that fits.  Terminals:
+        ``read()``, ``count()``, ``object_ids()``, ``iter()``, ``plan()``, ``explain()``.
+        """
+        from .query import AsyncQuery
+
+        self._ctx.check_open()
+        return AsyncQuery.build(self._ctx, bbox=bbox, near=near, objects=objects, groups=groups, where=where,
+                                level=level, attributes=attributes, clip=clip, limit=limit, max_vertices=max_vertices)
+
+    async def query(self, bbox: BBox, *, level: int = 0, attributes: AttributeNames = None,
+                    clip: bool = False, categories: Categories = None) -> Selection:
         """What lies in the closed box ``lo <= p <= hi``, by geometry.
 
         Point clouds: the vertices inside, with attributes and owners.
@@ -155,87 +143,99 @@ class AsyncDataset:
         ascending id, ``edges`` consecutive pairs; ``clip=True`` keeps only the
         vertices inside and the edges between them.  Graphs, skeletons, meshes:
         the vertices inside plus the edges/faces whose endpoints are all inside,
-        grouped by object.
+        grouped by object.  On a level chunked by an attribute (``chunk_by_attribute``),
+        ``categories`` (values of that attribute) limits the read to those categories.
         """
         lo, hi = check_bbox(bbox, self.ndim)
+        if categories is None:
+            return await self.select(bbox=(lo, hi), level=level, attributes=attributes, clip=clip).read()
         if self.geometry_type in objects.SEQUENTIAL:
-            return await objects.query_sequential(self, lo, hi, level=level, attributes=attributes, clip=clip)
-        if self.geometry_type in objects.LINKED:
-            return await objects.query_linked(self, lo, hi, level=level, attributes=attributes)
+            return await box.query_sequential(self._ctx, lo, hi, level=level, attributes=attributes, clip=clip,
+                                                  categories=categories)
+        if self.geometry_type in load.LINKED:
+            return await box.query_linked(self._ctx, lo, hi, level=level, attributes=attributes,
+                                              categories=categories)
         lvl = await self.level(level)
+        if categories is not None or box.needs_chunkset(lvl):
+            return await box.read_rows(self._ctx, level, attributes, box=(lo, hi), categories=categories)
         names = pick_attributes(lvl, attributes)
         chunks = chunks_in_box(lvl, lo, hi)
-        return await read_chunks(self, lvl, chunks, names, box=(lo, hi))
+        return await read_chunks(self._ctx, lvl, chunks, names, box=(lo, hi))
 
-    async def read_all(self, *, level: int = 0, attributes=None) -> Selection:
-        """Every vertex of a level."""
+    async def read_all(self, *, level: int = 0, attributes: AttributeNames = None,
+                       categories: Categories = None) -> Selection:
+        """Every vertex of a level (of the chosen ``categories`` on an attribute-chunked level)."""
         lvl = await self.level(level)
+        if categories is not None or box.needs_chunkset(lvl):
+            return await box.read_rows(self._ctx, level, attributes, categories=categories)
         names = pick_attributes(lvl, attributes)
-        return await read_chunks(self, lvl, lvl.nonempty_chunks, names)
+        return await read_chunks(self._ctx, lvl, lvl.nonempty_chunks, names)
 
-    def iter_chunks(self, *, level: int = 0, attributes=None, prefetch: int = 4, batch_chunks: int = 16):
+    def iter_chunks(self, *, level: int = 0, attributes: AttributeNames = None, prefetch: int = 4,
+                    batch_chunks: int = 16) -> BatchStream[Selection]:
         """Every stored chunk as Selections of ``batch_chunks`` chunks, at most ``prefetch`` batches
         fetched ahead (``async for``; ``async with`` to stop early); see ``zvf.read.export``."""
         from .export import iter_chunks
 
+        self._ctx.check_open()
         return iter_chunks(self, level=level, attributes=attributes, prefetch=prefetch, batch_chunks=batch_chunks)
 
-    def iter_objects(self, ids=None, *, level: int = 0, attributes=None, batch: int = 256, prefetch: int = 4):
+    def iter_objects(self, ids: ArrayLike | None = None, *, level: int = 0, attributes: AttributeNames = None,
+                     batch: int = 256, prefetch: int = 4) -> BatchStream[Selection]:
         """One Selection per object (``ids`` order; default every object), read ``batch`` at a time
         with ``read_objects``, at most ``prefetch`` batches ahead; see ``zvf.read.export``."""
         from .export import iter_objects
 
+        self._ctx.check_open()
         return iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
 
     # ------------------------------------------------------------- per-object data
-    async def read_object(self, oid, *, level: int = 0, attributes=None) -> Selection:
+    async def read_object(self, oid: int, *, level: int = 0, attributes: AttributeNames = None,
+                          categories: Categories = None) -> Selection:
         """One object: positions (traversal order for polylines/streamlines),
         attributes row-aligned, ``object_ids``, and connectivity as local row
         indices -- ``edges`` (polylines: consecutive pairs; graphs; skeletons as
         (child, parent)) or ``faces`` (meshes), cross-chunk ones included.
         An object absent at this level (empty manifest) gives an empty Selection.
+        ``link_attributes`` holds the link attributes of its edges/faces, and
+        ``categories`` keeps only its parts in those categories (attribute-chunked levels).
         """
-        return (await objects.read_objects(self, [oid], level=level, attributes=attributes))[0]
+        return (await objects.read_objects(self._ctx, [oid], level=level, attributes=attributes,
+                                           categories=categories))[0]
 
-    async def read_objects(self, ids, *, level: int = 0, attributes=None, combined: bool = False):
+    @overload
+    async def read_objects(self, ids: ArrayLike, *, level: int = 0, attributes: AttributeNames = None,
+                           combined: Literal[False] = False, categories: Categories = None) -> list[Selection]: ...
+
+    @overload
+    async def read_objects(self, ids: ArrayLike, *, level: int = 0, attributes: AttributeNames = None,
+                           combined: Literal[True], categories: Categories = None) -> Selection: ...
+
+    async def read_objects(self, ids: ArrayLike, *, level: int = 0, attributes: AttributeNames = None,
+                           combined: bool = False, categories: Categories = None) -> list[Selection] | Selection:
         """Several objects, each needed chunk fetched once for all of them.
 
         Returns a list of Selection in the order of ``ids`` (repeats allowed),
         or with ``combined=True`` one Selection whose ``offsets``/``objects``
         delimit the objects and whose connectivity indexes the combined rows.
         """
-        return await objects.read_objects(self, ids, level=level, attributes=attributes, combined=combined)
-
-    async def _dense(self, family: str, name: str, level: int) -> np.ndarray:
-        lvl = await self.family(level, family)
-        arr = lvl.array(f"{family}/{name}")
-        if arr is None:
-            raise InvalidArgumentError(f"{family[:-1].replace('_', ' ')} {name!r} not in level {level} "
-                                       f"(it has {lvl.named(family)})")
-        return await read_dense(self._ex, arr)
+        return await objects.read_objects(self._ctx, ids, level=level, attributes=attributes, combined=combined,
+                                          categories=categories)
 
     async def object_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-object attribute, row i = the i-th object id (absent = the dtype's sentinel)."""
-        return await self._dense("object_attributes", name, level)
+        return await dense_attribute(self._ctx, "object_attributes", name, level)
+
+    async def fragment_attribute(self, name: str, *, level: int = 0, objects: ArrayLike | None = None) -> FragmentRows:
+        """A per-fragment attribute as ``FragmentRows`` (chunks, fragments, values[, object_ids]):
+        every stored row, or with ``objects`` one row per fragment their manifests name."""
+        from .objects import fragment_attribute
+
+        return await fragment_attribute(self._ctx, name, level=level, objects=objects)
 
     async def groups(self, *, level: int = 0) -> list[np.ndarray]:
         """Every group's member object ids, by group id."""
-        lvl = await self.family(level, "groups")
-        arr = lvl.array("groups")
-        if arr is None:
-            return []
-        n = int(arr.meta.shape[0])
-        per_cell = int(arr.meta.chunk_shape[0])
-        cells = await self._ex.gather([arr.items((c,)) for c in range(-(-n // per_cell) if n else 0)])
-        out: list[np.ndarray] = []
-        for c, items in enumerate(cells):
-            want = min(per_cell, n - c * per_cell)
-            rows = list(items)[:want] if items is not None else [b""] * want
-            for i, row in enumerate(rows):
-                if len(row) % 8:
-                    raise FormatError(f"{arr.path}: group {c * per_cell + i} is {len(row)} bytes, not int64 ids")
-                out.append(np.frombuffer(row, dtype="<i8").astype(np.int64))
-        return out
+        return await read_groups(self._ctx, level)
 
     async def group(self, gid: int, *, level: int = 0) -> np.ndarray:
         """Object ids in group ``gid``."""
@@ -246,9 +246,41 @@ class AsyncDataset:
 
     async def group_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-group attribute, row g = group g."""
-        return await self._dense("group_attributes", name, level)
+        return await dense_attribute(self._ctx, "group_attributes", name, level)
 
-    async def info(self) -> dict:
+    # ------------------------------------------------------------- appends (mode="a"; see zvf.lifecycle.append)
+    async def append_points(self, positions: ArrayLike, /, **kwargs: Any) -> Any:
+        """Append points (``attributes``, ``object_ids``, ``object_attributes``, ``groups``, ...
+        as for ``write_points``); the store then reads as one write of the concatenated input."""
+        from ..lifecycle.append import append
+
+        return await append(self, "write_points", (positions,), kwargs)
+
+    async def append_polylines(self, polylines: Sequence[ArrayLike], /, **kwargs: Any) -> Any:
+        """Append polylines/streamlines; they get the next object ids."""
+        from ..lifecycle.append import append
+
+        return await append(self, "write_polylines", (polylines,), kwargs)
+
+    async def append_lines(self, endpoints: ArrayLike, /, **kwargs: Any) -> Any:
+        """Append line segments (M, 2, ndim); they get the next object ids."""
+        from ..lifecycle.append import append
+
+        return await append(self, "write_lines", (endpoints,), kwargs)
+
+    async def append_graph(self, positions: ArrayLike, edges: ArrayLike, /, **kwargs: Any) -> Any:
+        """Append a graph or skeleton; its ``object_ids`` (default 0) are shifted past the store's."""
+        from ..lifecycle.append import append
+
+        return await append(self, "write_graph", (positions, edges), kwargs)
+
+    async def append_mesh(self, vertices: ArrayLike, faces: ArrayLike, /, **kwargs: Any) -> Any:
+        """Append a mesh; its ``object_ids`` (default 0) are shifted past the store's."""
+        from ..lifecycle.append import append
+
+        return await append(self, "write_mesh", (vertices, faces), kwargs)
+
+    async def info(self) -> dict[str, Any]:
         """A summary of the store for ``zvf info``."""
         lvl = await self.level(0)
         lo, hi = self.bounds
@@ -261,11 +293,13 @@ class AsyncDataset:
             "bin_shape": None if lvl.grid.bin_shape is None else list(lvl.grid.bin_shape),
             "levels": self.levels,
             "vertex_count": lvl.meta.vertex_count,
-            "nonempty_chunks": int(len(lvl.nonempty_chunks)),
+            "nonempty_chunks": len(lvl.nonempty_chunks),
             "vertex_attributes": lvl.named("vertex_attributes"),
             "zv_version": self.root.zv_version,
         }
 
     async def close(self) -> None:
-        """Release cached metadata and blobs (connections close with the store)."""
-        self._ex.clear_caches()
+        """Release cached metadata and blobs (connections close with the store); later reads raise
+        DatasetClosedError.  Closing twice is harmless."""
+        self._ctx.closed = True
+        self._ctx.executor.clear_caches()

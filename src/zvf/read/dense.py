@@ -6,9 +6,14 @@ chunks in flight together, missing chunks filled with the fill value.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .context import ReadContext
 
 # Dense arrays are per-object or per-group tables; a larger one is refused, not allocated.
 MAX_DENSE_BYTES = 1 << 30
@@ -40,7 +45,8 @@ async def read_dense(executor, arr) -> np.ndarray:
     nbytes = int(np.prod(chunk)) * dtype.itemsize
     total = int(np.prod(shape)) * dtype.itemsize
     if total > MAX_DENSE_BYTES or nbytes > MAX_DENSE_BYTES:
-        raise FormatError(f"{key}: shape {shape} / chunks {chunk} exceed the {MAX_DENSE_BYTES >> 20} MiB dense-array limit")
+        raise FormatError(f"{key}: shape {shape} / chunks {chunk} exceed the {MAX_DENSE_BYTES >> 20} MiB "
+                          "dense-array limit")
     out = np.full(shape, _fill(meta.raw.get("fill_value"), dtype), dtype=dtype.newbyteorder("="))
     for g, raw in zip(grid, raws):
         if raw is None:
@@ -51,4 +57,34 @@ async def read_dense(executor, arr) -> np.ndarray:
         lo = g[0] * chunk[0]
         hi = min(lo + chunk[0], shape[0])
         out[lo:hi] = np.frombuffer(data, dtype=dtype).reshape(chunk)[: hi - lo]
+    return out
+
+
+async def dense_attribute(rc: ReadContext, family: str, name: str, level: int) -> np.ndarray:
+    """``<family>/<name>`` of a level (object or group attributes), read whole."""
+    lvl = await rc.family(level, family)
+    arr = lvl.array(f"{family}/{name}")
+    if arr is None:
+        raise InvalidArgumentError(f"{family[:-1].replace('_', ' ')} {name!r} not in level {level} "
+                                   f"(it has {lvl.named(family)})")
+    return await read_dense(rc.ex, arr)
+
+
+async def read_groups(rc: ReadContext, level: int) -> list[np.ndarray]:
+    """Every group's member object ids (int64 items of the vlen ``groups`` array), by group id."""
+    lvl = await rc.family(level, "groups")
+    arr = lvl.array("groups")
+    if arr is None:
+        return []
+    n = int(arr.meta.shape[0])
+    per_cell = int(arr.meta.chunk_shape[0])
+    cells = await rc.ex.gather([arr.items((c,)) for c in range(-(-n // per_cell) if n else 0)])
+    out: list[np.ndarray] = []
+    for c, items in enumerate(cells):
+        want = min(per_cell, n - c * per_cell)
+        rows = list(items)[:want] if items is not None else [b""] * want
+        for i, row in enumerate(rows):
+            if len(row) % 8:
+                raise FormatError(f"{arr.path}: group {c * per_cell + i} is {len(row)} bytes, not int64 ids")
+            out.append(np.frombuffer(row, dtype="<i8").astype(np.int64))
     return out

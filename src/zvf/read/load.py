@@ -5,6 +5,13 @@ The first wave of requests asks for everything whose name the format fixes
 children are user-named (attributes); a second wave fetches what the
 listings named.  Families needed only by some reads (links, object index,
 groups) load lazily, once.
+
+Stores zvf writes carry every document in the root's ``consolidated_metadata``
+(zarr-python's inline section).  When the documents wave 1 fetched agree with
+their copies there and the listings name nothing it lacks, the section is
+trusted: documents come from it and listings are answered from its keys, so
+the second wave and every later listing cost no request.  Any disagreement
+(a store changed by a tool that kept a stale section) falls back to fetching.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ from ..errors import (
     StoreNotFoundError,
 )
 from ..format import metadata as md
+from ..format import parse
 from ..format.grid import Grid
 from ..io.executor import Executor
 from .cells import CellArray
+from .levels import LevelNodes
 from .object_index import ObjectIndex
 
 # What each lazily loaded family consists of: documents at fixed paths, or
@@ -46,49 +55,120 @@ LISTED = {
 }
 
 
-def load_json(raw: bytes, key: str) -> dict:
-    """Parse a metadata document, reporting the key on any defect."""
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FormatError(f"{key}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{key}: expected a JSON object, got {type(doc).__name__}")
-    return doc
+# Capability tokens zvf reads correctly (all that zarr-vectors 0.9.2 stamps); a store that declares
+# any other one uses a feature zvf does not implement, and reading it anyway could answer wrongly.
+KNOWN_CAPABILITIES = frozenset({"preserved_object_ids", "shared_fragments", "fragment_index", "multiscale_links"})
+
+
+def check_capabilities(root_doc: dict, url: str) -> None:
+    """Refuse a store whose ``format_capabilities``/``required_capabilities`` name unknown features."""
+    zv = (root_doc.get("attributes") or {}).get("zarr_vectors")
+    if not isinstance(zv, dict):
+        return  # parse_root reports the missing block
+    for field_name in ("required_capabilities", "format_capabilities"):
+        caps = zv.get(field_name) or []
+        unknown = sorted({str(c) for c in caps} - KNOWN_CAPABILITIES) if isinstance(caps, list) else [repr(caps)]
+        if unknown:
+            raise FormatError(
+                f"{url}/zarr.json: zarr_vectors.{field_name} names {unknown}, which this zvf does not implement "
+                f"(it reads {sorted(KNOWN_CAPABILITIES)}); refusing rather than returning a wrong answer")
 
 
 @dataclass
-class Level:
+class Level(LevelNodes[CellArray]):
     """One resolution level: its metadata, grid and arrays (by path under the level)."""
 
-    index: int
     meta: md.LevelMeta
     grid: Grid
-    arrays: dict[str, CellArray] = field(default_factory=dict)
-    groups: dict[str, dict] = field(default_factory=dict)  # group path -> attributes
     loaded: set[str] = field(default_factory=set)  # families whose documents are in
     object_index: ObjectIndex | None = None
-
-    def array(self, name: str) -> CellArray | None:
-        return self.arrays.get(name)
-
-    def named(self, family: str) -> list[str]:
-        """Names of the arrays in a family group such as ``vertex_attributes``."""
-        prefix = family + "/"
-        return sorted(n[len(prefix):] for n in self.arrays if n.startswith(prefix) and "/" not in n[len(prefix):])
 
     @property
     def nonempty_chunks(self) -> np.ndarray:
         """Absolute coords of the chunks holding vertices, as listed by ``vertices``."""
         arr = self.arrays.get("vertices")
         if arr is None:
-            return np.zeros((0, self.grid.ndim), dtype=np.int64)
+            return np.zeros((0, self.key_ndim), dtype=np.int64)
         return arr.meta.nonempty_chunk_array
+
+    # ------------------------------------------------------------- attribute-chunked levels
+    @property
+    def categories(self) -> tuple | None:
+        """Values of the leading categorical chunk axis (``chunk_by_attribute``), None when spatial only."""
+        return self.meta.chunk_attribute_values if self.meta.chunk_attribute_name is not None else None
+
+    @property
+    def category_name(self) -> str | None:
+        return self.meta.chunk_attribute_name
+
+    @property
+    def key_ndim(self) -> int:
+        """Rank of chunk coordinates (cell keys, manifests): ndim, plus one for a categorical axis."""
+        return self.grid.ndim + (self.categories is not None)
+
+    def spatial(self, coords: np.ndarray) -> np.ndarray:
+        """The spatial columns of chunk coordinates (drops a leading category axis)."""
+        return coords[:, self.key_ndim - self.grid.ndim:]
+
+    def category_index(self, categories) -> np.ndarray:
+        """Positions on the category axis of the given category values (InvalidArgumentError if unknown)."""
+        values = self.categories
+        if values is None:
+            raise InvalidArgumentError(
+                f"categories={categories!r}: level {self.index} is not chunked by an attribute")
+        if isinstance(categories, (str, bytes)) or np.isscalar(categories):
+            categories = [categories]
+        want = list(categories)
+        missing = [c for c in want if c not in values]
+        if missing:
+            raise InvalidArgumentError(
+                f"categories {missing} are not values of {self.category_name!r} in level {self.index} "
+                f"(it has {list(values)})")
+        return np.asarray([values.index(c) for c in want], dtype=np.int64)
+
+    def chunks_in(self, lo=None, hi=None, categories=None) -> np.ndarray:
+        """Stored chunks that can hold vertices in the closed box ``[lo, hi]`` (all when None)
+        and, on an attribute-chunked level, in the given categories (all when None)."""
+        chunks = self.nonempty_chunks
+        keep = np.ones(len(chunks), dtype=bool)
+        if categories is not None:
+            keep &= np.isin(chunks[:, 0], self.category_index(categories))
+        if lo is not None and len(chunks):
+            clo, chi = self.grid.chunk_range(lo, hi)
+            spatial = self.spatial(chunks)
+            keep &= np.all((spatial >= clo) & (spatial <= chi), axis=1)
+        return chunks[keep]
+
+
+SECTION = "consolidated"  # executor cache namespace holding a verified root section (node path -> document)
+
+
+def _section(ex: Executor) -> dict | None:
+    """The verified consolidated section of this store, if any (see the module docstring)."""
+    return ex.cache(SECTION).get("zarr.json")
 
 
 async def _get_json(ex: Executor, key: str) -> dict | None:
+    section = _section(ex)
+    if section is not None and key.endswith("/zarr.json"):
+        return section.get(key[:-len("/zarr.json")])  # complete: a node it lacks does not exist
     raw = await ex.get(key, cache="meta")
-    return None if raw is None else load_json(raw, key)
+    return None if raw is None else parse.loads(raw, key=key)
+
+
+def _trust_section(ex: Executor, root_doc: dict, index: int, level_doc, listed: dict, fixed: dict) -> None:
+    """Adopt the root's consolidated section when wave 1's documents and listings agree with it."""
+    cm = root_doc.get("consolidated_metadata")
+    section = cm.get("metadata") if isinstance(cm, dict) else None
+    if not isinstance(section, dict) or not all(isinstance(d, dict) for d in section.values()):
+        return
+    fetched = {f"{index}": level_doc, **{f"{index}/{p}": d for p, d in fixed.items()}}
+    if any(section.get(k) != d for k, d in fetched.items()):
+        return
+    if any(f"{index}/{p}" not in section for paths in listed.values() for p in paths):
+        return
+    # keyed by the root's key: this executor's own rewrite of the root (append, pyramid) drops it
+    ex.put_cached(SECTION, "zarr.json", section, nbytes=len(json.dumps(section)))
 
 
 async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
@@ -106,7 +186,7 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
 
 
 def make_level(root: md.RootMeta, index: int, level_doc: dict) -> Level:
-    meta = md.parse_level(level_doc, key=f"{index}/zarr.json")
+    meta = parse.parse_level(level_doc, key=f"{index}/zarr.json")
     chunk_shape = meta.chunk_shape or root.chunk_shape
     bin_shape = meta.bin_shape if meta.bin_shape is not None else (root.base_bin_shape if index == 0 else None)
     grid = Grid(tuple(float(c) for c in chunk_shape), None if bin_shape is None else tuple(float(b) for b in bin_shape))
@@ -136,6 +216,9 @@ async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
     out: list[str] = []
     frontier = [prefix]
     base = len(prefix.split("/", 1)[0]) + 1  # strip the level number
+    section = _section(ex)
+    if section is not None:  # a trusted section names every node: no request
+        return sorted(k[base:] for k in section if k.startswith(prefix) and k[len(prefix):].count("/") < depth)
     for step in range(depth):
         results = await ex.gather([ex.list_dirs(p) for p in frontier])
         frontier = []
@@ -183,18 +266,23 @@ async def _none():
     return None
 
 
-async def _finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, listed, fixed_docs) -> Level:
+async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, listed, fixed_docs) -> Level:
     if level_doc is None:
         raise FormatError(f"{ex.handle.url}/{index}/zarr.json: level {index} is listed by the root but missing")
     level = make_level(root, index, level_doc)
     _add_docs(level, ex, list(fixed_docs), list(fixed_docs.values()))
-    if level.array("vertices") is None:
+    vert = level.array("vertices")
+    if vert is None:
         raise FormatError(f"{ex.handle.url}/{index}/vertices/zarr.json: missing or not an array")
+    if vert.meta.ndim != level.key_ndim:
+        what = f"chunk_dims {list(level.meta.chunk_dims or ())}" if level.categories is not None else f"{root.ndim}-D"
+        raise FormatError(f"{index}/vertices/zarr.json: a rank-{vert.meta.ndim} chunk grid does not fit a "
+                          f"{what} level (an attribute-chunked level names chunk_attribute_name and _values)")
     level.loaded.update(OPEN_FIXED)
     deltas = listed["links"] if root.geometry_type in LINKED else []
     paths = listed["vertex_attributes"] + (["links", *deltas, *listed["links/0"]] if deltas else [])
     if level.array("object_index/manifests") is not None:
-        level.object_index = ObjectIndex(ex, level, root.ndim)
+        level.object_index = ObjectIndex(ex, level, level.key_ndim)
         wave2 = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths]
                                 + [level.object_index.prefetch()])
         docs = wave2[:-1]
@@ -213,7 +301,7 @@ def _add_docs(level: Level, ex: Executor, paths, docs) -> None:
             continue
         key = f"{level.index}/{name}/zarr.json"
         if doc.get("node_type") == "array":
-            level.arrays[name] = CellArray(ex, f"{level.index}/{name}", md.parse_array(doc, key=key))
+            level.arrays[name] = CellArray(ex, f"{level.index}/{name}", parse.parse_array(doc, key=key))
         else:
             attrs = doc.get("attributes")
             level.groups[name] = attrs if isinstance(attrs, dict) else {}
@@ -226,14 +314,16 @@ async def load_root(ex: Executor, url: str) -> tuple[md.RootMeta, Level]:
         raise await _diagnose_missing_root(ex, url)
     if root_doc.get("zarr_format") != 3:
         raise NotZvfStoreError(f"{url}/zarr.json: not a Zarr v3 document (zarr_format={root_doc.get('zarr_format')!r})")
-    root = md.parse_root(root_doc, key="zarr.json")
-    return root, await _finish_level(ex, root, 0, *level_parts)
+    root = parse.parse_root(root_doc, key="zarr.json")
+    check_capabilities(root_doc, url)
+    _trust_section(ex, root_doc, 0, *level_parts)
+    return root, await finish_level(ex, root, 0, *level_parts)
 
 
 async def load_level(ex: Executor, root: md.RootMeta, index: int) -> Level:
     """A coarser level, in two round trips."""
     _, level_parts = await open_level(ex, None, index)
-    return await _finish_level(ex, root, index, *level_parts)
+    return await finish_level(ex, root, index, *level_parts)
 
 
 def check_level(levels: list[int], level) -> int:

@@ -7,6 +7,11 @@ writes, per inner chunk of a few manifests: one suffix read of the shard
 index (cached, and prefetched at open for small indexes) and one ranged
 read for the manifests themselves.  Object ids map to rows through the
 ``object_ids`` array, read whole once.
+
+Manifests never become one Python object each: a fetched unit (a plain
+chunk, an inner chunk, or a whole shard when most of it is wanted) is
+decoded in one batch into ``(buffer, starts, lengths)`` and cached that
+way, and :func:`decode_manifests_packed` reads the rows straight from it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError, MissingDataError
-from ..format.manifest import ManifestTable, decode_manifests
+from ..format.manifest import ManifestTable, decode_manifests_packed
 from ..format.shard import decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
 from .dense import read_dense
@@ -93,36 +98,41 @@ class ObjectIndex:
     async def table(self, rows: np.ndarray) -> ManifestTable:
         """Decoded manifests of ``rows``; ``object_row`` indexes into ``rows``."""
         rows = np.asarray(rows, dtype=np.int64)
-        payloads = await (self._sharded(rows) if self.inner is not None else self._plain(rows))
-        return decode_manifests(payloads, self.ndim, key=self.manifests.path)
+        parts, part, local = await (self._sharded(rows) if self.inner is not None else self._plain(rows))
+        buf, starts, lengths = _gather(parts, part, local)
+        return decode_manifests_packed(buf, starts, lengths, self.ndim, key=self.manifests.path)
 
-    def _cached(self, cells) -> dict[int, list]:
-        """Decoded manifest cells already in the executor's byte-bounded "manifest" cache."""
-        found = {}
-        for c in cells:
-            items = self.ex.get_cached("manifest", (self.manifests.path, c))
-            if items is not None:
-                found[c] = items
-        return found
+    def _remember(self, what, unit) -> None:
+        """Cache a decoded unit (buffer, starts, lengths), charged for its own bytes."""
+        nbytes = 64 + 16 * len(unit[1]) + int(unit[2].sum())
+        self.ex.put_cached("manifest", (self.manifests.path, *what), unit, nbytes=nbytes)
 
-    def _remember(self, got: dict[int, list], c: int, items: list) -> None:
-        got[c] = items
-        self.ex.put_cached("manifest", (self.manifests.path, c), items, nbytes=64 + sum(16 + len(x) for x in items))
+    def _decode(self, blob, starts, ends, per_unit: int, key: str):
+        """Stored chunks -> one decoded (buffer, starts, lengths) per chunk, in one batch."""
+        buf, counts, ist, iln = self.manifests.codec.decode_items_many(blob, starts, ends, key=key)
+        short = counts < per_unit
+        if short.any():
+            j = int(np.flatnonzero(short)[0])
+            raise FormatError(f"{key}[{j}]: {int(counts[j])} manifests, expected {per_unit}")
+        first = np.cumsum(counts) - counts
+        return [(buf, ist[f:f + per_unit], iln[f:f + per_unit]) for f in first.tolist()]
 
-    async def _plain(self, rows: np.ndarray) -> list:
+    async def _plain(self, rows: np.ndarray):
         per = self.rows_per_chunk
-        cells = sorted(set((rows // per).tolist()))
-        got = self._cached(cells)
-        missing = [c for c in cells if c not in got]
-        fetched = await self.ex.gather([self.manifests.items((c,)) for c in missing])
-        for c, items in zip(missing, fetched):
+        cells, part = np.unique(rows // per, return_inverse=True)
+        parts = [self.ex.get_cached("manifest", (self.manifests.path, "chunk", c)) for c in cells.tolist()]
+        missing = [j for j, u in enumerate(parts) if u is None]
+        keys = [self.manifests.key_of((int(cells[j]),)) for j in missing]
+        raws = await self.ex.gather([self.ex.get(k) for k in keys])
+        for j, key, raw in zip(missing, keys, raws):
+            c = int(cells[j])
             want = min(per, self.count - c * per)
-            if items is None:
-                items = [b""] * want
-            if len(items) < want:
-                raise FormatError(f"{self.manifests.key_of((c,))}: {len(items)} manifests, expected {want}")
-            self._remember(got, c, list(items))
-        return [got[int(r) // per][int(r) % per] for r in rows]
+            if raw is None:
+                parts[j] = _empty(want)
+                continue
+            parts[j] = self._decode(raw, [0], [len(raw)], want, key)[0]
+            self._remember(("chunk", c), parts[j])
+        return parts, part, rows % per
 
     async def _shard_index(self, shard: int):
         """A shard's index, by one suffix read that brings the whole shard when it is small.
@@ -144,64 +154,116 @@ class ObjectIndex:
             self.ex.put_cached("manifest", (self.manifests.path, "shard", shard), tail)  # the whole shard
         return decode_shard_index(tail[-index_size:], n_inner, key=key)
 
-    async def _sharded(self, rows: np.ndarray) -> list:
-        """Inner chunks holding ``rows``: ranged reads, or whole shards when they are small.
+    async def _sharded(self, rows: np.ndarray):
+        """Units holding ``rows``: whole shards, or inner chunks by ranged reads.
 
-        A shard no bigger than latency x bandwidth costs about one round trip
-        whole, so it is read once and kept (raw, in the byte-bounded cache):
-        later object reads in it need no request, and only the inner chunks
-        asked for are ever decoded.
+        A shard is read and decoded whole when it costs no more than a round
+        trip (latency x bandwidth) or when the inner chunks asked for make up
+        half of its bytes: one request instead of many ranges, and the
+        decoded shard serves every later read in it.
         """
         per, k = self.rows_per_chunk, self.inner
+        slots = per // k
         path = self.manifests.path
-        inner_ids = sorted(set((rows // k).tolist()))  # global inner chunk numbers
-        got = self._cached(inner_ids)
-        todo = [i for i in inner_ids if i not in got]
-        shards = sorted({i * k // per for i in todo})
-        indexes = dict(zip(shards, await self.ex.gather([self._shard_index(s) for s in shards])))
+        shard_of = rows // per
+        shards = np.unique(shard_of).tolist()
+        whole = {s: self.ex.get_cached("manifest", (path, "rows", s)) for s in shards}
+        todo = [s for s in shards if whole[s] is None]
+        indexes = dict(zip(todo, await self.ex.gather([self._shard_index(s) for s in todo])))
         handle = self.ex.handle
         break_even = handle.latency_hint * handle.bandwidth_hint
-        ranges, which = [], []  # which: ("shard", shard) or ("inner", i)
-        raw_shards: dict[int, bytes] = {}
-        for shard in shards:
-            index = indexes[shard]
-            if index is None:
+        fetch_whole, inner_ranges, inner_ids = [], [], []
+        for s in todo:
+            index = indexes[s]
+            if index is None:  # absent shard: empty manifests
+                whole[s] = _empty(per)
                 continue
             offsets, nbytes = index
             present = offsets != EMPTY
             end = int((offsets[present] + nbytes[present]).max()) if present.any() else 0
-            if end <= break_even:
-                raw = self.ex.get_cached("manifest", (path, "shard", shard))
-                if raw is None:
-                    ranges.append(ByteRange(self.manifests.key_of((shard,)), 0, end))
-                    which.append(("shard", shard))
-                else:
-                    raw_shards[shard] = raw
+            wanted = np.unique(rows[shard_of == s] // k) - s * slots
+            wanted_bytes = int(nbytes[wanted[present[wanted]]].sum())
+            raw = self.ex.get_cached("manifest", (path, "shard", s))
+            if raw is not None or end <= break_even or 2 * wanted_bytes >= end:
+                fetch_whole.append((s, raw, offsets, nbytes, present, end))
                 continue
-            for i in todo:
-                slot = i - shard * (per // k)
-                if 0 <= slot < per // k and present[slot]:
+            for slot in wanted.tolist():
+                i = s * slots + slot
+                if self.ex.get_cached("manifest", (path, "inner", i)) is None and present[slot]:
                     start = int(offsets[slot])
-                    ranges.append(ByteRange(self.manifests.key_of((shard,)), start, start + int(nbytes[slot])))
-                    which.append(("inner", i))
-        blobs = await self.ex.read_ranges(ranges)
-        for (what, n), blob, r in zip(which, blobs, ranges):
-            if blob is None or len(blob) != r.end - r.start:
-                raise MissingDataError(f"{r.key}: shard is shorter than its index says")
-            if what == "shard":
-                raw_shards[n] = blob
-                self.ex.put_cached("manifest", (path, "shard", n), blob)
-            else:
-                self._remember(got, n, list(self.manifests.codec.decode_items(blob, key=f"{r.key}[{n}]")))
-        for i in todo:
-            if i in got:
-                continue
-            shard = i * k // per
-            index, slot = indexes[shard], i - shard * (per // k)
-            if shard in raw_shards and index[0][slot] != EMPTY:
-                start = int(index[0][slot])
-                blob = raw_shards[shard][start:start + int(index[1][slot])]
-                self._remember(got, i, list(self.manifests.codec.decode_items(blob, key=f"{path}[{i}]")))
-            else:  # absent inner chunk (or shard): empty manifests
-                self._remember(got, i, [b""] * k)
-        return [got[int(r) // k][int(r) % k] for r in rows]
+                    inner_ranges.append(ByteRange(self.manifests.key_of((s,)), start, start + int(nbytes[slot])))
+                    inner_ids.append(i)
+        need = [ByteRange(self.manifests.key_of((s,)), 0, end) for s, raw, *_, end in fetch_whole if raw is None]
+        blobs = iter(await self.ex.read_ranges(need + inner_ranges))
+        for s, raw, offsets, nbytes, present, end in fetch_whole:
+            if raw is None:
+                raw = _whole(next(blobs), ByteRange(self.manifests.key_of((s,)), 0, end))
+            whole[s] = self._decode_shard(s, raw, offsets, nbytes, present)
+        if inner_ranges:
+            got = [_whole(next(blobs), r) for r in inner_ranges]
+            lens = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
+            ends = np.cumsum(lens)
+            units = self._decode(b"".join(got), ends - lens, ends, k, f"{path}/inner")
+            for i, unit in zip(inner_ids, units):
+                self._remember(("inner", i), unit)
+        # every row -> (unit, row within it)
+        parts: list = [_empty(0) if whole[s] is None else whole[s] for s in shards]  # ranged shards: no rows
+        in_whole = np.isin(shard_of, [s for s in shards if whole[s] is not None])
+        part = np.searchsorted(shards, shard_of)
+        local = rows - shard_of * per
+        if not in_whole.all():
+            inner_of = rows[~in_whole] // k
+            uniq, inv = np.unique(inner_of, return_inverse=True)
+            for i in uniq.tolist():
+                unit = self.ex.get_cached("manifest", (path, "inner", i))
+                parts.append(_empty(k) if unit is None else unit)  # None: absent inner chunk
+            part[~in_whole] = len(shards) + inv
+            local[~in_whole] = rows[~in_whole] % k
+        return parts, part, local
+
+    def _decode_shard(self, shard: int, raw, offsets, nbytes, present):
+        """Every inner chunk of a shard in one batch -> one unit of ``rows_per_chunk`` rows."""
+        per, k = self.rows_per_chunk, self.inner
+        slots = np.flatnonzero(present)
+        starts = offsets[slots].astype(np.int64)
+        buf, _counts, ist, iln = self.manifests.codec.decode_items_many(
+            raw, starts, starts + nbytes[slots].astype(np.int64), key=f"{self.manifests.key_of((shard,))}",
+            expected=k)
+        row_starts = np.zeros(per, dtype=np.int64)
+        row_lengths = np.zeros(per, dtype=np.int64)
+        at = (slots[:, None] * k + np.arange(k)).reshape(-1)
+        row_starts[at] = ist
+        row_lengths[at] = iln
+        unit = (buf, row_starts, row_lengths)
+        self._remember(("rows", shard), unit)
+        return unit
+
+
+def _empty(n: int):
+    """A unit of ``n`` absent manifests (zero-length rows)."""
+    z = np.zeros(n, dtype=np.int64)
+    return np.zeros(0, dtype=np.uint8), z, z
+
+
+def _whole(blob, r: ByteRange):
+    if blob is None or len(blob) != r.end - r.start:
+        raise MissingDataError(f"{r.key}: shard is shorter than its index says")
+    return blob
+
+
+def _gather(parts: list, part: np.ndarray, local: np.ndarray):
+    """One buffer and per-row (starts, lengths) from the units rows fall in."""
+    if not parts:
+        return _empty(0)
+    if len(parts) == 1:
+        buf, st, ln = parts[0]
+        return buf, st[local], ln[local]
+    bufs = [u[0] for u in parts]
+    sizes = np.fromiter((b.size for b in bufs), dtype=np.int64, count=len(bufs))
+    bases = np.cumsum(sizes) - sizes
+    counts = np.fromiter((len(u[1]) for u in parts), dtype=np.int64, count=len(parts))
+    first = np.cumsum(counts) - counts
+    starts = np.concatenate([u[1] + b for u, b in zip(parts, bases.tolist())])
+    lengths = np.concatenate([u[2] for u in parts])
+    at = first[part] + local
+    return np.concatenate(bufs), starts[at], lengths[at]

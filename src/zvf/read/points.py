@@ -9,6 +9,8 @@ chunk) and the inverted object index.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError
@@ -18,11 +20,21 @@ from ..io.plan import choose_fetch
 from .cells import rows_from_payload
 from .selection import Selection
 
+if TYPE_CHECKING:
+    from .context import ReadContext
+
 
 def attribute_layout(arr) -> tuple[np.dtype, tuple[int, ...]]:
-    """(dtype, row_shape) of a vertex attribute array from its attributes."""
+    """(dtype, row_shape) of a vertex attribute array from its attributes.
+
+    0.9.2 writes a one-channel ``(N, 1)`` attribute as ``row_shape: []`` with a
+    single channel name (a scalar one has none): it reads back as ``(N, 1)``.
+    """
     attrs = arr.meta.attributes
     row_shape = tuple(int(x) for x in attrs.get("row_shape") or ())
+    names = attrs.get("channel_names")
+    if not row_shape and isinstance(names, list) and len(names) == 1:
+        row_shape = (1,)
     return np.dtype(attrs.get("dtype", "float32")), row_shape
 
 
@@ -74,10 +86,10 @@ def chunks_in_box(level, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 OFFLOAD_BYTES = 4 << 20
 
 
-async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None) -> Selection:
+async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[str], box=None) -> Selection:
     """Rows of the given chunks (optionally only those inside ``box``)."""
     vert = level.array("vertices")
-    owners = await ds.fragment_owners(level.index) if ds.has_objects(level.index) else None
+    owners = await rc.fragment_owners(level.index) if rc.has_objects(level.index) else None
     arrays = {"vertices": vert}
     arrays.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
     if owners is not None:
@@ -86,7 +98,7 @@ async def read_chunks(ds, level, chunks: np.ndarray, names: list[str], box=None)
     if missing:
         raise FormatError(f"{level.index}/{missing[0]}/zarr.json: missing or not an array")
     chunk_list = list(map(tuple, chunks.tolist()))
-    spans = None if box is None or owners is not None else await narrow(ds, level, chunks, arrays, box)
+    spans = None if box is None or owners is not None else await narrow(level, chunks, arrays, box)
     payloads = await fetch(vert.executor, arrays, chunk_list, spans)
     nbytes = sum(len(p) for ps in payloads.values() for p in ps if p is not None)
     args = (level, arrays, chunk_list, names, payloads, owners, box)
@@ -128,7 +140,7 @@ def row_nbytes(arr) -> int:
     return dtype.itemsize * int(np.prod(rshape or (1,)))
 
 
-async def narrow(ds, level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.ndarray] | None:
+async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.ndarray] | None:
     """Row spans to read of the chunks a box only partly covers, when that pays off.
 
     Bins tile the chunk (fragment f = bin f), so a chunk's fragment index

@@ -16,6 +16,9 @@ class Selection:
     (graphs, skeletons as (child, parent), polylines as consecutive pairs),
     ``faces`` (meshes) and ``offsets`` (object ``i`` owns rows
     ``offsets[i]:offsets[i+1]`` when rows are grouped by object).
+    ``link_attributes`` holds the store's link attributes, row k belonging
+    to ``edges[k]`` (``faces[k]``); edges a store keeps implicitly (skeleton
+    chains) have NaN, or 0 for integer attributes.
     """
 
     positions: np.ndarray
@@ -25,6 +28,7 @@ class Selection:
     faces: np.ndarray | None = None
     offsets: np.ndarray | None = None
     objects: np.ndarray | None = None  # object id of each offsets segment
+    link_attributes: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.positions.shape[0])
@@ -37,4 +41,20 @@ class Selection:
             extra.append(f"{len(self.edges)} edges")
         if self.faces is not None:
             extra.append(f"{len(self.faces)} faces")
+        if self.link_attributes:
+            extra.append(f"link_attributes={sorted(self.link_attributes)}")
         return f"Selection({', '.join(extra)})"
+
+
+@dataclass
+class FragmentRows:
+    """Per-fragment attribute rows: row k belongs to fragment ``fragments[k]`` of chunk ``chunks[k]``
+    (``object_ids[k]`` names the object whose manifest referenced it, when read per object)."""
+
+    chunks: np.ndarray
+    fragments: np.ndarray
+    values: np.ndarray
+    object_ids: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.fragments.shape[0])

@@ -1,0 +1,176 @@
+"""``ReadContext``: the state every read of one opened store shares.
+
+The read modules (points, objects, query, ...) take this context rather
+than an ``AsyncDataset``: it holds the executor (one limiter, one set of
+byte caches), the root metadata, the levels loaded so far and the decoded
+tables cached per level.  ``AsyncDataset`` is the public shell around one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import numpy as np
+
+from ..errors import DatasetClosedError, FormatError
+from ..format.manifest import ManifestTable, decode_manifests
+from . import load
+
+if TYPE_CHECKING:
+    from ..format.metadata import RootMeta
+    from ..io.executor import Executor
+    from ..io.store import StoreHandle
+
+Owners = dict[tuple[int, ...], np.ndarray]
+"""chunk -> object id of each fragment of that chunk (-1 where no manifest names it)."""
+
+
+class _HasRoot(Protocol):
+    @property
+    def root(self) -> RootMeta: ...
+
+
+class RootFacts:
+    """Store-wide facts read off the root document, defined once for the read context and both
+    dataset shells; each class says only where its ``root`` comes from."""
+
+    @property
+    def ndim(self: _HasRoot) -> int:
+        return self.root.ndim
+
+    @property
+    def geometry_type(self: _HasRoot) -> str:
+        return self.root.geometry_type
+
+    @property
+    def bounds(self: _HasRoot) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) corners of the store's declared extent."""
+        lo, hi = self.root.bounds
+        return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+
+    @property
+    def chunk_shape(self: _HasRoot) -> tuple[float, ...]:
+        return tuple(float(c) for c in self.root.chunk_shape)
+
+
+@dataclass(eq=False)
+class ReadContext(RootFacts):
+    """Executor, root, loaded levels and per-level caches of one opened store."""
+
+    handle: StoreHandle
+    executor: Executor
+    root: RootMeta
+    levels: dict[int, load.Level]
+    closed: bool = False
+    manifest_cache: dict[int, tuple[np.ndarray, ManifestTable]] = field(default_factory=dict)
+    owner_cache: dict[int, Owners] = field(default_factory=dict)
+    object_cache: dict[tuple[str, int], Any] = field(default_factory=dict)
+    """Per-level tables the object reads derive (parsed link arrays, id order), keyed (kind, level)."""
+    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    @classmethod
+    def create(cls, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level) -> ReadContext:
+        return cls(handle, executor, root, {0: level0})
+
+    def reload(self, root: RootMeta, level0: load.Level) -> None:
+        """Point at a rewritten store (after an append): new metadata, every derived table dropped."""
+        self.root, self.levels = root, {0: level0}
+        self.manifest_cache.clear()
+        self.owner_cache.clear()
+        self.object_cache.clear()
+
+    @property
+    def ex(self) -> Executor:
+        """The executor; every read goes through it, so a closed dataset refuses here."""
+        self.check_open()
+        return self.executor
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise DatasetClosedError(f"{self.url}: the dataset is closed; open it again to read")
+
+    @property
+    def url(self) -> str:
+        return self.handle.url
+
+    @property
+    def level_ids(self) -> list[int]:
+        """Resolution levels in the store (0 is the finest)."""
+        return sorted(set(self.root.levels)) or [0]
+
+    # ------------------------------------------------------------- levels
+    async def level(self, index: int = 0) -> load.Level:
+        self.check_open()
+        index = load.check_level(self.level_ids, index)
+        if index not in self.levels:
+            async with self._lock:
+                if index not in self.levels:
+                    self.levels[index] = await load.load_level(self.ex, self.root, index)
+        return self.levels[index]
+
+    async def family(self, index: int, family: str) -> load.Level:
+        """The level with one more lazily loaded family of arrays."""
+        level = await self.level(index)
+        if family not in level.loaded:
+            await load.load_family(self.ex, level, family)
+        return level
+
+    def has_objects(self, index: int) -> bool:
+        level = self.levels.get(index)
+        present = level.meta.arrays_present if level is not None else []
+        return "object_index" in present or self.geometry_type != "point_cloud"
+
+    # ------------------------------------------------------------- object index
+    def has_manifests(self, index: int) -> bool:
+        """Whether the whole manifest table of level ``index`` is decoded already."""
+        return index in self.manifest_cache
+
+    async def manifests(self, index: int = 0) -> tuple[np.ndarray, ManifestTable]:
+        """(object ids, ManifestTable) of a level, decoded once and cached."""
+        if index in self.manifest_cache:
+            return self.manifest_cache[index]
+        level = await self.family(index, "object_index")
+        arr = level.array("object_index/manifests")
+        if arr is None and level.array("object_index/data") is None and level.meta.vertex_count == 0:
+            # An empty store: 0.9.2 writes the object_index group and no manifests.
+            got = (np.zeros(0, np.int64), decode_manifests([], level.grid.ndim))
+        elif arr is None and ("object_index" in level.groups or level.array("object_index/data") is not None):
+            from .seed import read_seed_object_index
+
+            got = await read_seed_object_index(self, level)
+        elif arr is None:
+            raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")
+        else:
+            oindex = level.object_index
+            got = (await oindex.ids(), await oindex.table(np.arange(oindex.count, dtype=np.int64)))
+        self.manifest_cache[index] = got
+        return got
+
+    async def fragment_owners(self, index: int) -> Owners:
+        """chunk -> object id of each fragment (-1 for fragments no manifest names)."""
+        if index in self.owner_cache:
+            return self.owner_cache[index]
+        oids, table = await self.manifests(index)
+        owners: Owners = {}
+        if len(table.fragment):
+            # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
+            coords, frags = table.coords, table.fragment
+            lo = coords.min(axis=0)
+            span = coords.max(axis=0) - lo + 1
+            if float(np.prod(span.astype(np.float64))) < 2.0**62:
+                cells, chunk_of = np.unique(np.ravel_multi_index(tuple((coords - lo).T), tuple(span)),
+                                            return_inverse=True)
+                chunks = np.stack(np.unravel_index(cells, tuple(span)), axis=1) + lo
+            else:
+                chunks, chunk_of = np.unique(coords, axis=0, return_inverse=True)
+            chunk_of = chunk_of.reshape(-1)
+            sizes = np.zeros(len(chunks), dtype=np.int64)
+            np.maximum.at(sizes, chunk_of, frags + 1)
+            ends = np.cumsum(sizes)
+            flat = np.full(int(ends[-1]), -1, dtype=np.int64)
+            flat[ends[chunk_of] - sizes[chunk_of] + frags] = oids[table.object_row]
+            owners = {tuple(c): flat[e - n:e] for c, e, n in zip(chunks.tolist(), ends.tolist(), sizes.tolist())}
+        self.owner_cache[index] = owners
+        return owners

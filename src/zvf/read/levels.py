@@ -1,0 +1,31 @@
+"""The level model the reader and the validator share.
+
+A level is its index, its arrays by path under the level and its groups'
+attributes; ``zvf.read.load.Level`` adds the parsed metadata, grid and
+readable cell arrays, and the validator's ``LevelInfo`` adds what it counts
+while walking a store that may be broken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+A = TypeVar("A")
+
+
+@dataclass
+class LevelNodes(Generic[A]):
+    """Arrays (by path relative to the level) and group attributes of one resolution level."""
+
+    index: int
+    arrays: dict[str, A] = field(default_factory=dict, kw_only=True)
+    groups: dict[str, dict] = field(default_factory=dict, kw_only=True)  # group path -> attributes
+
+    def array(self, name: str) -> A | None:
+        return self.arrays.get(name)
+
+    def named(self, family: str) -> list[str]:
+        """Names of the arrays in a family group such as ``vertex_attributes``."""
+        prefix = family + "/"
+        return sorted(n[len(prefix):] for n in self.arrays if n.startswith(prefix) and "/" not in n[len(prefix):])

@@ -1,0 +1,359 @@
+"""Result files shared by ``zvf export`` and ``zvf query --out``: ``.npz``, ``.csv``, ``.parquet``.
+
+A result is one or two tables (README "Export files"):
+
+* **vertices**, one row per vertex: coordinates (``x, y, z``; ``d0..`` past four
+  axes), ``object_id`` when rows have owners, ``vertex_index`` (the row's
+  position within its object, so traversal order survives) when rows are
+  grouped by object, then attribute channels (``rgb_0, rgb_1, ...``);
+* **edges** or **faces** of graphs, skeletons and meshes, one row per link:
+  ``object_id``, ``v0, v1[, v2...]`` (``vertex_index`` values of that object),
+  then link attributes.  CSV and Parquet put it beside OUT as
+  ``OUT.edges.csv`` / ``OUT.faces.parquet``; NPZ as keys ``edges`` /
+  ``faces`` (L columns), ``edges_object_ids``, ``edges_attr_<name>``.
+
+NPZ vertex keys are ``positions`` (N, ndim), ``object_ids``, ``vertex_index``
+and ``attr_<name>``.  Every file is written under a temporary name in OUT's
+directory and renamed into place only when complete, so an interrupted
+export never leaves a half-written file that looks like a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import tempfile
+import uuid
+import zipfile
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .selection import Selection
+
+FORMATS = ("npz", "csv", "parquet")
+LINK_TABLES = ("edges", "faces")
+CSV_ROWS = 65536  # rows formatted at once (bounds the Python objects made per step)
+
+
+def format_of(out: str, fmt: str | None) -> str:
+    """The export format: ``fmt`` or OUT's suffix; checks pyarrow for Parquet before any request."""
+    if fmt is None:
+        fmt = os.path.splitext(str(out))[1].lower().lstrip(".")
+        if fmt not in FORMATS:
+            raise InvalidArgumentError(f"cannot tell the format of {str(out)!r}: end it in .npz, .csv or .parquet, "
+                                       f"or pass the format")
+    if fmt not in FORMATS:
+        raise InvalidArgumentError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise InvalidArgumentError("Parquet export needs pyarrow, which is not installed "
+                                   "(pip install 'zvf[parquet]'), or export to .npz / .csv")
+    return fmt
+
+
+def check_out(out: str) -> None:
+    """OUT's directory must exist (a clear error before any request, not a traceback at the end)."""
+    parent = os.path.dirname(os.path.abspath(str(out)))
+    if not os.path.isdir(parent):
+        raise InvalidArgumentError(f"output directory {parent!r} of {str(out)!r} does not exist")
+
+
+def companion(out: str, table: str) -> str:
+    """The file of a link table beside OUT: ``a/b.csv`` -> ``a/b.edges.csv``."""
+    root, ext = os.path.splitext(str(out))
+    return f"{root}.{table}{ext}"
+
+
+def link_table(geometry: str, *, clip: bool = False) -> str | None:
+    """The link table a result of ``geometry`` carries.
+
+    Meshes: faces; graphs and skeletons: edges; polylines only when clipped
+    (kept vertices may skip, so consecutive ``vertex_index`` no longer means an
+    edge); whole polylines and point clouds: none (``vertex_index`` is the order).
+    """
+    if geometry == "mesh":
+        return "faces"
+    if geometry in ("graph", "skeleton") or (clip and geometry in ("polyline", "streamline", "line")):
+        return "edges"
+    return None
+
+
+def vertex_arrays(sel: Selection) -> dict[str, np.ndarray]:
+    """The vertex table of a batch, keyed as in the NPZ file."""
+    out = {"positions": sel.positions}
+    if sel.object_ids is not None:
+        out["object_ids"] = sel.object_ids
+        if sel.offsets is not None:
+            starts = np.repeat(sel.offsets[:-1], np.diff(sel.offsets))
+            out["vertex_index"] = np.arange(len(sel), dtype=np.int64) - starts
+    out.update((f"attr_{k}", v) for k, v in sel.attributes.items())
+    return out
+
+
+def link_arrays(sel: Selection, table: str) -> dict[str, np.ndarray]:
+    """The edges/faces table of a batch: rows grouped by object (stable), indices local to it.
+
+    Links whose endpoints lie in different objects are left out, as ``read_object`` does.
+    """
+    conn = getattr(sel, table)
+    if conn is None:
+        conn = np.zeros((0, 3 if table == "faces" else 2), np.int64)
+    offsets = sel.offsets if sel.offsets is not None else np.array([0, len(sel)], np.int64)
+    seg = np.searchsorted(offsets, conn, side="right") - 1
+    keep = np.flatnonzero(np.all(seg == seg[:, :1], axis=1))
+    keep = keep[np.argsort(seg[keep, 0], kind="stable")]
+    owner = seg[keep, 0]
+    if sel.objects is not None:
+        oids = sel.objects[owner]
+    elif sel.object_ids is not None:
+        oids = sel.object_ids[conn[keep, 0]]
+    else:
+        oids = np.zeros(len(keep), np.int64)
+    out = {table: conn[keep] - offsets[owner][:, None], f"{table}_object_ids": oids.astype(np.int64)}
+    out.update((f"{table}_attr_{k}", v[keep]) for k, v in sel.link_attributes.items())
+    return out
+
+
+def flat_columns(arrays: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """CSV/Parquet columns of a table: one 1-D column per coordinate, channel and link corner."""
+    cols: list[tuple[str, np.ndarray]] = []
+    for key, a in arrays.items():
+        if key == "positions":
+            ndim = a.shape[1]
+            names = ["x", "y", "z", "w"][:ndim] if ndim <= 4 else [f"d{i}" for i in range(ndim)]
+            cols.extend((n, a[:, i]) for i, n in enumerate(names))
+        elif key in LINK_TABLES:
+            cols.extend((f"v{i}", a[:, i]) for i in range(a.shape[1]))
+        elif key.endswith("object_ids"):
+            cols.append(("object_id", a))
+        elif key == "vertex_index":
+            cols.append((key, a))
+        else:
+            name = key.split("attr_", 1)[1]
+            if a.ndim == 1:
+                cols.append((name, a))
+            else:
+                flat = a.reshape(len(a), int(np.prod(a.shape[1:])))  # (0, C) too
+                cols.extend((f"{name}_{i}", flat[:, i]) for i in range(flat.shape[1]))
+    names = [n for n, _ in cols]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise InvalidArgumentError(f"attribute names {clash} clash with the export's own columns; "
+                                   f"export them to .npz, or leave them out with attributes=[...]")
+    return cols
+
+
+def _cell_format(dtype: np.dtype) -> str:
+    if dtype.kind in "iub":
+        return "%d"
+    return "%.9g" if dtype.itemsize <= 4 else "%.17g"
+
+
+def _partial(final: str) -> str:
+    """A temporary name beside ``final`` (same filesystem, so the rename is atomic)."""
+    head, tail = os.path.split(os.path.abspath(final))
+    return os.path.join(head, f".{tail}.{uuid.uuid4().hex[:8]}.partial")
+
+
+class _Out:
+    """One result: the vertex table and the optional link table, each opened on its first rows.
+
+    ``write(sel)`` appends a batch; ``close()`` completes every file and
+    renames it into place; ``abort()`` removes what was written.
+    """
+
+    def __init__(self, path: str, template: Selection, links: str | None = None):
+        if links not in (None, *LINK_TABLES):
+            raise InvalidArgumentError(f"links must be None, 'edges' or 'faces', got {links!r}")
+        self.path = str(path)
+        self.template = template
+        self.links = links
+        self.sinks: dict = {}
+        self.partials: dict[str, str] = {}  # final path -> temporary path
+
+    def files(self) -> list[str]:
+        """The files this result is (OUT, then OUT.edges/faces for CSV and Parquet)."""
+        return [self.path] + ([companion(self.path, self.links)] if self.links else [])
+
+    def _tables(self, sel: Selection) -> dict[str, dict[str, np.ndarray]]:
+        tables = {"vertices": vertex_arrays(sel)}
+        if self.links:
+            tables[self.links] = link_arrays(sel, self.links)
+        return tables
+
+    def write(self, sel: Selection) -> None:
+        for table, arrays in self._tables(sel).items():
+            if len(next(iter(arrays.values()))):
+                sink = self.sinks.get(table) or self._open(table, arrays)
+                sink.write(arrays)
+
+    def close(self) -> None:
+        try:
+            for table, arrays in self._tables(self.template).items():
+                if table not in self.sinks:  # no rows: a file with the columns only
+                    self._open(table, arrays)
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
+        for final, tmp in self.partials.items():
+            os.replace(tmp, final)
+        self.partials = {}
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._release()
+        for tmp in self.partials.values():
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        self.partials = {}
+
+    def _target(self, table: str) -> str:
+        final = self.path if table == "vertices" else companion(self.path, table)
+        self.partials[final] = _partial(final)
+        return self.partials[final]
+
+    def _open(self, table: str, arrays: dict[str, np.ndarray]):
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        for sink in self.sinks.values():
+            sink.close()
+
+    def _release(self) -> None:
+        self._finish()
+
+
+class _CsvTable:
+    def __init__(self, path: str, arrays: dict[str, np.ndarray]):
+        cols = flat_columns(arrays)
+        self.fh = open(path, "w", newline="")  # noqa: SIM115 - closed in close()
+        self.fh.write(",".join(n for n, _ in cols) + "\n")
+        self.row_fmt = ",".join(_cell_format(c.dtype) for _, c in cols) + "\n"
+
+    def write(self, arrays: dict[str, np.ndarray]) -> None:
+        cols = [c for _, c in flat_columns(arrays)]
+        for a in range(0, len(cols[0]), CSV_ROWS):
+            part = [c[a:a + CSV_ROWS].tolist() for c in cols]
+            self.fh.write((self.row_fmt * len(part[0])) % tuple(v for row in zip(*part) for v in row))
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class CsvOut(_Out):
+    """CSV: floats as %.9g (float32 round-trips) or %.17g, integers exact; links in ``OUT.edges.csv``."""
+
+    def _open(self, table, arrays):
+        self.sinks[table] = _CsvTable(self._target(table), arrays)
+        return self.sinks[table]
+
+
+class _ParquetTable:
+    """Batches gathered into row groups of ``ROW_GROUP`` rows (small row groups make slow Parquet)."""
+
+    ROW_GROUP = 1 << 17
+
+    def __init__(self, path: str, arrays: dict[str, np.ndarray]):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.pa = pa
+        self.writer = pq.ParquetWriter(path, self._table(arrays).schema)
+        self.pending: list = []
+        self.rows = 0
+
+    def _table(self, arrays):
+        return self.pa.table({n: self.pa.array(np.ascontiguousarray(c)) for n, c in flat_columns(arrays)})
+
+    def write(self, arrays: dict[str, np.ndarray]) -> None:
+        table = self._table(arrays)
+        self.pending.append(table)
+        self.rows += table.num_rows
+        if self.rows >= self.ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(self.pa.concat_tables(self.pending))
+            self.pending, self.rows = [], 0
+
+    def close(self) -> None:
+        try:
+            self._flush()
+        finally:
+            self.writer.close()
+
+
+class ParquetOut(_Out):
+    """Parquet (pyarrow), the CSV's columns with their dtypes; links in ``OUT.edges.parquet``."""
+
+    def _open(self, table, arrays):
+        self.sinks[table] = _ParquetTable(self._target(table), arrays)
+        return self.sinks[table]
+
+
+class NpzOut(_Out):
+    """One ``.npz`` holding both tables.
+
+    Each array is appended to a temporary file while batches arrive and zipped
+    (with .npy headers) at the end, so memory stays one batch.
+    """
+
+    def __init__(self, path: str, template: Selection, links: str | None = None):
+        super().__init__(path, template, links)
+        self.tmp = tempfile.TemporaryDirectory(prefix="zvf-export-", dir=os.path.dirname(os.path.abspath(self.path)))
+        self.meta: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self.columns: dict = {}
+        self.rows: dict[str, int] = {}
+
+    def files(self) -> list[str]:
+        return [self.path]
+
+    def _open(self, table, arrays):
+        for k, v in arrays.items():
+            self.meta[k] = (v.dtype, v.shape[1:])
+            self.columns[k] = open(os.path.join(self.tmp.name, f"{len(self.columns)}.bin"), "w+b")  # noqa: SIM115
+            self.rows[k] = 0
+        self.sinks[table] = _NpzTable(self)
+        return self.sinks[table]
+
+    def _append(self, arrays: dict[str, np.ndarray]) -> None:
+        for k, v in arrays.items():
+            self.columns[k].write(np.ascontiguousarray(v, dtype=self.meta[k][0]).data)
+            self.rows[k] += len(v)
+
+    def _finish(self) -> None:
+        with zipfile.ZipFile(self._target("vertices"), "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for k, fh in self.columns.items():
+                dtype, row_shape = self.meta[k]
+                fh.flush()
+                fh.seek(0)
+                with zf.open(f"{k}.npy", "w", force_zip64=True) as dst:
+                    np.lib.format.write_array_header_2_0(
+                        dst, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                              "shape": (self.rows[k], *row_shape)})
+                    while block := fh.read(8 << 20):
+                        dst.write(block)
+        self._release()
+
+    def _release(self) -> None:
+        for fh in self.columns.values():
+            fh.close()
+        self.tmp.cleanup()
+
+
+class _NpzTable:
+    """A table's view of the shared NPZ columns."""
+
+    def __init__(self, out: NpzOut):
+        self.write = out._append
+
+
+WRITERS = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut}
+
+
+def open_writer(out: str, fmt: str, template: Selection, links: str | None = None) -> _Out:
+    """The writer of ``fmt`` for OUT (``template``: a batch, possibly empty, giving dtypes and shapes)."""
+    return WRITERS[fmt](str(out), template, links)

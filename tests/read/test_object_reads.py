@@ -1,0 +1,282 @@
+"""Object-read throughput pieces: batched vlen/zstd decoding, the packed object index,
+fragment owners, concurrency from the plan, and the consolidated root (two-wave opens)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numcodecs.zstd
+import numpy as np
+import pytest
+
+import zvf
+import zvf.aio
+from zvf.errors import FormatError
+from zvf.format.codecs import CellCodec, zstd_decompress, zstd_decompress_many
+from zvf.format.vlen import decode_vlen_frames, decode_vlen_spans, encode_vlen
+from zvf.io.executor import MAX_WIDTH, Executor
+from zvf.io.store import StoreHandle, open_store
+from zvf.read import load
+from zvf.read.dataset import AsyncDataset
+from zvf.testing import MemoryTransport
+
+RNG = np.random.default_rng(1311)
+
+
+def _frames(n_frames: int, max_items: int, max_len: int = 60):
+    items = [[RNG.bytes(int(RNG.integers(0, max_len))) for _ in range(int(RNG.integers(0, max_items + 1)))]
+             for _ in range(n_frames)]
+    blobs = [encode_vlen(it) for it in items]
+    lens = np.array([len(b) for b in blobs], dtype=np.int64)
+    ends = np.cumsum(lens)
+    return items, b"".join(blobs), ends - lens, ends
+
+
+@pytest.mark.parametrize("n_frames,max_items", [(3, 40), (500, 16), (200, 1)])
+def test_vlen_frames_match_the_scalar_walk(n_frames, max_items):
+    items, buf, starts, ends = _frames(n_frames, max_items)
+    counts, st, ln = decode_vlen_frames(buf, starts, ends, key="k")
+    assert counts.tolist() == [len(i) for i in items]
+    flat = [x for it in items for x in it]
+    assert [buf[a:a + b] for a, b in zip(st.tolist(), ln.tolist())] == flat
+    s0, l0 = decode_vlen_spans(buf[starts[0]:ends[0]])
+    assert (st[:counts[0]] == s0 + starts[0]).all() and (ln[:counts[0]] == l0).all()
+
+
+def test_vlen_frames_name_the_bad_frame():
+    _, buf, starts, ends = _frames(50, 8)
+    bad = bytearray(buf)
+    f = 37
+    while ends[f] - starts[f] <= 8:  # a frame with an item to corrupt
+        f -= 1
+    bad[starts[f] + 4] = 0xFF  # first item's length now overruns the frame
+    with pytest.raises(FormatError, match=rf"k\[{f}\]"):
+        decode_vlen_frames(bytes(bad), starts, ends, key="k")
+    padded = buf[:ends[0]] + b"\0" + buf[ends[0]:]  # one stray byte after frame 0
+    with pytest.raises(FormatError, match=r"k\[0\]: .*trailing"):
+        decode_vlen_frames(padded, np.r_[starts[0], starts[1:] + 1], np.r_[ends[0] + 1, ends[1:] + 1], key="k")
+    with pytest.raises(FormatError, match="expected 99"):
+        decode_vlen_frames(buf, starts, ends, key="k", expected=99)
+
+
+def test_zstd_many_equals_one_by_one_and_falls_back():
+    raws = [numcodecs.zstd.compress(RNG.bytes(int(n)) * 3, 0, False) for n in RNG.integers(0, 3000, 300)]
+    two = numcodecs.zstd.compress(b"ab" * 50, 0, False) + numcodecs.zstd.compress(b"cd" * 9, 0, False)
+    checksum = numcodecs.zstd.compress(b"xyz" * 99, 3, True)
+    raws += [two, checksum]
+    lens = np.array([len(r) for r in raws])
+    ends = np.cumsum(lens)
+    out, s, e = zstd_decompress_many(b"".join(raws), ends - lens, ends, key="k")
+    assert [bytes(out[a:b]) for a, b in zip(s, e)] == [zstd_decompress(r) for r in raws]
+
+
+def test_zstd_many_refuses_a_lying_header_without_allocating():
+    frame = bytearray(numcodecs.zstd.compress(b"a" * 1000, 0, False))
+    # single-segment frame with a 2-byte content size: claim far more than its blocks can give
+    fhd = frame[4]
+    assert fhd >> 6 == 1
+    frame[5:7] = (60000).to_bytes(2, "little")  # within one block's bound: zstd itself finds the lie
+    with pytest.raises(FormatError, match=r"^k"):
+        zstd_decompress_many(bytes(frame), [0], [len(frame)], key="k")
+    big = bytearray(numcodecs.zstd.compress(RNG.bytes(300_000), 0, False))
+    assert big[4] >> 6 == 2  # a 4-byte content size, after the window descriptor if any
+    at = 5 + (0 if (big[4] >> 5) & 1 else 1)
+    big[at:at + 4] = (1 << 31).to_bytes(4, "little")  # far beyond what its blocks can yield
+    with pytest.raises(FormatError, match=r"k\[0\]: zstd frame declares"):
+        zstd_decompress_many(bytes(big), [0], [len(big)], key="k")
+    ok = numcodecs.zstd.compress(b"b" * 5000, 0, False)
+    with pytest.raises(FormatError, match="limit"):
+        zstd_decompress_many(ok, [0], [len(ok)], key="k", max_size=100)
+
+
+def test_decode_items_many_any_pipeline():
+    items, *_ = _frames(40, 10)
+    for comp in (None, "zstd", "blosc", "gzip"):
+        codec = CellCodec.for_writing(comp)
+        blobs = [codec.encode_items(it) for it in items]
+        lens = np.array([len(b) for b in blobs])
+        ends = np.cumsum(lens)
+        buf, _counts, st, ln = codec.decode_items_many(b"".join(blobs), ends - lens, ends, key="k")
+        assert [bytes(buf[a:a + b]) for a, b in zip(st, ln)] == [x for it in items for x in it]
+
+
+# ---------------------------------------------------------------- object index and owners
+
+
+def _lines(n: int, seed: int = 5):
+    rng = np.random.default_rng(seed)
+    return [np.cumsum(rng.normal(0, 4, (int(rng.integers(1, 40)), 3)), axis=0).astype(np.float32) + 50
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def line_stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lines")
+    lines = _lines(3000)
+    out = {}
+    for layout in ("sharded", "reference"):
+        out[layout] = root / layout
+        zvf.write_polylines(str(out[layout]), lines, chunk_shape=(20.0,) * 3, geometry_type="streamline",
+                            object_index_layout=layout)
+    return lines, out
+
+
+def _naive_owners(oids, table):
+    owners = {}
+    for row, c, f in zip(table.object_row.tolist(), map(tuple, table.coords.tolist()), table.fragment.tolist()):
+        owners.setdefault(c, {})[f] = int(oids[row])
+    return {c: np.array([d.get(i, -1) for i in range(max(d) + 1)]) for c, d in owners.items()}
+
+
+@pytest.mark.parametrize("layout", ["sharded", "reference"])
+async def test_full_table_owners_and_partial_rows(line_stores, layout):
+    lines, paths = line_stores
+    ds = await zvf.aio.open(str(paths[layout]))
+    oids, table = await ds.manifests(0)
+    assert table.num_objects == len(lines)
+    owners = await ds.fragment_owners(0)
+    naive = _naive_owners(oids, table)
+    assert owners.keys() == naive.keys() and all((owners[c] == naive[c]).all() for c in naive)
+    sel = await ds.read_all()
+    counts = np.bincount(sel.object_ids, minlength=len(lines))
+    assert counts.tolist() == [len(v) for v in lines]
+    # a fresh dataset reading a few objects decodes only their units, and agrees with the full table
+    ds2 = await zvf.aio.open(str(paths[layout]))
+    rows = np.array([5, 2999, 17, 5, 1600])
+    part = await ds2.context.levels[0].object_index.table(rows)
+    full = table.take_objects(rows)
+    assert (part.coords == full.coords).all() and (part.fragment == full.fragment).all()
+    assert (part.object_row == full.object_row).all()
+
+
+async def test_sharded_index_by_ranges_when_shards_are_big(line_stores):
+    """With a tiny latency x bandwidth the index reads inner chunks by range, decoded in one batch."""
+    lines, paths = line_stores
+    handle = open_store(str(paths["sharded"]), storage_options={"latency_hint": 1e-9, "bandwidth_hint": 1.0})
+    ex = Executor(handle)
+    root, level0 = await load.load_root(ex, handle.url)
+    ds = AsyncDataset(handle, ex, root, level0)
+    rows = np.array([1, 40, 2500])
+    before = ex.stats.requests
+    t = await level0.object_index.table(rows)
+    assert 1 <= ex.stats.requests - before <= 3  # ranged reads of three inner chunks (coalesced when close)
+    cached = ex.cache("manifest").keys()  # a ByteLRU: keys() is its listing
+    kinds = {k[1] for k in cached}
+    assert "inner" in kinds and "rows" not in kinds  # decoded per inner chunk, not the whole shard
+    for r in rows.tolist():
+        got = await ds.read_object(int(r))
+        assert len(got.positions) == len(lines[r])
+    assert (t.object_row == np.repeat(np.arange(3), np.bincount(t.object_row, minlength=3))).all()
+
+
+# ---------------------------------------------------------------- concurrency from the plan
+
+
+def test_plan_width_rules():
+    h = StoreHandle.for_transport(MemoryTransport(), concurrency=32, latency_hint=0.02, bandwidth_hint=100e6)
+    fixed = Executor(h)
+    assert fixed.plan_width(1024, 1024 * 200_000) == 32  # a handle built with a concurrency keeps it
+    h.concurrency_auto = True
+    ex = Executor(h)
+    assert ex.plan_width(10, 10) == 32  # small plans: the default
+    assert ex.plan_width(1024, 1024 * 1000) == MAX_WIDTH  # many small requests: latency-bound, run wide
+    assert ex.plan_width(1024, 1024 * 10_000_000) == 32  # a few huge ones: bandwidth-bound, the default
+    assert ex.plan_width(1024, 1024 * 100_000) == 80  # 4 x 1024 x 20 ms x 100 MB/s / 100 MB
+    assert ex.widen(1024, 1024 * 100_000) == 80 and ex.limiter.total_tokens == 80
+    assert ex.widen(10) == 80  # never shrinks
+    assert ex.plan_width(1024) == MAX_WIDTH and ex.plan_width(100) == 100  # sizes unknown: latency-bound
+    assert Executor(h, concurrency=8).plan_width(1024, 1) == 8  # an explicit concurrency wins
+
+
+def test_storage_option_concurrency_turns_sizing_off(tmp_path):
+    opts = {"endpoint": "http://127.0.0.1:9", "access_key_id": "a", "secret_access_key": "b", "allow_http": True}
+    assert open_store("s3://b/p", storage_options=opts).concurrency_auto
+    assert not open_store("s3://b/p", storage_options={**opts, "concurrency": 16}).concurrency_auto
+    assert not open_store(str(tmp_path), mode="w").concurrency_auto  # local: no latency to hide
+
+
+async def test_many_ranges_run_wide():
+    data = {f"k{i}": bytes(100) for i in range(300)}
+    h = StoreHandle.for_transport(MemoryTransport(data, latency=0.002), concurrency=8, latency_hint=0.02,
+                                  bandwidth_hint=100e6)
+    h.concurrency_auto = True
+    ex = Executor(h)
+    from zvf.io.plan import ByteRange
+
+    got = await ex.read_ranges([ByteRange(k, 0, 50) for k in data])
+    assert all(len(g) == 50 for g in got)
+    assert ex.stats.max_inflight > 8 and ex.concurrency == MAX_WIDTH
+
+
+# ---------------------------------------------------------------- consolidated root
+
+
+def _store_dict(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+async def _open_and_box(data: dict[str, bytes], lo, hi):
+    handle = StoreHandle.for_transport(MemoryTransport(data), concurrency=64, read_only=True)
+    ex = Executor(handle)
+    root, level0 = await load.load_root(ex, handle.url)
+    ds = AsyncDataset(handle, ex, root, level0)
+    opened = ex.stats.round_trips
+    sel = await ds.query((lo, hi))
+    return opened, ex.stats.round_trips, len(sel)
+
+
+@pytest.fixture(scope="module")
+def point_stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("points")
+    rng = np.random.default_rng(3)
+    pos = rng.uniform(0, 100, (4000, 3)).astype(np.float32)
+    attrs = {"a": rng.random(4000).astype(np.float32), "b": rng.integers(0, 9, 4000).astype(np.int16)}
+    out = {}
+    for layout in ("sharded", "reference"):
+        out[layout] = root / layout
+        zvf.write_points(str(out[layout]), pos, chunk_shape=(25.0,) * 3, bin_shape=(12.5,) * 3, attributes=attrs,
+                         object_index_layout=layout)
+    return pos, out
+
+
+async def test_open_and_first_box_in_two_waves(point_stores):
+    pos, paths = point_stores
+    lo, hi = [30.0] * 3, [60.0] * 3
+    truth = int(np.all((pos >= lo) & (pos <= hi), axis=1).sum())
+    opened, total, n = await _open_and_box(_store_dict(paths["sharded"]), lo, hi)
+    assert (opened, total, n) == (1, 2, truth)
+    opened, total, n = await _open_and_box(_store_dict(paths["reference"]), lo, hi)  # 0.9.2's bytes: as before
+    assert (opened, total, n) == (2, 3, truth)
+
+
+async def test_a_stale_section_is_not_trusted(point_stores):
+    """A document wave 1 fetched disagrees with its copy in the section: open as without one."""
+    pos, paths = point_stores
+    data = _store_dict(paths["sharded"])
+    doc = json.loads(data["0/vertices/zarr.json"])
+    doc["attributes"]["note"] = "changed by another tool"
+    data["0/vertices/zarr.json"] = json.dumps(doc).encode()
+    lo, hi = [30.0] * 3, [60.0] * 3
+    opened, total, n = await _open_and_box(data, lo, hi)
+    assert (opened, total, n) == (2, 3, int(np.all((pos >= lo) & (pos <= hi), axis=1).sum()))
+
+
+def test_zarr_python_and_reference_read_the_consolidated_root(point_stores, line_stores):
+    import zarr
+    from zarr_vectors import open as zv_open
+
+    _, paths = point_stores
+    for path in (paths["sharded"], line_stores[1]["sharded"]):
+        root = json.loads((path / "zarr.json").read_text())
+        listed = set(root["consolidated_metadata"]["metadata"])
+        assert listed == {p.parent.relative_to(path).as_posix() for p in path.rglob("zarr.json")} - {"."}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g = zarr.open_group(str(path), mode="r")
+            assert {k for k, _ in g.members(max_depth=None)} == listed
+            assert g["0/vertices"].shape == tuple(json.loads((path / "0/vertices/zarr.json").read_text())["shape"])
+            ds = zv_open(str(path))
+            assert ds is not None
+    assert "consolidated_metadata" not in json.loads((paths["reference"] / "zarr.json").read_text())
