@@ -13,20 +13,22 @@ writing anything.  The claim is removed after the root is published.
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import numpy as np
 
 from ..errors import RemoteError, StoreExistsError
-from ..format import metadata as md
+from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding
+from ..format.metadata import CLAIM_KEY
 from ..format.shard import encode_shard, inner_index, shard_coords
 from ..io.executor import Executor
-
-CLAIM_KEY = ".zvf-writing"
 
 
 class ByteBudget:
@@ -52,9 +54,11 @@ class ByteBudget:
 class StoreWriter:
     """Uploads one store through an executor; use as ``async with StoreWriter(...) as w``."""
 
-    def __init__(self, executor: Executor, *, overwrite: bool = False, max_inflight_bytes: int = 256 << 20):
+    def __init__(self, executor: Executor, *, overwrite: bool = False, max_inflight_bytes: int = 256 << 20,
+                 consolidate: bool = True):
         self.ex = executor
         self.overwrite = overwrite
+        self.consolidate = consolidate  # root carries every document (False: 0.9.2's bytes, the compat switch)
         self._budget = ByteBudget(max_inflight_bytes)
         self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
         self._tg = None
@@ -139,13 +143,64 @@ class StoreWriter:
     async def _publish(self) -> None:
         for stage in (0, 1):
             docs = [(k, d) for s, k, d in self._docs if s == stage]
-            await self.ex.gather([self.ex.put(k, md.dumps(d)) for k, d in docs])
+            await self.ex.gather([self.ex.put(k, builders.dumps(d)) for k, d in docs])
         for _, key, doc in (x for x in self._docs if x[0] == 2):
+            if self.consolidate and key == "zarr.json":  # readers open the store from this one document
+                doc = {**doc, "consolidated_metadata": builders.consolidated_metadata(
+                    {k[:-len("/zarr.json")]: d for s, k, d in self._docs if s < 2})}
             if self.overwrite:
-                await self.ex.put(key, md.dumps(doc))
+                await self.ex.put(key, builders.dumps(doc))
             else:
-                await self._create(key, md.dumps(doc))
+                await self._create(key, builders.dumps(doc))
         await self.ex.delete([CLAIM_KEY])
+
+
+#: Worker threads encoding cells (numpy gathers, joins and compressors release the GIL).
+ENCODE_WORKERS = min(4, os.cpu_count() or 1)
+
+
+async def ordered_map(items: Sequence, work: Callable[[Any], Any], consume: Callable[[Any, Any], Awaitable[None]],
+                      *, workers: int = ENCODE_WORKERS) -> None:
+    """Run ``work(item)`` in worker threads, ``await consume(item, result)`` on the loop in item order.
+
+    At most ``2 * workers`` results wait at once, so memory stays bounded
+    while encoding overlaps the uploads ``consume`` starts.  The first
+    error is raised as itself (no ExceptionGroup).
+    """
+    n = len(items)
+    if n == 0:
+        return
+    window = anyio.Semaphore(2 * workers)
+    limiter = anyio.CapacityLimiter(workers)
+    done = [anyio.Event() for _ in range(n)]
+    results: dict[int, tuple[bool, Any]] = {}
+
+    async def one(i: int) -> None:
+        try:
+            results[i] = (True, await anyio.to_thread.run_sync(work, items[i], limiter=limiter))
+        except Exception as exc:  # handed to the consumer, which raises it in order
+            results[i] = (False, exc)
+        done[i].set()
+
+    async def produce(tg) -> None:
+        for i in range(n):
+            await window.acquire()
+            tg.start_soon(one, i)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(produce, tg)
+            for i in range(n):
+                await done[i].wait()
+                ok, value = results.pop(i)
+                if not ok:
+                    raise value
+                await consume(items[i], value)
+                window.release()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None
+        raise
 
 
 @dataclass
@@ -165,10 +220,13 @@ class SpatialArrayOut:
 
     async def add(self, writer: StoreWriter, chunk, payload) -> None:
         """Store the payload of absolute chunk ``chunk``."""
+        await self.put(writer, chunk, self.codec.encode(payload))
+
+    async def put(self, writer: StoreWriter, chunk, blob: bytes) -> None:
+        """Store a cell already encoded with ``self.codec`` (e.g. in a worker thread)."""
         chunk = tuple(int(c) for c in chunk)
         self.nonempty.append(chunk)
         grid = np.asarray(chunk, dtype=np.int64) - np.asarray(self.origin, dtype=np.int64)
-        blob = self.codec.encode(payload)
         if self.codec.shard is None:
             await writer.put_cell(self._keys.key(self.path, grid), blob)
             return
@@ -187,7 +245,7 @@ class SpatialArrayOut:
         """Upload buffered shards and queue the array document."""
         for shard in list(self._shards):
             await self.flush_shard(writer, shard)
-        doc = md.spatial_array_document(
+        doc = builders.spatial_array_document(
             self.grid_shape, self.codec.codecs_json(), self.attributes,
             nonempty_chunks=self.nonempty or np.zeros((0, len(self.grid_shape)), np.int64),
             grid_origin=self.origin, shard_shape=self.codec.shard,
@@ -229,11 +287,11 @@ async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_
 def add_level0_documents(writer: StoreWriter, url: str, *, geometry: str, n: int, arrays_present, chunk_shape,
                          bounds, bin_shape) -> None:
     """Level 0's and the root's documents (published after everything else)."""
-    writer.add_document("0/zarr.json", md.level_document(
+    writer.add_document("0/zarr.json", builders.level_document(
         level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
         fragments_tile=n > 0), stage=1)
-    writer.add_document("zarr.json", md.root_document(
-        chunk_shape=chunk_shape, bounds=bounds, geometry_types=[geometry], name=md.store_name(url),
+    writer.add_document("zarr.json", builders.root_document(
+        chunk_shape=chunk_shape, bounds=bounds, geometry_types=[geometry], name=builders.store_name(url),
         base_bin_shape=bin_shape), stage=2)
 
 
@@ -245,17 +303,21 @@ async def write_vlen_1d(writer: StoreWriter, path: str, items: list, chunk: int,
     """
     keys = ChunkKeyEncoding.from_metadata(None)
     inner = codec.inner_rows or 1
-    for c in range(-(-len(items) // chunk) if items else 0):
+
+    def encode(c: int) -> bytes | None:  # in a worker thread: framing and compression of one stored object
         rows = items[c * chunk:(c + 1) * chunk]
         if codec.shard is None:
             rows = rows + [b""] * (chunk - len(rows))  # zarr stores whole chunks, padded with the fill value
-            blob = codec.encode_items(rows)
-        else:
-            rows = rows + [b""] * (-len(rows) % inner)
-            parts = {j: codec.encode_items(rows[j * inner:(j + 1) * inner]) for j in range(len(rows) // inner)}
-            blob = encode_shard(parts, chunk // inner)
+            return codec.encode_items(rows)
+        rows = rows + [b""] * (-len(rows) % inner)
+        parts = {j: codec.encode_items(rows[j * inner:(j + 1) * inner]) for j in range(len(rows) // inner)}
+        return encode_shard(parts, chunk // inner)
+
+    async def store(c: int, blob: bytes | None) -> None:
         if blob is not None:
             await writer.put_cell(keys.key(path, (c,)), blob)
+
+    await ordered_map(range(-(-len(items) // chunk) if len(items) else 0), encode, store)
     writer.add_document(f"{path}/zarr.json", doc, stage=0)
 
 
@@ -266,8 +328,8 @@ def dense_codec(codec: CellCodec) -> CellCodec:
 
 def dense_codecs_json(codec: CellCodec, dtype) -> list[dict]:
     """``codecs`` of a dense array as zarr-python writes it (1-byte types carry no endian)."""
-    return [md.bytes_codec(dtype), *codec.codecs_json()[1:]]
+    return [builders.bytes_codec(dtype), *codec.codecs_json()[1:]]
 
 
 def empty_group(writer: StoreWriter, path: str) -> None:
-    writer.add_document(f"{path}/zarr.json", md.group_document({}), stage=0)
+    writer.add_document(f"{path}/zarr.json", builders.group_document({}), stage=0)

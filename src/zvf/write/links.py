@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..format import metadata as md
+from ..format import builders
 from ..format.fragments import FragmentIndex, encode_fragment_index
+from ..format.keys import format_offsets_name
 from ..format.links import encode_intra_links, encode_ragged_links, lehmer_encode
 from .engine import empty_group
 
@@ -85,66 +86,89 @@ def place_records(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
     )
 
 
-async def put_links(level, cells: LinkCells, *, ndim: int, link_attributes: dict[str, np.ndarray],
-                    intra_array: bool, link_fragments: bool) -> None:
-    """Upload level 0's ``links/0`` family (and its attribute families); queue their documents.
+class LinkWriter:
+    """Level 0's ``links/0`` family (and its attribute families), fed cells in any number of parts.
 
     ``level`` is a :class:`~zvf.write.points.LevelWriter`.  ``intra_array``:
     create the all-zero offsets array (and the family) even when no record
     lands there, as 0.9.2's graph and mesh writers do; ``link_fragments``:
-    index every intra cell with one range fragment (graphs, meshes).
-    ``link_attributes`` rows are aligned with the records given to
-    :func:`place_records`.
+    index every intra cell with one range fragment (graphs, meshes).  A
+    streaming writer adds the cells of each source chunk as it goes; no cell
+    may come twice.
     """
-    writer = level.writer
-    width = cells.link_width
-    intra_name = md.offsets_name([[0] * ndim] * (width - 1))
-    is_intra = cells.cell_is_intra()
-    names = [md.offsets_name(o) for o in cells.cell_offsets.tolist()]
-    total = cells.num_links
 
-    def link_array(name: str, offsets) -> object:
-        intra = name == intra_name
-        return level.array(f"links/0/{name}", md.links_array_attributes(
-            offsets, has_perm=not intra, link_width=width, level_delta=0))
+    def __init__(self, level, *, ndim: int, width: int, attribute_names=(), intra_array: bool,
+                 link_fragments: bool):
+        self.level = level
+        self.ndim = ndim
+        self.width = width
+        self.attribute_names = list(attribute_names)
+        self.intra_array = intra_array
+        self.total = 0
+        self._intra_name = format_offsets_name([[0] * ndim] * (width - 1))
+        self._attr_arrays: dict = {}
+        if intra_array:
+            self._array(self._intra_name, [[0] * ndim] * (width - 1))
+        self._frags = level.array("link_fragments", builders.link_fragments_attributes()) if link_fragments else None
 
-    if intra_array:
-        link_array(intra_name, [[0] * ndim] * (width - 1))
-    frags = level.array("link_fragments", md.link_fragments_attributes()) if link_fragments else None
-    attr_arrays = {}
-    for k, (name, chunk) in enumerate(zip(names, cells.cell_chunk.tolist())):
-        lo, hi = int(cells.starts[k]), int(cells.starts[k + 1])
-        offsets = cells.cell_offsets[k].tolist()
-        arr = link_array(name, offsets)
-        rows = cells.vi[lo:hi]
-        if is_intra[k]:
-            await arr.add(writer, chunk, encode_intra_links(rows))
-            if frags is not None:
-                await frags.add(writer, chunk, encode_fragment_index(FragmentIndex.from_ranges([0], [hi - lo])))
-        else:
-            await arr.add(writer, chunk, encode_ragged_links(rows, cells.perm[lo:hi]))
-        sel = cells.order[lo:hi]
-        for an, values in link_attributes.items():
-            out = attr_arrays.get((an, name))
-            if out is None:
-                out = attr_arrays[(an, name)] = level.array(
-                    f"link_attributes/{an}/0/{name}",
-                    md.link_attribute_attributes(an, values.dtype, offsets, level_delta=0,
-                                                 row_shape=values.shape[1:]))
-            await out.add(writer, chunk, np.ascontiguousarray(values[sel]).astype(values.dtype.newbyteorder("<")).tobytes())
-    if intra_array or cells.num_links:
-        empty_group(writer, "0/links")
-        doc = md.links_family_document(level_delta=0, link_width=width, directed=False, sid_ndim=ndim, num_links=total)
-        if not cells.num_links:  # 0.9.2 stamps only the policy on a family it created empty
-            doc["attributes"].pop("num_links")
-            doc["attributes"].pop("num_physical_records")
-        writer.add_document("0/links/0/zarr.json", doc, stage=0)
-    if link_attributes and cells.num_links:
-        empty_group(writer, "0/link_attributes")
-        for an in link_attributes:
-            empty_group(writer, f"0/link_attributes/{an}")
-            writer.add_document(f"0/link_attributes/{an}/0/zarr.json", md.link_attribute_family_document(
-                an, level_delta=0, num_links=total), stage=0)
+    def _array(self, name: str, offsets):
+        return self.level.array(f"links/0/{name}", builders.links_array_attributes(
+            offsets, has_perm=name != self._intra_name, link_width=self.width, level_delta=0))
+
+    async def add(self, cells: LinkCells, link_attributes: dict[str, np.ndarray]) -> None:
+        """Upload ``cells``; ``link_attributes`` rows are aligned with the records placed into them."""
+        writer = self.level.writer
+        is_intra = cells.cell_is_intra()
+        self.total += cells.num_links
+        for k, (offsets, chunk) in enumerate(zip(cells.cell_offsets.tolist(), cells.cell_chunk.tolist())):
+            name = format_offsets_name(offsets)
+            lo, hi = int(cells.starts[k]), int(cells.starts[k + 1])
+            arr = self._array(name, offsets)
+            rows = cells.vi[lo:hi]
+            if is_intra[k]:
+                await arr.add(writer, chunk, encode_intra_links(rows))
+                if self._frags is not None:
+                    await self._frags.add(writer, chunk,
+                                          encode_fragment_index(FragmentIndex.from_ranges([0], [hi - lo])))
+            else:
+                await arr.add(writer, chunk, encode_ragged_links(rows, cells.perm[lo:hi]))
+            sel = cells.order[lo:hi]
+            for an, values in link_attributes.items():
+                out = self._attr_arrays.get((an, name))
+                if out is None:
+                    out = self._attr_arrays[(an, name)] = self.level.array(
+                        f"link_attributes/{an}/0/{name}",
+                        builders.link_attribute_attributes(an, values.dtype, offsets, level_delta=0,
+                                                     row_shape=values.shape[1:]))
+                await out.add(writer, chunk,
+                              np.ascontiguousarray(values[sel]).astype(values.dtype.newbyteorder("<")).tobytes())
+
+    def finish(self) -> None:
+        """Queue the family documents (the arrays' own documents come with the level's)."""
+        writer = self.level.writer
+        if self.intra_array or self.total:
+            empty_group(writer, "0/links")
+            doc = builders.links_family_document(level_delta=0, link_width=self.width, directed=False,
+                                                 sid_ndim=self.ndim, num_links=self.total)
+            if not self.total:  # 0.9.2 stamps only the policy on a family it created empty
+                doc["attributes"].pop("num_links")
+                doc["attributes"].pop("num_physical_records")
+            writer.add_document("0/links/0/zarr.json", doc, stage=0)
+        if self.attribute_names and self.total:
+            empty_group(writer, "0/link_attributes")
+            for an in self.attribute_names:
+                empty_group(writer, f"0/link_attributes/{an}")
+                writer.add_document(f"0/link_attributes/{an}/0/zarr.json", builders.link_attribute_family_document(
+                    an, level_delta=0, num_links=self.total), stage=0)
 
 
-__all__ = ["LinkCells", "place_records", "put_links"]
+async def put_links(level, cells: LinkCells, *, ndim: int, link_attributes: dict[str, np.ndarray],
+                    intra_array: bool, link_fragments: bool) -> None:
+    """Upload every cell of ``cells`` at once and queue the family documents (see :class:`LinkWriter`)."""
+    lw = LinkWriter(level, ndim=ndim, width=cells.link_width, attribute_names=link_attributes,
+                    intra_array=intra_array, link_fragments=link_fragments)
+    await lw.add(cells, link_attributes)
+    lw.finish()
+
+
+__all__ = ["LinkCells", "LinkWriter", "place_records", "put_links"]

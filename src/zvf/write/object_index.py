@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..format import builders
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.manifest import encode_manifests
@@ -51,23 +52,41 @@ def manifests_layout(num_objects: int, layout: str) -> tuple[CellCodec, int]:
 async def put_object_index(writer: StoreWriter, level: int, object_row: np.ndarray, coords: np.ndarray,
                            fragment: np.ndarray, object_ids: np.ndarray, ndim: int, *, compression,
                            layout: str = "sharded", compact_group: bool = True) -> None:
-    """Manifests of ``object_ids`` (sorted, unique) from (object_row, coords, fragment) rows in block order."""
+    """Manifests of ``object_ids`` (sorted, unique) from (object_row, coords, fragment) rows in block order
+    (``object_row`` ascending)."""
     n = len(object_ids)
     if n == 0:  # what 0.9.2 leaves: the bare group, no index arrays
         writer.add_document(f"{level}/object_index/zarr.json",
-                            md.group_document({"zv_array": "object_index"}, compact=compact_group), stage=0)
+                            builders.group_document({"zv_array": "object_index"}, compact=compact_group), stage=0)
         return
-    items = encode_manifests(object_row, coords, fragment, n)
+    items = _Manifests(object_row, coords, fragment, n)
     present = np.zeros(n, dtype=bool)
     present[object_row] = True
     codec, rows = manifests_layout(n, layout)
-    writer.add_document(f"{level}/object_index/zarr.json",
-                        md.object_index_group_document(n, int(present.sum()), ndim, compact=compact_group), stage=0)
-    doc = md.vlen_1d_array_document(n, codec.codecs_json(), {}, chunk=rows)
+    group_doc = builders.object_index_group_document(n, int(present.sum()), ndim, compact=compact_group)
+    writer.add_document(f"{level}/object_index/zarr.json", group_doc, stage=0)
+    doc = builders.vlen_1d_array_document(n, codec.codecs_json(), {}, chunk=rows)
     await write_vlen_1d(writer, f"{level}/object_index/manifests", items, rows, codec, doc)
     ids_codec = dense_codec(CellCodec.for_writing(compression))
     await write_dense(writer, f"{level}/object_index/object_ids", object_ids.astype("<i8"), max(n, 1), 0, ids_codec,
-                      md.object_ids_document(n, dense_codecs_json(ids_codec, np.int64)))
+                      builders.object_ids_document(n, dense_codecs_json(ids_codec, np.int64)))
+
+
+class _Manifests:
+    """The manifests of objects ``0..n-1`` as a sequence that encodes only the slice asked for:
+    the writer takes one stored chunk at a time, so a level's manifest bytes are never all held."""
+
+    def __init__(self, object_row: np.ndarray, coords: np.ndarray, fragment: np.ndarray, n: int):
+        self.object_row = np.asarray(object_row, dtype=np.int64).reshape(-1)
+        self.coords, self.fragment, self.n = np.asarray(coords), np.asarray(fragment), n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: slice) -> list[bytes]:
+        a, b, _ = s.indices(self.n)
+        lo, hi = np.searchsorted(self.object_row, [a, b])
+        return encode_manifests(self.object_row[lo:hi] - a, self.coords[lo:hi], self.fragment[lo:hi], max(b - a, 0))
 
 
 async def put_object_attributes(writer: StoreWriter, level: int, attributes: dict[str, np.ndarray],
@@ -78,24 +97,26 @@ async def put_object_attributes(writer: StoreWriter, level: int, attributes: dic
     empty_group(writer, f"{level}/object_attributes")
     dcodec = dense_codec(codec)
     for name, values in attributes.items():
-        doc = md.object_attribute_document(name, values.dtype, values.shape, dense_codecs_json(dcodec, values.dtype))
+        doc = builders.object_attribute_document(name, values.dtype, values.shape,
+                                                 dense_codecs_json(dcodec, values.dtype))
         await write_dense(writer, f"{level}/object_attributes/{name}", values, md.OBJECT_ATTRIBUTE_ROW_CHUNK,
-                          md.object_attribute_fill(values.dtype), dcodec, doc)
+                          builders.object_attribute_fill(values.dtype), dcodec, doc)
 
 
 async def put_groups(writer: StoreWriter, group_rows: list[np.ndarray], group_attributes: dict[str, np.ndarray],
-                     attribute_codec: CellCodec) -> None:
-    """``groups`` (member ids per group, always zstd) and dense ``group_attributes``."""
+                     attribute_codec: CellCodec, *, level: int = 0) -> None:
+    """``groups`` (member ids per group, always zstd) and dense ``group_attributes`` of ``level``."""
     if group_rows:
-        doc = md.groups_document(len(group_rows), ZSTD.codecs_json())
+        doc = builders.groups_document(len(group_rows), ZSTD.codecs_json())
         if any(len(r) for r in group_rows):
-            await write_vlen_1d(writer, "0/groups", [r.astype("<i8").tobytes() for r in group_rows],
+            await write_vlen_1d(writer, f"{level}/groups", [r.astype("<i8").tobytes() for r in group_rows],
                                 len(group_rows), ZSTD, doc)
         else:  # every row empty = all fill: zarr stores no chunk
-            writer.add_document("0/groups/zarr.json", doc, stage=0)
+            writer.add_document(f"{level}/groups/zarr.json", doc, stage=0)
     if group_attributes:
-        empty_group(writer, "0/group_attributes")
+        empty_group(writer, f"{level}/group_attributes")
         gcodec = dense_codec(attribute_codec)
         for name, values in group_attributes.items():
-            doc = md.group_attribute_document(name, values.dtype, values.shape, dense_codecs_json(gcodec, values.dtype))
-            await write_dense(writer, f"0/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)
+            doc = builders.group_attribute_document(name, values.dtype, values.shape,
+                                                    dense_codecs_json(gcodec, values.dtype))
+            await write_dense(writer, f"{level}/group_attributes/{name}", values, max(len(values), 1), 0, gcodec, doc)

@@ -27,6 +27,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import numpy as np
@@ -40,7 +41,19 @@ from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs
 from .engine import StoreWriter, empty_group
+from .level import LevelWriter, put_rows, shard_tuple
+from .object_index import check_layout
 from .partition import partition
+from .point_level import PointExtras, manifest_rows, publish_level
+from .types import WriteSummary
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from numpy.typing import DTypeLike
+
+    from ..io.store import StorageOptions, Target
+    from .types import Bounds, Columns, Groups, PointBatches, Shape
 
 SPILL_BYTES = 64 << 20  # rows buffered before a sorted run goes to disk
 UPLOAD_BYTES = 64 << 20  # encoded cells queued for upload at once
@@ -56,7 +69,7 @@ def is_batch_stream(obj) -> bool:
     """
     if isinstance(obj, np.ndarray):
         return False
-    if isinstance(obj, AsyncIterable) or isinstance(obj, Iterator):
+    if isinstance(obj, (AsyncIterable, Iterator)):
         return True
     if isinstance(obj, (list, tuple)) and obj:
         first = obj[0]
@@ -86,31 +99,178 @@ class _Column:
         return np.frombuffer(buf, dtype=self.dtype).reshape(n, *self.row_shape)
 
 
+class ChunkIds:
+    """A dense id per distinct chunk, stable across batches (one dict lookup per distinct chunk per batch)."""
+
+    def __init__(self, ndim: int):
+        self.ndim = ndim
+        self.ids: dict[tuple[int, ...], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def of(self, chunks: np.ndarray) -> np.ndarray:
+        """Ids of (N, ndim) chunk coordinates (int32 while they fit)."""
+        if not len(chunks):
+            return np.zeros(0, np.int32)
+        lo = chunks.min(axis=0)
+        span = chunks.max(axis=0) - lo + 1
+        strides = np.cumprod(np.concatenate(([1], span[::-1][:-1])))[::-1]
+        packed = (chunks - lo) @ strides
+        uniq, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+        local = np.empty(len(uniq), dtype=np.int64)
+        for i, row in enumerate(chunks[first].tolist()):
+            local[i] = self.ids.setdefault(tuple(row), len(self.ids))
+        gids = local[inverse.reshape(-1)]
+        return gids.astype(np.int32) if len(self.ids) < 2**31 else gids
+
+    def coords(self) -> np.ndarray:
+        """(G, ndim) chunk coordinates indexed by id."""
+        return np.asarray(list(self.ids), dtype=np.int64).reshape(-1, self.ndim)
+
+    def visit_order(self, origin, shard) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(visit, rank, shard_of): ids in the C order of their coordinates (the in-memory
+        partition's order), grouped by shard when ``shard`` is set so each shard completes
+        before the next starts; ``rank`` is each id's position in C order."""
+        coords = self.coords()
+        c_order = np.lexsort(coords.T[::-1]) if len(coords) else np.zeros(0, np.int64)
+        rank = np.empty(len(coords), dtype=np.int64)
+        rank[c_order] = np.arange(len(coords))
+        visit, shard_of = c_order, None
+        if shard is not None and len(coords):
+            shard_of = shard_coords(coords - np.asarray(origin), shard).reshape(len(coords), -1)
+            visit = np.lexsort((rank, *shard_of.T[::-1]))
+        return visit, rank, shard_of
+
+
+def shard_done(visit: np.ndarray, shard_of: np.ndarray | None, i: int) -> tuple[int, ...] | None:
+    """The shard that visiting ``visit[i]`` completes (None: unsharded, or the shard goes on)."""
+    if shard_of is None:
+        return None
+    gid = visit[i]
+    if i + 1 == len(visit) or np.any(shard_of[visit[i + 1]] != shard_of[gid]):
+        return tuple(int(s) for s in shard_of[gid])
+    return None
+
+
+class RunSpill:
+    """Named fixed-width columns of rows keyed by a chunk id, spilled in chunk-sorted runs.
+
+    ``push`` buffers rows; past ``spill_bytes`` the buffer is stably sorted by
+    chunk and appended to one file per column as a *run*.  After ``finish``,
+    ``read(gid)`` returns a chunk's rows from every run in run order: input
+    order, what a stable sort of everything pushed would give.
+    """
+
+    def __init__(self, directory: str, prefix: str, spill_bytes: int = SPILL_BYTES):
+        self.dir = directory
+        self.prefix = prefix
+        self.spill_bytes = int(spill_bytes)
+        self.schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
+        self.columns: dict[str, _Column] = {}
+        self.rows_on_disk = 0
+        self._buf: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+        self._buf_bytes = 0
+        self._runs: list[tuple[int, np.ndarray, np.ndarray]] = []  # (first row, chunk gids, counts)
+
+    def push(self, gids: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+        """Buffer rows (``columns`` keep the first push's names, dtypes and row shapes)."""
+        if self.schema is None:
+            self.schema = {k: (v.dtype, v.shape[1:]) for k, v in columns.items()}
+        if not len(gids):
+            return
+        self._buf.append((gids, dict(columns)))
+        self._buf_bytes += gids.nbytes + sum(v.nbytes for v in columns.values())
+        if self._buf_bytes >= self.spill_bytes:
+            self.flush()
+
+    def _column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> _Column:
+        col = self.columns.get(name)
+        if col is None:
+            path = os.path.join(self.dir, f"{self.prefix}{len(self.columns)}.bin")
+            fh = open(path, "w+b")  # noqa: SIM115 - closed in close()
+            col = self.columns[name] = _Column(name, np.dtype(dtype), tuple(row_shape), fh)
+        return col
+
+    def flush(self) -> None:
+        """Write the buffered rows as one run, sorted by chunk (stable: input order kept)."""
+        if not self._buf:
+            return
+        buf, self._buf, self._buf_bytes = self._buf, [], 0
+        gids = np.concatenate([b[0] for b in buf])
+        order = np.argsort(gids, kind="stable")
+        sg = gids[order]
+        del gids
+        cut = np.flatnonzero(sg[1:] != sg[:-1]) + 1
+        run_gids = sg[np.r_[0, cut]].astype(np.int64)
+        counts = np.diff(np.r_[0, cut, len(sg)]).astype(np.int64)
+        del sg, cut
+        cols = [b[1] for b in buf]
+        del buf
+        for name in self.schema:
+            parts = [c.pop(name) for c in cols]  # hand each batch's column over, so it is freed once joined
+            arr = np.concatenate(parts)
+            del parts
+            col = self._column(name, arr.dtype, arr.shape[1:])
+            col.fh.write(np.take(arr, order, axis=0).data)
+            del arr
+        self._runs.append((self.rows_on_disk, run_gids, counts))
+        self.rows_on_disk += len(order)
+
+    def finish(self, n_gids: int) -> None:
+        """Flush the last run and index every chunk's segments (gid -> [(row, count) per run])."""
+        self.flush()
+        for col in self.columns.values():
+            col.fh.flush()
+        self._seg_bounds = np.zeros(n_gids + 1, np.int64)
+        self._seg_row = self._seg_count = np.zeros(0, np.int64)
+        if self._runs:
+            seg_gid = np.concatenate([g for _, g, _ in self._runs])
+            seg_count = np.concatenate([c for *_, c in self._runs])
+            seg_row = np.concatenate([r + np.cumsum(c) - c for r, _, c in self._runs])
+            order = np.argsort(seg_gid, kind="stable")  # run order kept within a chunk
+            self._seg_row, self._seg_count = seg_row[order], seg_count[order]
+            self._seg_bounds = np.searchsorted(seg_gid[order], np.arange(n_gids + 1))
+        self._runs.clear()
+
+    def read(self, gid: int) -> dict[str, np.ndarray]:
+        """Every row of one chunk, in input order (empty columns for a chunk without rows)."""
+        a, b = int(self._seg_bounds[gid]), int(self._seg_bounds[gid + 1])
+        segs = list(zip(self._seg_row[a:b].tolist(), self._seg_count[a:b].tolist()))
+        out = {}
+        for name, (dtype, row_shape) in (self.schema or {}).items():
+            col = self.columns.get(name)
+            if col is None or not segs:
+                out[name] = np.zeros((0, *row_shape), dtype)
+                continue
+            parts = [col.read(r, c) for r, c in segs]
+            out[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out
+
+    def close(self) -> None:
+        for col in self.columns.values():
+            col.fh.close()
+
+
 class Spill:
-    """Rows spilled to local files in chunk-sorted runs (see the module docstring)."""
+    """A point cloud's rows spilled to local files in chunk-sorted runs (see the module docstring)."""
 
     def __init__(self, directory: str, grid: Grid, dtype, bounds, *, implicit_ids: bool,
                  spill_bytes: int = SPILL_BYTES):
         self.ndim = grid.ndim
-        self.dir = directory
         self.grid = grid
-        self.dtype = np.dtype(dtype)
+        self.dtype = dtype  # None: the first batch's float dtype, then every batch is cast to it
         self.bounds = bounds
         self.with_ids: bool | None = None  # decided by the first batch
         self.explicit_ids: bool | None = None
         self.implicit_ids = implicit_ids  # groups without ids: the row number is the id
-        self.spill_bytes = int(spill_bytes)
         self.attr_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
-        self.columns: dict[str, _Column] = {}
-        self.chunk_ids: dict[tuple[int, ...], int] = {}
+        self.chunks = ChunkIds(grid.ndim)
+        self.rows = RunSpill(directory, "col", spill_bytes)
         self.n_rows = 0
-        self.rows_on_disk = 0
         self.lo = self.hi = None
-        self._buf: list[list] = []  # [positions, attributes, object ids, chunk gids] per batch
-        self._buf_bytes = 0
-        self._runs: list[tuple[int, np.ndarray, np.ndarray]] = []  # (first row, chunk gids, counts)
         self._batches = 0
-        self._id_sets: list[np.ndarray] = []  # distinct ids so far, merged as they grow
+        self._ids = DistinctIds()
 
     # ------------------------------------------------------------- pass 1
     def add(self, batch) -> None:
@@ -128,6 +288,7 @@ class Spill:
         else:
             raw_pos, raw_attrs, raw_ids = batch, None, None
         pos = inputs.positions_array(raw_pos, self.dtype, f"{what}['positions']")
+        self.dtype = pos.dtype
         n, ndim = pos.shape
         if ndim != self.ndim:
             raise InvalidArgumentError(f"{what}['positions'] is {ndim}-D but chunk_shape has {self.ndim} values")
@@ -142,7 +303,7 @@ class Spill:
             self.attr_schema = schema
         elif schema != self.attr_schema:
             raise InvalidArgumentError(
-                f"{what}['attributes'] {_describe(schema)} differ from the first batch's {_describe(self.attr_schema)}")
+                f"{what}['attributes'] {describe(schema)} differ from the first batch's {describe(self.attr_schema)}")
         has_ids = raw_ids is not None
         if self.explicit_ids is None:
             self.explicit_ids = has_ids
@@ -158,124 +319,44 @@ class Spill:
         if n == 0:
             return
         if has_ids:
-            self._id_sets.append(np.unique(oids))
-            if len(self._id_sets) >= 16:
-                self._id_sets = [np.unique(np.concatenate(self._id_sets))]
+            self._ids.add(oids)
         # The chunk each row lands in, by the function the in-memory writer partitions with.
-        chunks = self.grid.chunk_of(pos) if self.with_ids else self.grid.bin_of(pos)[0]
-        gids = self._chunk_gids(chunks)
+        gids = self.chunks.of(self.grid.chunk_of(pos, by_bin=not self.with_ids))
         lo, hi = pos.min(axis=0), pos.max(axis=0)
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
         self.n_rows += n
-        self._buf.append([pos, attrs, oids, gids])
-        self._buf_bytes += (pos.nbytes + gids.nbytes + sum(a.nbytes for a in attrs.values())
-                            + (0 if oids is None else oids.nbytes))
-        if self._buf_bytes >= self.spill_bytes:
-            self.flush()
-
-    def _chunk_gids(self, chunks: np.ndarray) -> np.ndarray:
-        """A dense id per distinct chunk, stable across batches (one dict lookup per distinct chunk)."""
-        lo = chunks.min(axis=0)
-        span = chunks.max(axis=0) - lo + 1
-        strides = np.cumprod(np.concatenate(([1], span[::-1][:-1])))[::-1]
-        packed = (chunks - lo) @ strides
-        uniq, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        local = np.empty(len(uniq), dtype=np.int64)
-        for i, row in enumerate(chunks[first].tolist()):
-            local[i] = self.chunk_ids.setdefault(tuple(row), len(self.chunk_ids))
-        gids = local[inverse.reshape(-1)]
-        return gids.astype(np.int32) if len(self.chunk_ids) < 2**31 else gids
-
-    def _column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> _Column:
-        col = self.columns.get(name)
-        if col is None:
-            fh = open(os.path.join(self.dir, f"col{len(self.columns)}.bin"), "w+b")  # noqa: SIM115 - closed in close()
-            col = self.columns[name] = _Column(name, np.dtype(dtype), tuple(row_shape), fh)
-        return col
-
-    def flush(self) -> None:
-        """Write the buffered rows as one run, sorted by chunk (stable: input order kept)."""
-        if not self._buf:
-            return
-        buf, self._buf, self._buf_bytes = self._buf, [], 0
-        gids = np.concatenate([b[3] for b in buf])
-        order = np.argsort(gids, kind="stable")
-        sg = gids[order]
-        del gids
-        cut = np.flatnonzero(sg[1:] != sg[:-1]) + 1
-        run_gids = sg[np.r_[0, cut]].astype(np.int64)
-        counts = np.diff(np.r_[0, cut, len(sg)]).astype(np.int64)
-        del sg, cut
-        for b in buf:
-            b[3] = None
-
-        def put(name, i, key=None):
-            parts = []
-            for b in buf:  # hand each batch's column over, so it is freed once concatenated
-                parts.append(b[i] if key is None else b[i].pop(key))
-                b[i] = None if key is None else b[i]
-            arr = np.concatenate(parts)
-            del parts
-            col = self._column(name, arr.dtype, arr.shape[1:])
-            col.fh.write(np.take(arr, order, axis=0).data)
-
-        put("positions", 0)
-        for name in self.attr_schema or {}:
-            put(f"attr:{name}", 1, name)
-        if self.with_ids:
-            put("object_ids", 2)
-        self._runs.append((self.rows_on_disk, run_gids, counts))
-        self.rows_on_disk += len(order)
+        cols = {"positions": pos, **{f"attr:{k}": v for k, v in attrs.items()}}
+        if oids is not None:
+            cols["object_ids"] = oids
+        self.rows.push(gids, cols)
 
     def object_ids(self) -> np.ndarray:
         """Sorted distinct object ids of every row spilled."""
         if self.implicit_ids and not self.explicit_ids:
             return np.arange(self.n_rows, dtype=np.int64)
-        return np.unique(np.concatenate(self._id_sets)) if self._id_sets else np.zeros(0, np.int64)
+        return self._ids.result()
 
     # ------------------------------------------------------------- pass 2
     def finish(self) -> None:
-        """Flush the last run and index every chunk's segments (gid -> [(row, count) per run])."""
-        self.flush()
-        for col in self.columns.values():
-            col.fh.flush()
-        if self._runs:
-            seg_gid = np.concatenate([g for _, g, _ in self._runs])
-            seg_count = np.concatenate([c for *_, c in self._runs])
-            seg_row = np.concatenate([r + np.cumsum(c) - c for r, _, c in self._runs])
-            order = np.argsort(seg_gid, kind="stable")  # run order kept within a chunk
-            self._seg_row, self._seg_count = seg_row[order], seg_count[order]
-            self._seg_bounds = np.searchsorted(seg_gid[order], np.arange(len(self.chunk_ids) + 1))
-        self._runs.clear()
-        coords = np.asarray(list(self.chunk_ids), dtype=np.int64).reshape(-1, self.ndim)
-        self.chunk_coords = coords  # indexed by gid
+        self.rows.finish(len(self.chunks))
+        self.chunk_coords = self.chunks.coords()  # indexed by gid
 
     def read_chunk(self, gid: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
         """Every row of one chunk, in input order."""
-        a, b = int(self._seg_bounds[gid]), int(self._seg_bounds[gid + 1])
-        segs = list(zip(self._seg_row[a:b].tolist(), self._seg_count[a:b].tolist()))
-
-        def gather(name):
-            col = self.columns[name]
-            parts = [col.read(r, c) for r, c in segs]
-            return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-        pos = gather("positions")
-        attrs = {name: gather(f"attr:{name}") for name in self.attr_schema or {}}
-        oids = gather("object_ids") if self.with_ids else None
-        return pos, attrs, oids
+        cols = self.rows.read(gid)
+        attrs = {name: cols[f"attr:{name}"] for name in self.attr_schema or {}}
+        return cols["positions"], attrs, cols.get("object_ids")
 
     def close(self) -> None:
-        for col in self.columns.values():
-            col.fh.close()
+        self.rows.close()
 
 
-def _describe(schema: dict) -> str:
+def describe(schema: dict) -> str:
     return "{" + ", ".join(f"{k}: {dt}{list(rs) if rs else ''}" for k, (dt, rs) in sorted(schema.items())) + "}"
 
 
-async def _batches(source):
+async def batches_of(source):
     """Yield the batches of a sync or async iterable."""
     if isinstance(source, AsyncIterable):
         async for batch in source:
@@ -287,42 +368,56 @@ async def _batches(source):
         raise InvalidArgumentError(f"batches must be an iterable or async iterable, got {type(source).__name__}")
 
 
+async def open_new(target, storage_options, overwrite: bool):
+    """(handle, executor) of the store to write, refused at once if one exists: before spilling, not after."""
+    handle = open_store(target, mode="w", storage_options=storage_options)
+    ex = Executor(handle)
+    if not overwrite and await ex.head("zarr.json") is not None:
+        raise StoreExistsError(f"{handle.url}: a store exists here; pass overwrite=True to replace it")
+    return handle, ex
+
+
+class DistinctIds:
+    """Sorted distinct ids of many batches, merged as they grow (memory: the distinct ids)."""
+
+    def __init__(self):
+        self._sets: list[np.ndarray] = []
+
+    def add(self, ids: np.ndarray) -> None:
+        self._sets.append(np.unique(ids))
+        if len(self._sets) >= 16:
+            self._sets = [np.unique(np.concatenate(self._sets))]
+
+    def result(self) -> np.ndarray:
+        return np.unique(np.concatenate(self._sets)) if self._sets else np.zeros(0, np.int64)
+
+
 async def write_points_stream(
-    target,
-    batches,
+    target: Target,
+    batches: PointBatches,
     *,
-    chunk_shape,
-    bin_shape=None,
-    bounds=None,
-    object_attributes=None,
-    groups=None,
-    group_attributes=None,
-    compression=None,
-    shard_shape=None,
-    dtype="float32",
+    chunk_shape: Shape,
+    bin_shape: Shape | None = None,
+    bounds: Bounds | None = None,
+    object_attributes: Columns | None = None,
+    groups: Groups | None = None,
+    group_attributes: Columns | None = None,
+    compression: str | None = None,
+    shard_shape: int | Sequence[int] | None = None,
+    dtype: DTypeLike = None,
     overwrite: bool = False,
     object_index_layout: str = "sharded",
-    storage_options=None,
-    spill_dir=None,
+    storage_options: StorageOptions | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
     spill_bytes: int = SPILL_BYTES,
     upload_bytes: int = UPLOAD_BYTES,
-) -> dict:
+) -> WriteSummary:
     """Write a point cloud from batches of unknown total size; same store as ``write_points``.
 
     Each batch is ``{"positions": (n, ndim), "attributes": {name: (n,)|(n, C)},
     "object_ids": (n,)}`` or a bare positions array.  ``spill_dir`` holds the
     temporary files (default: the system temp dir).
     """
-    from .object_index import check_layout
-    from .points import (
-        LevelWriter,
-        PointExtras,
-        manifest_rows,
-        publish_level,
-        put_rows,
-        shard_tuple,
-    )
-
     if spill_bytes < 1:
         raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
     check_layout(object_index_layout)
@@ -331,16 +426,13 @@ async def write_points_stream(
     codec = CellCodec.for_writing(compression, shard_tuple(shard_shape, ndim))
     if bounds is not None:  # validate the box itself before reading any batch
         inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
-    handle = open_store(target, mode="w", storage_options=storage_options)
-    ex = Executor(handle)
-    if not overwrite and await ex.head("zarr.json") is not None:  # fail before spilling, not after
-        raise StoreExistsError(f"{handle.url}: a store exists here; pass overwrite=True to replace it")
+    handle, ex = await open_new(target, storage_options, overwrite)
 
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
         spill = Spill(tmp, grid, dtype, bounds, implicit_ids=groups is not None,
                       spill_bytes=spill_bytes)
         try:
-            async for batch in _batches(batches):
+            async for batch in batches_of(batches):
                 await anyio.to_thread.run_sync(spill.add, batch)
             await anyio.to_thread.run_sync(spill.finish)
             n = spill.n_rows
@@ -350,7 +442,7 @@ async def write_points_stream(
                 lo, hi = spill.lo.astype(np.float64).tolist(), spill.hi.astype(np.float64).tolist()
             else:
                 lo, hi = inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
-            origin, grid_shape = grid.layout(lo, hi)
+            origin, grid_shape = grid.layout(lo, hi, by_bin=not spill.with_ids)
             attr_schema = spill.attr_schema or {}
             uniq = spill.object_ids() if spill.with_ids else None
             extras = PointExtras.check(uniq, object_attributes, groups, group_attributes,
@@ -361,16 +453,11 @@ async def write_points_stream(
             # Every chunk in the order the in-memory partition uses (C order of absolute coords);
             # with shards, grouped by shard so each shard is uploaded as soon as it is complete.
             coords = spill.chunk_coords
-            c_order = np.lexsort(coords.T[::-1]) if len(coords) else np.zeros(0, np.int64)
-            rank = np.empty(len(coords), dtype=np.int64)
-            rank[c_order] = np.arange(len(coords))
-            visit, shard_of = c_order, None
-            if codec.shard is not None and len(coords):
-                shard_of = shard_coords(coords - np.asarray(origin), codec.shard).reshape(len(coords), -1)
-                visit = np.lexsort((rank, *shard_of.T[::-1]))
+            visit, rank, shard_of = spill.chunks.visit_order(origin, codec.shard)
 
             frag_rank, frag_keys = [], []
-            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes) as writer:
+            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes,
+                                   consolidate=object_index_layout != "reference") as writer:
                 level = LevelWriter(writer, 0, origin, grid_shape, codec)
                 if attr_schema:
                     empty_group(writer, "0/vertex_attributes")
@@ -389,12 +476,16 @@ async def write_points_stream(
                         return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
                     await put_rows(level, part, pos, attrs, fragments_of)
-                    if shard_of is not None and (i + 1 == len(visit) or
-                                                 np.any(shard_of[visit[i + 1]] != shard_of[gid])):
-                        shard = tuple(int(s) for s in shard_of[gid])
+                    shard = shard_done(visit, shard_of, i)
+                    if shard is not None:
                         for arr in level.arrays.values():
                             await arr.flush_shard(writer, shard)
                     del pos, attrs, oids, part
+                if not len(visit):  # no rows at all: declare the arrays anyway, as write_points does
+                    dt = inputs.position_dtype(np.dtype(np.float32), spill.dtype)
+                    await put_rows(level, partition(np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)),
+                                   np.zeros((0, ndim), dt),
+                                   {k: np.zeros((0, *rs), adt) for k, (adt, rs) in attr_schema.items()}, None)
                 await level.finish()
 
                 manifest = None
@@ -403,19 +494,15 @@ async def write_points_stream(
                     fr = np.concatenate(frag_rank) if frag_rank else np.zeros(0, np.int64)
                     fk = np.concatenate(frag_keys) if frag_keys else np.zeros(0, np.int64)
                     by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in a Partition
-                    manifest = manifest_rows(fr[by_chunk], fk[by_chunk], coords[c_order], uniq)
-                await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
-                                    has_attributes=bool(attr_schema), uniq=uniq, manifest=manifest, extras=extras,
+                    manifest = manifest_rows(fr[by_chunk], fk[by_chunk], coords[np.argsort(rank)], uniq)
+                await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi),
+                                    n=n, has_attributes=bool(attr_schema), uniq=uniq, manifest=manifest, extras=extras,
                                     compression=compression, object_index_layout=object_index_layout)
         finally:
             spill.close()
-    return {
-        "vertex_count": int(n),
-        "chunk_count": int(len(coords)),
-        "object_count": 0 if uniq is None else int(len(uniq)),
-        "group_count": len(extras.group_rows),
-        "bins_per_chunk": list(grid.bins_per_chunk),
-        "requests": ex.stats.snapshot(),
-    }
+    return WriteSummary.of(
+        writer, "point_cloud", vertex_count=int(n), chunk_count=len(coords),
+        object_count=0 if uniq is None else len(uniq), group_count=len(extras.group_rows),
+        bins_per_chunk=list(grid.bins_per_chunk))
 
 

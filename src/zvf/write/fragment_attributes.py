@@ -1,0 +1,102 @@
+"""``fragment_attributes/<name>``: one row per fragment of a chunk, written only on request.
+
+The caller gives ``{name: {chunk coords: (F_c,) or (F_c, C) array}}`` with the
+rows of each chunk aligned with the fragments the writer makes there (what
+``ds.fragment_attribute(name, objects=...)`` hands back per manifest block), as
+zarr-vectors 0.9.2's ``fragment_attributes=`` takes them.  Its bytes: a spatial
+array per name under the level's codec, each cell the raw little-endian rows
+cast to the first array's dtype; chunks the caller leaves out get no cell.
+Unlike 0.9.2, a chunk that holds no fragments, or a row count that does not
+match, is refused with the attribute and chunk named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..format import builders
+from ..format import metadata as md
+from . import inputs
+from .engine import empty_group
+
+FAMILY = "fragment_attributes"
+
+
+class FragmentAttributes:
+    """Checked per-chunk fragment rows, uploaded chunk by chunk as the writer makes fragments."""
+
+    def __init__(self, given, ndim: int):
+        self.tables: dict[str, dict[tuple[int, ...], np.ndarray]] = {}
+        self.docs: dict[str, dict] = {}
+        self._unused: set[tuple[str, tuple[int, ...]]] = set()
+        if given is None:
+            return
+        if not isinstance(given, Mapping):
+            raise InvalidArgumentError(
+                f"fragment_attributes must be {{name: {{chunk coords: rows}}}}, got {type(given).__name__}")
+        for name, per_chunk in given.items():
+            inputs.check_name(name, "fragment attribute")
+            what = f"fragment_attributes[{name!r}]"
+            if not isinstance(per_chunk, Mapping) or not per_chunk:
+                raise InvalidArgumentError(f"{what} must be a non-empty {{chunk coords: rows}} mapping")
+            table, dtype, tail = {}, None, None
+            for key, rows in per_chunk.items():
+                chunk = _chunk_key(key, ndim, what)
+                arr = np.asarray(rows)
+                at = f"{what}[{chunk}]"
+                if arr.dtype.kind not in "biuf" or arr.ndim not in (1, 2):
+                    raise InvalidArgumentError(f"{at} must be a numeric (F,) or (F, C) array, got {arr.dtype} "
+                                               f"shape {arr.shape}")
+                if dtype is None:
+                    dtype, tail = arr.dtype, arr.shape[1:]
+                    if dtype.name not in md.NUMERIC_DTYPES:
+                        raise InvalidArgumentError(f"{at}: dtype {dtype} is not supported "
+                                                   f"(use one of {sorted(md.NUMERIC_DTYPES)})")
+                elif arr.shape[1:] != tail:
+                    raise InvalidArgumentError(f"{at} has rows of shape {arr.shape[1:]}; the first chunk's are {tail}")
+                table[chunk] = np.ascontiguousarray(arr.astype(dtype.newbyteorder("<"), copy=False))
+                self._unused.add((name, chunk))
+            self.tables[name] = table
+            # the same labels as 0.9.2 gives vertex attributes
+            doc = builders.vertex_attribute_attributes(name, dtype, tail)
+            doc["zv_array"] = "fragment_attribute"
+            self.docs[name] = doc
+
+    def __bool__(self) -> bool:
+        return bool(self.tables)
+
+    async def put(self, level, chunk, n_fragments: int) -> None:
+        """Upload the rows of absolute ``chunk``, which holds ``n_fragments`` fragments."""
+        key = tuple(int(c) for c in chunk)
+        for name, table in self.tables.items():
+            rows = table.get(key)
+            if rows is None:
+                continue
+            if len(rows) != n_fragments:
+                raise InvalidArgumentError(f"fragment_attributes[{name!r}][{key}] has {len(rows)} rows but chunk "
+                                           f"{key} has {n_fragments} fragments")
+            self._unused.discard((name, key))
+            await level.array(f"{FAMILY}/{name}", self.docs[name]).add(level.writer, key, rows.tobytes())
+
+    def finish(self, writer, arrays_present: list[str]) -> None:
+        """Refuse rows for chunks without fragments; queue the family group and name it in ``arrays_present``."""
+        if self._unused:
+            name, key = min(self._unused)
+            raise InvalidArgumentError(f"fragment_attributes[{name!r}][{key}]: chunk {key} holds no fragments")
+        if self.tables:
+            empty_group(writer, f"0/{FAMILY}")
+            arrays_present.append(FAMILY)
+
+
+def _chunk_key(key, ndim: int, what: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(c) for c in key)
+        ok = len(out) == ndim and all(float(c) == o for c, o in zip(key, out))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InvalidArgumentError(f"{what}: key {key!r} must be a tuple of {ndim} integer chunk coordinates")
+    return out

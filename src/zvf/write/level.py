@@ -1,0 +1,194 @@
+"""The shared level writer: cells of one level's spatial arrays, for every geometry.
+
+Every writer (points in memory, streamed or distributed; polylines, lines,
+graphs, skeletons, meshes; pyramids) partitions rows into chunks and
+fragments, then hands them here: ``put_rows`` gathers and encodes each
+chunk's vertices, fragment index and attributes in worker threads while
+earlier chunks upload, through one ``LevelWriter`` per level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..format import builders
+from ..format.codecs import CellCodec
+from ..format.fragments import FragmentIndex, encode_fragment_index
+from ..format.grid import Grid
+from .engine import SpatialArrayOut, StoreWriter, ordered_map
+from .partition import Partition, partition
+
+
+def shard_tuple(shard_shape, ndim: int):
+    if shard_shape is None:
+        return None
+    if isinstance(shard_shape, (int, np.integer)):
+        if shard_shape < 1:
+            raise InvalidArgumentError(f"shard_shape must be >= 1, got {shard_shape}")
+        return (int(shard_shape),) * ndim
+    shard = tuple(int(s) for s in shard_shape)
+    if len(shard) != ndim or any(s < 1 for s in shard):
+        raise InvalidArgumentError(f"shard_shape must be an int or {ndim} ints >= 1, got {shard_shape!r}")
+    return shard
+
+
+class LevelWriter:
+    """Spatial arrays of one level sharing a grid layout and codec."""
+
+    def __init__(self, writer: StoreWriter, level: int, origin, grid_shape, codec: CellCodec):
+        self.writer = writer
+        self.level = level
+        self.origin = origin
+        self.grid_shape = grid_shape
+        self.codec = codec
+        self.arrays: dict[str, SpatialArrayOut] = {}
+
+    def array(self, name: str, attributes: dict) -> SpatialArrayOut:
+        if name not in self.arrays:
+            self.arrays[name] = SpatialArrayOut(f"{self.level}/{name}", self.codec, self.origin, self.grid_shape,
+                                                attributes)
+        return self.arrays[name]
+
+    async def finish(self) -> None:
+        for arr in self.arrays.values():
+            await arr.finish(self.writer)
+
+
+def row_view(a: np.ndarray) -> np.ndarray:
+    """(N,) view of ``a``'s rows as single little-endian items, so a row gather is one ``np.take``."""
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    m = int(np.prod(a.shape[1:], dtype=np.int64))
+    flat = np.ascontiguousarray(a).reshape(len(a), m)
+    return flat.view(np.dtype((np.void, a.itemsize * m))).reshape(len(a)) if m else flat
+
+
+async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, attributes: dict[str, np.ndarray],
+                   fragments_of, attribute_docs: dict[str, dict] | None = None) -> None:
+    """Upload vertices, fragment indexes and attributes of every chunk of a partition.
+
+    Each chunk's rows are gathered and its cells encoded in worker threads
+    while earlier chunks upload (no sorted copy of the whole input);
+    ``attribute_docs`` overrides the document attributes of named vertex attributes.
+    """
+    verts = level.array("vertices", builders.vertices_attributes(positions.dtype))
+    frags = level.array("vertex_fragments", builders.vertex_fragments_attributes())
+    docs = attribute_docs or {}
+    columns = [(verts, row_view(positions))] + [
+        (level.array(f"vertex_attributes/{n}",
+                     docs.get(n) or builders.vertex_attribute_attributes(n, a.dtype, a.shape[1:])),
+         row_view(a))
+        for n, a in attributes.items()
+    ]
+    outs = [frags] + [out for out, _ in columns]
+
+    def encode(k: int) -> list[bytes]:
+        rows = part.order[part.chunk_starts[k]:part.chunk_starts[k + 1]]
+        return [frags.codec.encode(encode_fragment_index(fragments_of(k)))] + [
+            out.codec.encode(np.take(col, rows, axis=0).view(np.uint8)) for out, col in columns]
+
+    async def store(k: int, blobs: list[bytes]) -> None:
+        chunk = part.chunks[k]
+        for out, blob in zip(outs, blobs):
+            await out.put(level.writer, chunk, blob)
+
+    await ordered_map(range(len(part.chunks)), encode, store)
+
+
+def index_dtype(n: int) -> np.dtype:
+    """int32 row indices while they fit: half the memory of int64 for the per-row arrays of a layout."""
+    return np.dtype(np.int32 if n < 1 << 31 else np.int64)
+
+
+class Layout:
+    """Rows partitioned into chunks and fragments: where each fragment starts (see :meth:`by_key`, :meth:`by_runs`)."""
+
+    def __init__(self, pos: np.ndarray, part: Partition):
+        self.pos = pos
+        self.part = part
+        # first sorted row of each fragment, chunk-local fragment index
+        self.frag_first = part.chunk_starts[part.frag_chunk] + part.frag_starts
+        first_of_chunk = np.searchsorted(part.frag_chunk, part.frag_chunk)
+        self.frag_local = np.arange(len(self.frag_first), dtype=np.int64) - first_of_chunk
+
+    @classmethod
+    def by_key(cls, grid: Grid, pos: np.ndarray, keys: np.ndarray) -> KeyLayout:
+        """One fragment per (chunk, key), keys ascending inside a chunk (graphs, meshes)."""
+        chunks = grid.chunk_of(pos) if len(pos) else np.zeros((0, pos.shape[1]), np.int64)
+        return KeyLayout(pos, chunks, partition(chunks, keys))
+
+    @classmethod
+    def by_runs(cls, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray, coords) -> RunLayout:
+        """Fragments are contiguous input runs (``run_start`` ascending, first = 0; ``run_code`` the C-order
+        chunk number of each run, ``coords`` maps numbers to chunk coords); a chunk lists its runs in input
+        order.  Sorts runs, not rows: the same result as ``partition(chunks, run_id)`` at a fraction of the
+        cost, and the only per-row array is the gather order."""
+        return RunLayout(pos, run_start, run_code, coords)
+
+    def fragments_of(self, k: int) -> FragmentIndex:
+        s = self.part.chunk_fragments(k)
+        return FragmentIndex.from_ranges(self.part.frag_starts[s], self.part.frag_counts[s])
+
+
+class KeyLayout(Layout):
+    """:meth:`Layout.by_key`, plus each input row's chunk coords and chunk-local sorted row (explicit links)."""
+
+    def __init__(self, pos: np.ndarray, chunks: np.ndarray, part: Partition):
+        super().__init__(pos, part)
+        self.chunks = chunks
+        n = len(pos)
+        idx = index_dtype(n)
+        self.read_idx = np.empty(n, dtype=idx)  # sorted (read-order) row of each input row
+        self.read_idx[part.order] = np.arange(n, dtype=idx)
+        chunk_first = np.repeat(part.chunk_starts[:-1].astype(idx), np.diff(part.chunk_starts))
+        self.local = np.empty(n, dtype=idx)
+        self.local[part.order] = np.arange(n, dtype=idx) - chunk_first
+
+
+class RunLayout(Layout):
+    """:meth:`Layout.by_runs`: input rows are located through their run, not through per-row tables."""
+
+    def __init__(self, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray, coords):
+        n, ndim = pos.shape
+        run_start = np.asarray(run_start, dtype=np.int64)
+        counts = np.diff(np.append(run_start, n))
+        ro = np.argsort(run_code, kind="stable")  # run order kept per chunk
+        sc = run_code[ro]
+        new = np.ones(len(ro), dtype=bool)
+        new[1:] = sc[1:] != sc[:-1]
+        frag_chunk = np.cumsum(new) - 1
+        cnt = counts[ro]
+        first = np.cumsum(cnt) - cnt  # sorted row of each run's first vertex
+        idx = index_dtype(n)
+        order = np.arange(n, dtype=idx)
+        order += np.repeat((run_start[ro] - first).astype(idx), cnt)
+        chunk_starts = np.append(first[new], n).astype(np.int64)
+        chunks = coords(sc[new]).astype(np.int64) if len(ro) else np.zeros((0, ndim), np.int64)
+        super().__init__(pos, Partition(order, chunks, chunk_starts, frag_chunk.astype(np.int64),
+                                        first - chunk_starts[frag_chunk], cnt.astype(np.int64), ro.astype(np.int64)))
+        self.run_start = run_start
+        self.run_frag = np.empty(len(ro), dtype=np.int64)  # fragment (sorted position) of each run
+        self.run_frag[ro] = np.arange(len(ro), dtype=np.int64)
+
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(fragment, chunk-local sorted row) of input ``rows`` (any shape)."""
+        run = np.searchsorted(self.run_start, rows, side="right") - 1
+        frag = self.run_frag[run]
+        part = self.part
+        return frag, part.frag_starts[frag] + (rows - self.run_start[run])
+
+
+def run_starts(chunks: np.ndarray, obj_start: np.ndarray) -> np.ndarray:
+    """First vertex of every run: a new run starts at each object start or chunk change.
+
+    ``chunks``: each row's chunk, as (N, ndim) coords or (N,) chunk numbers.
+    """
+    n = len(chunks)
+    new = np.zeros(n, dtype=bool)
+    if n:
+        new[0] = True
+        change = chunks[1:] != chunks[:-1]
+        new[1:] = change if change.ndim == 1 else np.any(change, axis=1)
+        new[obj_start[obj_start < n]] = True
+    return np.flatnonzero(new)

@@ -1,0 +1,65 @@
+"""What a point-cloud level writes after its cells (object index, per-object and per-group
+tables, level and root documents): shared by the in-memory, streamed and distributed point writers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..format.grid import Grid
+from . import inputs
+from .engine import StoreWriter, add_level0_documents
+from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
+
+
+@dataclass
+class PointExtras:
+    """Per-object and per-group data of a point cloud, checked before anything is written."""
+
+    object_attributes: dict[str, np.ndarray]
+    group_rows: list[np.ndarray]
+    group_attributes: dict[str, np.ndarray]
+
+    @classmethod
+    def check(cls, uniq, object_attributes, groups, group_attributes, known_ids) -> PointExtras:
+        """``known_ids``: ids group members must belong to (None when every vertex is its own object)."""
+        if object_attributes and uniq is None:
+            raise InvalidArgumentError("object_attributes need object_ids")
+        group_rows = inputs.groups_table(groups, known_ids)
+        if group_attributes and not group_rows:
+            raise InvalidArgumentError("group_attributes need groups")
+        return cls(inputs.row_attributes(object_attributes, 0 if uniq is None else len(uniq), "object_attributes"),
+                   group_rows, inputs.row_attributes(group_attributes, len(group_rows), "group_attributes"))
+
+
+def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
+    """(object row, chunk coords, fragment) per block, objects in id order, chunks ascending.
+
+    ``frag_chunk`` (grouped by chunk) indexes ``chunks``; ``frag_keys`` holds each
+    fragment's object id.
+    """
+    local_frag = np.arange(len(frag_chunk)) - np.searchsorted(frag_chunk, frag_chunk)
+    obj_row = np.searchsorted(uniq, frag_keys)
+    order = np.lexsort((frag_chunk, obj_row))
+    return obj_row[order], chunks[frag_chunk[order]], local_frag[order]
+
+
+async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, shapes, bounds, n: int, has_attributes: bool,
+                        uniq, manifest, extras: PointExtras, compression, object_index_layout: str) -> None:
+    """Everything of a point cloud after its cells: object index, per-object/group data, level, root.
+
+    ``shapes``: (chunk_shape, bin_shape) as the caller gave them -- 0.9.2 records ints as ints.
+    """
+    arrays_present = ["vertices"] + (["vertex_attributes"] if has_attributes else [])
+    if uniq is not None:
+        arrays_present.append("object_index")
+        await put_object_index(writer, 0, *manifest, uniq, grid.ndim, compression=compression,
+                               layout=object_index_layout)
+    # 0.9.2's write_points compresses per-object and per-group tables with zstd whatever the cells use.
+    await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)
+    await put_groups(writer, extras.group_rows, extras.group_attributes, ZSTD)
+    add_level0_documents(writer, url, geometry="point_cloud", n=n, arrays_present=arrays_present,
+                         chunk_shape=shapes[0], bounds=bounds, bin_shape=shapes[1])

@@ -1,0 +1,620 @@
+"""Streaming object writers: polylines, lines, graphs, skeletons and meshes from batches.
+
+The object writers of :mod:`.objects` accept an iterable or async iterable of
+batches and land here.  Vertex rows go through the spill machinery of
+:mod:`.stream` (chunk-sorted runs on local disk, read back chunk by chunk in
+input order), so the store is byte for byte the one the in-memory writer makes
+from the concatenated input.  What needs every object is built from compact
+summaries kept while batches pass:
+
+* **paths** (polylines, streamlines, lines): per *run* (consecutive vertices of
+  one object in one chunk: a fragment) its chunk and length, and per object its
+  run count.  That gives each chunk's fragments, the manifests (runs in path
+  order) and the bridge links between consecutive runs -- no vertex is held.
+* **graphs, skeletons, meshes**: edges/faces are spilled too, keyed by the
+  chunk the link cell belongs to (the lexicographically smallest endpoint
+  chunk).  After the vertex pass, which records each vertex's chunk-local
+  index (4 bytes per vertex, the one per-vertex table held), a second pass
+  places each chunk's records into link cells.  Manifests come from the
+  (object, chunk, fragment) triple of every fragment.
+
+Memory: one spill buffer, one chunk, the summaries above and the upload
+budget.  ``chunk_shape="auto"`` needs the whole extent up front and is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import anyio
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..format.codecs import CellCodec
+from ..format.fragments import FragmentIndex
+from ..format.grid import Grid
+from ..lifecycle import layout
+from . import inputs
+from .engine import StoreWriter, add_level0_documents, empty_group
+from .fragment_attributes import FragmentAttributes
+from .level import Layout, LevelWriter, put_rows, run_starts
+from .links import LinkWriter, place_records
+from .object_index import (
+    check_layout,
+    put_groups,
+    put_object_attributes,
+    put_object_index,
+)
+from .object_inputs import (
+    as_given,
+    check_dtypes,
+    float_dtype,
+    graph_input,
+    grid_and_codec,
+    group_attributes_table,
+    lines_input,
+    mesh_input,
+    object_attributes_table,
+    object_tables,
+    polyline_input,
+)
+from .partition import Partition, partition
+from .stream import (
+    ChunkIds,
+    DistinctIds,
+    RunSpill,
+    batches_of,
+    describe,
+    open_new,
+    shard_done,
+)
+from .types import WriteSummary
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..io.store import StorageOptions, Target
+    from .types import Bounds, Columns, FragmentColumns, Groups, ObjectBatches, Shape
+
+# Half the point stream's buffers: flushing a run briefly holds ~3x its buffer, and at these
+# sizes 200 k streamlines peak at ~2x their input (64 MiB buffers: ~3x) at the same speed.
+SPILL_BYTES = 32 << 20
+UPLOAD_BYTES = 32 << 20
+
+_KEYS = {
+    "polylines": ("polylines", {"polylines", "attributes", "object_attributes"}),
+    "lines": ("endpoints", {"endpoints", "attributes", "object_attributes"}),
+    "graph": ("positions", {"positions", "edges", "object_ids", "attributes", "link_attributes"}),
+    "mesh": ("positions", {"positions", "faces", "object_ids", "attributes"}),
+}
+
+
+def is_object_stream(obj, kind: str) -> bool:
+    """True when ``obj`` is a stream of batches rather than one in-memory input of ``kind``.
+
+    Generators, iterators and async iterables always are; a list or tuple is
+    when its first item is a batch dict, or (polylines) a sequence of 2-D
+    arrays, or (polylines, lines) a 3-D array.
+    """
+    if isinstance(obj, np.ndarray):
+        return False
+    if isinstance(obj, (AsyncIterable, Iterator)):
+        return True
+    if not isinstance(obj, (list, tuple)) or not obj:
+        return False
+    first = obj[0]
+    if isinstance(first, Mapping):
+        return True
+    if kind in ("polylines", "lines") and isinstance(first, np.ndarray) and first.ndim == 3:
+        return True
+    return (kind == "polylines" and isinstance(first, (list, tuple)) and len(first) > 0
+            and isinstance(first[0], np.ndarray) and first[0].ndim == 2)
+
+
+def _fields(batch, kind: str, what: str) -> dict:
+    """A batch as a dict of its fields (a bare polylines sequence / endpoints array is the main field)."""
+    main, allowed = _KEYS[kind]
+    if kind == "mesh" and isinstance(batch, Mapping) and "vertices" in batch and "positions" not in batch:
+        batch = {("positions" if k == "vertices" else k): v for k, v in batch.items()}  # the old name
+    if not isinstance(batch, Mapping):
+        if kind in ("graph", "mesh"):
+            raise InvalidArgumentError(f"{what} must be a dict with keys {sorted(allowed)}, got {type(batch).__name__}")
+        return {main: batch}
+    unknown = set(batch) - allowed
+    if unknown or main not in batch:
+        raise InvalidArgumentError(f"{what} must be a dict with {main!r} and optional "
+                                   f"{sorted(allowed - {main})} (got keys {sorted(batch)})")
+    return dict(batch)
+
+
+def _schema_check(state: dict, key: str, arrays: dict[str, np.ndarray], what: str) -> None:
+    """Every batch must carry the same named columns with the same dtypes and row shapes."""
+    schema = {k: (v.dtype, v.shape[1:]) for k, v in arrays.items()}
+    if key not in state:
+        state[key] = schema
+    elif schema != state[key]:
+        raise InvalidArgumentError(f"{what} {describe(schema)} differ from the first batch's {describe(state[key])}")
+
+
+class _Bounds:
+    """Running extent of the vertices, and the check of each batch against declared bounds."""
+
+    def __init__(self, bounds, ndim: int):
+        self.given = None if bounds is None else inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
+        self.raw = bounds
+        self.ndim = ndim
+        self.lo = self.hi = None
+
+    def add(self, pos64: np.ndarray, what: str) -> None:
+        if not len(pos64):
+            return
+        if self.raw is not None:
+            try:
+                inputs.bounds_for(pos64, self.raw, self.ndim)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"{what}: {exc}") from None
+        lo, hi = pos64.min(axis=0), pos64.max(axis=0)
+        self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
+        self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
+
+    def result(self) -> tuple[list, list]:
+        if self.given is not None:
+            return self.given
+        if self.lo is None:
+            raise InvalidArgumentError("bounds are required when there are no positions")
+        return self.lo.astype(np.float64).tolist(), self.hi.astype(np.float64).tolist()
+
+
+def _setup(chunk_shape, bin_shape, compression, shard_shape, object_index_layout, spill_bytes):
+    """The grid and codec of a streamed write, checked before any batch is read."""
+    if isinstance(chunk_shape, str) or isinstance(bin_shape, str):
+        raise InvalidArgumentError("chunk_shape/bin_shape 'auto' needs the whole input: give numbers with batches")
+    if spill_bytes < 1:
+        raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
+    check_layout(object_index_layout)
+    grid = Grid.create(chunk_shape, bin_shape)
+    grid, codec = grid_and_codec(compression, shard_shape, grid.ndim, chunk_shape, bin_shape)
+    return grid, codec, as_given(chunk_shape, "chunk_shape"), None if bin_shape is None else as_given(
+        bin_shape, "bin_shape")
+
+
+def _one_chunk(coords, frag_starts, frag_counts, frag_keys, n: int) -> Partition:
+    """The partition of one chunk whose rows are already in stored order."""
+    f = len(frag_counts)
+    return Partition(np.arange(n, dtype=np.int64), np.asarray(coords, np.int64).reshape(1, -1),
+                     np.array([0, n], np.int64), np.zeros(f, np.int64), frag_starts, frag_counts, frag_keys)
+
+
+async def _upload_empty(level: LevelWriter, ndim: int, dt, attr_schema: dict) -> None:
+    """No vertex at all: declare the arrays anyway, as the in-memory writers do."""
+    await put_rows(level, partition(np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)), np.zeros((0, ndim), dt),
+                   {k: np.zeros((0, *rs), adt) for k, (adt, rs) in attr_schema.items()}, None)
+
+
+async def _put_tables(writer: StoreWriter, obj_attrs: dict, group_rows: list, grp_attrs: dict, compression) -> None:
+    codec = CellCodec.for_writing(compression)  # as objects._put_object_data: these follow the compressor
+    await put_object_attributes(writer, 0, obj_attrs, codec)
+    await put_groups(writer, group_rows, grp_attrs, codec)
+
+
+# ---------------------------------------------------------------------------
+# polylines, streamlines, lines
+
+
+class _PathSpill:
+    """Pass 1 of a paths write: vertex rows spilled per chunk, runs and objects summarized."""
+
+    def __init__(self, directory: str, grid: Grid, dt: np.dtype, bounds, kind: str, spill_bytes: int):
+        self.grid, self.dt, self.kind = grid, dt, kind
+        self.ndim = grid.ndim
+        self.bounds = _Bounds(bounds, grid.ndim)
+        self.chunks = ChunkIds(grid.ndim)
+        self.rows = RunSpill(directory, "v", spill_bytes)
+        self.state: dict = {}
+        self.run_gid: list[np.ndarray] = []
+        self.run_count: list[np.ndarray] = []
+        self.obj_runs: list[np.ndarray] = []
+        self.obj_attrs: dict[str, list[np.ndarray]] = {}
+        self.n_rows = 0
+        self.n_objects = 0
+        self._batches = 0
+
+    def add(self, batch) -> None:
+        what = f"batches[{self._batches}]"
+        self._batches += 1
+        fields = _fields(batch, self.kind, what)
+        try:
+            if self.kind == "polylines":
+                main = fields["polylines"]
+                if hasattr(main, "__len__") and len(main) == 0:
+                    pos, lens, attrs = np.zeros((0, self.ndim), self.dt), np.zeros(0, np.int64), None
+                    pos64 = pos
+                else:
+                    pos64, pos, lens, attrs = polyline_input(main, fields.get("attributes"), self.dt)
+            else:
+                pos, m, attrs = lines_input(fields["endpoints"], fields.get("attributes"), self.dt)
+                pos64, lens = pos.astype(np.float64), np.full(m, 2, dtype=np.int64)
+            if pos.shape[1] != self.ndim:
+                raise InvalidArgumentError(f"vertices are {pos.shape[1]}-D but chunk_shape has {self.ndim} values")
+            obj_attrs = check_dtypes(inputs.row_attributes(fields.get("object_attributes"), len(lens),
+                                                            "object_attributes"), "object_attributes")
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{what}: {exc}") from None
+        if attrs is not None:
+            _schema_check(self.state, "attributes", attrs, f"{what}['attributes']")
+        if len(lens):
+            _schema_check(self.state, "object_attributes", obj_attrs, f"{what}['object_attributes']")
+            for k, v in obj_attrs.items():
+                self.obj_attrs.setdefault(k, []).append(v)
+        self.bounds.add(pos64, what)
+        del pos64
+        n = len(pos)
+        starts = (np.cumsum(lens) - lens).astype(np.int64)
+        chunks = self.grid.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
+        gids = self.chunks.of(chunks)
+        rs = run_starts(chunks, starts)
+        self.run_gid.append(gids[rs].astype(np.int64))
+        self.run_count.append(np.diff(np.append(rs, n)).astype(np.int64))
+        self.obj_runs.append(np.bincount(np.searchsorted(starts, rs, side="right") - 1, minlength=len(lens)))
+        self.n_rows += n
+        self.n_objects += len(lens)
+        if n:
+            self.rows.push(gids, {"positions": pos, **{f"attr:{k}": v for k, v in (attrs or {}).items()}})
+
+    def attr_schema(self) -> dict:
+        return self.state.get("attributes", {})
+
+
+async def write_paths_stream(
+    target: Target,
+    batches: ObjectBatches,
+    *,
+    geometry: str,
+    chunk_shape: Shape,
+    bin_shape: Shape | None = None,
+    bounds: Bounds | None = None,
+    object_attributes: Columns | None = None,
+    fragment_attributes: FragmentColumns | None = None,
+    groups: Groups | None = None,
+    group_attributes: Columns | None = None,
+    compression: str | None = None,
+    shard_shape: int | Sequence[int] | None = None,
+    dtype="float32",
+    overwrite: bool = False,
+    object_index_layout: str = "sharded",
+    storage_options: StorageOptions | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
+    spill_bytes: int = SPILL_BYTES,
+    upload_bytes: int = UPLOAD_BYTES,
+) -> WriteSummary:
+    """Polylines/streamlines (``geometry``) or lines (``geometry="line"``) from batches; the in-memory bytes."""
+    kind = "lines" if geometry == "line" else "polylines"
+    if kind == "polylines" and geometry not in ("polyline", "streamline"):
+        raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry!r}")
+    grid, codec, chunk_given, bin_given = _setup(chunk_shape, bin_shape, compression, shard_shape,
+                                                 object_index_layout, spill_bytes)
+    dt = float_dtype(dtype)
+    ndim = grid.ndim
+    frag_attrs = FragmentAttributes(fragment_attributes, ndim)
+    handle, ex = await open_new(target, storage_options, overwrite)
+    with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
+        sp = _PathSpill(tmp, grid, dt, bounds, kind, spill_bytes)
+        try:
+            async for batch in batches_of(batches):
+                await anyio.to_thread.run_sync(sp.add, batch)
+            await anyio.to_thread.run_sync(sp.rows.finish, len(sp.chunks))
+            num, n = sp.n_objects, sp.n_rows
+            if num == 0 and kind == "polylines":
+                raise InvalidArgumentError(f"{kind} is empty: nothing to write (0.9.2 refuses this too)")
+            lo, hi = sp.bounds.result()
+            if object_attributes is not None and sp.obj_attrs:
+                raise InvalidArgumentError("object_attributes: give them either per batch or as the argument, not both")
+            obj_attrs = object_attributes_table(
+                object_attributes if object_attributes is not None else
+                {k: np.concatenate(v) for k, v in sp.obj_attrs.items()}, num)
+            group_rows = inputs.groups_table(groups, np.arange(num, dtype=np.int64))
+            grp_attrs = group_attributes_table(group_attributes, group_rows)
+            coords = sp.chunks.coords()
+            layout.check_cells(n, len(coords), chunk_given, lo, hi)
+            origin, grid_shape = grid.layout(lo, hi)
+            visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
+
+            # Runs: chunk-local fragment index and first row, grouped by chunk (input order kept).
+            run_gid, run_count = np.concatenate(sp.run_gid), np.concatenate(sp.run_count)
+            run_obj = np.repeat(np.arange(num, dtype=np.int64), np.concatenate(sp.obj_runs))
+            sp.run_gid = sp.run_count = sp.obj_runs = []
+            by_chunk = np.argsort(run_gid, kind="stable")
+            g_sorted = run_gid[by_chunk]
+            g_start = np.searchsorted(g_sorted, np.arange(len(coords) + 1))
+            cum = np.cumsum(run_count[by_chunk]) - run_count[by_chunk]
+            row0_sorted = cum - cum[g_start[g_sorted]] if len(cum) else cum
+            del cum
+            frag_local = np.empty(len(run_gid), np.int64)
+            frag_local[by_chunk] = np.arange(len(run_gid)) - g_start[g_sorted]
+            row0 = np.empty(len(run_gid), np.int64)
+            row0[by_chunk] = row0_sorted
+            del g_sorted
+            # Bridges: run r -> r + 1 of one object, filed under the smaller chunk (C order).
+            br = np.flatnonzero(run_obj[1:] == run_obj[:-1])
+            br_src = np.where(rank[run_gid[br]] <= rank[run_gid[br + 1]], run_gid[br], run_gid[br + 1])
+            br_order = br[np.argsort(br_src, kind="stable")]
+            br_start = np.searchsorted(np.sort(br_src), np.arange(len(coords) + 1))
+            del br, br_src
+
+            attr_schema = sp.attr_schema()
+            arrays_present = ["vertices", "object_index"]
+            if kind == "lines" and attr_schema:
+                arrays_present.append("vertex_attributes")
+            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes,
+                                   consolidate=object_index_layout != "reference") as writer:
+                level = LevelWriter(writer, 0, origin, grid_shape, codec)
+                links = LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
+                if attr_schema:
+                    empty_group(writer, "0/vertex_attributes")
+                for i, gid in enumerate(visit.tolist()):
+                    cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
+                    pos = cols.pop("positions")
+                    attrs = {k[5:]: v for k, v in cols.items()}
+                    runs = by_chunk[g_start[gid]:g_start[gid + 1]]
+                    part = _one_chunk(coords[gid], row0_sorted[g_start[gid]:g_start[gid + 1]], run_count[runs],
+                                      runs, len(pos))
+
+                    def fragments_of(k: int, part=part) -> FragmentIndex:
+                        return FragmentIndex.from_ranges(part.frag_starts, part.frag_counts)
+
+                    await put_rows(level, part, pos, attrs, fragments_of)
+                    await frag_attrs.put(level, coords[gid], len(runs))
+                    b = br_order[br_start[gid]:br_start[gid + 1]]
+                    if len(b):
+                        ends_gid = np.stack([run_gid[b], run_gid[b + 1]], axis=1)
+                        ends_vi = np.stack([row0[b] + run_count[b] - 1, row0[b + 1]], axis=1)
+                        await links.add(place_records(coords[ends_gid], ends_vi), {})
+                    shard = shard_done(visit, shard_of, i)
+                    if shard is not None:
+                        for arr in level.arrays.values():
+                            await arr.flush_shard(writer, shard)
+                    del pos, attrs, cols, part
+                if not len(visit):
+                    await _upload_empty(level, ndim, dt, attr_schema)
+                frag_attrs.finish(writer, arrays_present)
+                await level.finish()
+                links.finish()
+                await put_object_index(writer, 0, run_obj, coords[run_gid], frag_local,
+                                       np.arange(num, dtype=np.int64), ndim, compression=compression,
+                                       layout=object_index_layout)
+                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, compression)
+                add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
+                                     chunk_shape=chunk_given, bounds=(lo, hi), bin_shape=bin_given)
+        finally:
+            sp.rows.close()
+    return WriteSummary.of(
+        writer, geometry, object_count=int(num), vertex_count=int(n), chunk_count=len(coords),
+        fragment_count=len(run_gid), cross_chunk_link_count=int(links.total), group_count=len(group_rows))
+
+
+# ---------------------------------------------------------------------------
+# graphs, skeletons, meshes
+
+
+def _smallest_endpoint(ends: np.ndarray) -> np.ndarray:
+    """Per record (M, L, ndim), the endpoint whose chunk is lexicographically smallest: where
+    ``place_records`` files the record (ties keep the first)."""
+    m = len(ends)
+    rows = np.arange(m)
+    best = np.zeros(m, np.int64)
+    cur = ends[:, 0, :]
+    for j in range(1, ends.shape[1]):
+        c = ends[:, j, :]
+        diff = c != cur
+        axis = np.argmax(diff, axis=1)
+        less = diff.any(axis=1) & (c[rows, axis] < cur[rows, axis])
+        best[less] = j
+        cur = np.where(less[:, None], c, cur)
+    return best
+
+
+class _ConnectedSpill:
+    """Pass 1 of a graph/skeleton/mesh write: vertex rows and link records spilled per chunk."""
+
+    def __init__(self, directory: str, grid: Grid, dt: np.dtype, bounds, geometry: str, spill_bytes: int):
+        self.grid, self.dt, self.geometry = grid, dt, geometry
+        self.ndim = grid.ndim
+        self.bounds = _Bounds(bounds, grid.ndim)
+        self.chunks = ChunkIds(grid.ndim)
+        self.rows = RunSpill(directory, "v", spill_bytes)
+        self.records = RunSpill(directory, "e", spill_bytes)
+        self.state: dict = {}
+        self.width: int | None = None
+        self.explicit_ids: bool | None = None
+        self.roots: list[np.ndarray] = []  # object id of every skeleton root
+        self.ids = DistinctIds()
+        self.n_rows = 0
+        self.n_records = 0
+        self._batches = 0
+
+    def add(self, batch) -> None:
+        what = f"batches[{self._batches}]"
+        self._batches += 1
+        kind = "mesh" if self.geometry == "mesh" else "graph"
+        fields = _fields(batch, kind, what)
+        has_ids = fields.get("object_ids") is not None
+        if self.explicit_ids is None:
+            self.explicit_ids = has_ids
+        elif has_ids != self.explicit_ids:
+            raise InvalidArgumentError(f"{what}: either every batch has 'object_ids' or none does")
+        try:
+            if kind == "mesh":
+                pos, oids, rec, attrs = mesh_input(fields["positions"], fields.get("faces", np.zeros((0, 3))),
+                                                   fields.get("object_ids"), fields.get("attributes"), self.dt)
+                link_attrs = {}
+            else:
+                pos, oids, rec, attrs, link_attrs = graph_input(
+                    fields["positions"], fields.get("edges", np.zeros((0, 2))), fields.get("object_ids"),
+                    fields.get("attributes"), fields.get("link_attributes"), self.dt,
+                    skeleton=self.geometry == "skeleton")
+            if pos.shape[1] != self.ndim:
+                raise InvalidArgumentError(f"vertices are {pos.shape[1]}-D but chunk_shape has {self.ndim} values")
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{what}: {exc}") from None
+        _schema_check(self.state, "attributes", attrs, f"{what}['attributes']")
+        if len(rec):
+            if self.width is None:
+                self.width = rec.shape[1]
+            elif rec.shape[1] != self.width:
+                raise InvalidArgumentError(f"{what}: faces have {rec.shape[1]} vertices, the first batch's "
+                                           f"{self.width}")
+            _schema_check(self.state, "link_attributes", link_attrs, f"{what}['link_attributes']")
+        self.bounds.add(pos.astype(np.float64, copy=False), what)
+        n, base = len(pos), self.n_rows
+        self.ids.add(oids)
+        if self.geometry == "skeleton" and len(rec) < n:
+            has_parent = np.zeros(n, bool)
+            has_parent[rec[:, 0]] = True
+            self.roots.append(oids[~has_parent])
+        chunks = self.grid.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
+        gids = self.chunks.of(chunks).astype(np.int64)
+        if n:
+            self.rows.push(gids, {"positions": pos, "object_ids": oids,
+                                  "vertex": np.arange(base, base + n, dtype=np.int64),
+                                  **{f"attr:{k}": v for k, v in attrs.items()}})
+        if len(rec):
+            src = gids[rec[np.arange(len(rec)), _smallest_endpoint(chunks[rec])]]
+            self.records.push(src, {"vertex": rec + base, "chunk": gids[rec],
+                                    **{f"attr:{k}": v for k, v in link_attrs.items()}})
+        self.n_rows += n
+        self.n_records += len(rec)
+
+    def check_roots(self) -> None:
+        """One tree per skeleton object across batches (each batch checked its own)."""
+        if len(self.roots) > 1:
+            ro = np.sort(np.concatenate(self.roots))
+            rep = ro[1:][ro[1:] == ro[:-1]]
+            if rep.size:
+                raise InvalidArgumentError(
+                    f"object_ids: object {int(rep[0])} holds more than one tree (several roots); a skeleton stores "
+                    "one rooted tree per object -- give each tree its own id, or use geometry_type='graph'")
+
+
+async def write_connected_stream(
+    target: Target,
+    batches: ObjectBatches,
+    *,
+    geometry: str,
+    chunk_shape: Shape,
+    bin_shape: Shape | None = None,
+    bounds: Bounds | None = None,
+    object_attributes: Columns | None = None,
+    fragment_attributes: FragmentColumns | None = None,
+    groups: Groups | None = None,
+    group_attributes: Columns | None = None,
+    compression: str | None = None,
+    shard_shape: int | Sequence[int] | None = None,
+    dtype="float32",
+    overwrite: bool = False,
+    object_index_layout: str = "sharded",
+    storage_options: StorageOptions | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
+    spill_bytes: int = SPILL_BYTES,
+    upload_bytes: int = UPLOAD_BYTES,
+) -> WriteSummary:
+    """A graph, skeleton or mesh (``geometry``) from batches; the in-memory writer's bytes."""
+    grid, codec, chunk_given, bin_given = _setup(chunk_shape, bin_shape, compression, shard_shape,
+                                                 object_index_layout, spill_bytes)
+    dt = float_dtype(dtype)
+    ndim = grid.ndim
+    skeleton = geometry == "skeleton"
+    frag_attrs = FragmentAttributes(fragment_attributes, ndim)
+    handle, ex = await open_new(target, storage_options, overwrite)
+    with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
+        sp = _ConnectedSpill(tmp, grid, dt, bounds, geometry, spill_bytes)
+        try:
+            async for batch in batches_of(batches):
+                await anyio.to_thread.run_sync(sp.add, batch)
+            sp.check_roots()
+            await anyio.to_thread.run_sync(sp.rows.finish, len(sp.chunks))
+            await anyio.to_thread.run_sync(sp.records.finish, len(sp.chunks))
+            n = sp.n_rows
+            lo, hi = sp.bounds.result()
+            coords = sp.chunks.coords()
+            layout.check_cells(n, len(coords), chunk_given, lo, hi)
+            origin, grid_shape = grid.layout(lo, hi)
+            visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
+            attr_schema = sp.state.get("attributes", {})
+            uniq = sp.ids.result()
+            obj_attrs, group_rows, grp_attrs = object_tables(uniq, object_attributes, groups, group_attributes)
+            link_names = [k for k in sp.state.get("link_attributes", {})]
+            local_of = np.zeros(n, np.int32 if n < 2**31 else np.int64)  # chunk-local row of each vertex
+            frag_start = np.zeros(n, bool) if skeleton else None
+            frag_oid, frag_rank, frag_local = [], [], []
+            arrays_present = ["vertices", "links", "object_index"]
+            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes,
+                                   consolidate=object_index_layout != "reference") as writer:
+                level = LevelWriter(writer, 0, origin, grid_shape, codec)
+                if attr_schema:
+                    empty_group(writer, "0/vertex_attributes")
+                for i, gid in enumerate(visit.tolist()):
+                    cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
+                    pos, oids, vertex = cols.pop("positions"), cols.pop("object_ids"), cols.pop("vertex")
+                    attrs = {k[5:]: v for k, v in cols.items()}
+                    lay = Layout.by_key(grid, pos, oids)
+                    part = lay.part
+                    local_of[vertex] = lay.local
+                    if skeleton:
+                        frag_start[vertex[part.order[lay.frag_first[part.frag_counts > 0]]]] = True
+                    await put_rows(level, part, pos, attrs, lay.fragments_of)
+                    await frag_attrs.put(level, coords[gid], len(part.frag_keys))
+                    frag_oid.append(part.frag_keys)
+                    frag_rank.append(np.full(len(part.frag_keys), rank[gid], np.int64))
+                    frag_local.append(np.arange(len(part.frag_keys), dtype=np.int64))
+                    shard = shard_done(visit, shard_of, i)
+                    if shard is not None:
+                        for arr in level.arrays.values():
+                            await arr.flush_shard(writer, shard)
+                    del pos, oids, vertex, attrs, cols, lay, part
+                if not len(visit):
+                    await _upload_empty(level, ndim, dt, attr_schema)
+                frag_attrs.finish(writer, arrays_present)
+
+                links = LinkWriter(level, ndim=ndim, width=sp.width or (3 if geometry == "mesh" else 2),
+                                   attribute_names=link_names, intra_array=True, link_fragments=True)
+                for i, gid in enumerate(visit.tolist()):
+                    rec = await anyio.to_thread.run_sync(sp.records.read, gid)
+                    vertex, chunk = rec.pop("vertex", None), rec.pop("chunk", None)
+                    if vertex is not None and len(vertex):
+                        vi = local_of[vertex].astype(np.int64)
+                        la = {k[5:]: v for k, v in rec.items()}
+                        if skeleton:  # the edges the reader implies: parent right before child in one fragment
+                            keep = ~((chunk[:, 0] == chunk[:, 1]) & (vi[:, 0] == vi[:, 1] + 1)
+                                     & ~frag_start[vertex[:, 0]])
+                            vi, chunk = vi[keep], chunk[keep]
+                            la = {k: v[keep] for k, v in la.items()}
+                        if len(vi):
+                            await links.add(place_records(coords[chunk], vi), la)
+                    shard = shard_done(visit, shard_of, i)
+                    if shard is not None:
+                        for arr in level.arrays.values():
+                            await arr.flush_shard(writer, shard)
+                del local_of, frag_start
+                await level.finish()
+                links.finish()
+
+                fo = np.concatenate(frag_oid) if frag_oid else np.zeros(0, np.int64)
+                fr = np.concatenate(frag_rank) if frag_rank else np.zeros(0, np.int64)
+                fl = np.concatenate(frag_local) if frag_local else np.zeros(0, np.int64)
+                frag_object = np.searchsorted(uniq, fo)
+                order = np.lexsort((fr, frag_object))
+                await put_object_index(writer, 0, frag_object[order], coords[np.argsort(rank)][fr[order]], fl[order],
+                                       uniq, ndim, compression=compression, layout=object_index_layout)
+                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, compression)
+                add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
+                                     chunk_shape=chunk_given, bounds=(lo, hi), bin_shape=bin_given)
+        finally:
+            sp.rows.close()
+            sp.records.close()
+    return WriteSummary.of(
+        writer, geometry, object_count=len(uniq), vertex_count=int(n), link_count=int(sp.n_records),
+        stored_link_count=int(links.total), chunk_count=len(coords), fragment_count=len(fo),
+        group_count=len(group_rows))

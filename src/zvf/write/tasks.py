@@ -1,0 +1,510 @@
+"""A point write split into tasks an engine can map over many processes or machines.
+
+``write_points`` of one big input, cut into *sources* (files, array blocks,
+bag partitions), becomes three kinds of task; any engine (``zvf.dask``) runs
+them, each with only a :class:`PointJob` (store URL + storage options, never
+a live store object) and small arguments:
+
+1. :func:`route_source` -- one per source: checks and casts its batches with
+   the streaming writer's :class:`~zvf.write.stream.Spill`, sorts its rows by
+   chunk (input order kept within a chunk) and uploads them as one *spill*
+   object under the job prefix, plus a small summary (row count, extent,
+   dtype, schema, distinct ids, rows per chunk).
+2. :func:`write_cells` -- one per group of chunks (whole shards when
+   sharded): reads its chunks' rows from every spill, in source order, and
+   writes the chunks' cells with the serial writer's ``partition`` and
+   ``put_rows``.  Returns each chunk's fragments' object ids.
+3. :func:`commit` -- one, on the driver: array documents, object index,
+   per-object/group data, level, root last (``publish_level``), then the job
+   prefix is removed.
+
+Rows reach ``partition`` in the order the concatenated input has them, so
+the store is byte for byte the one ``write_points`` writes from the
+concatenation.  Every key a task writes is a function of the job and the
+task's index, and its bytes of the input: a retried task (its worker died)
+rewrites the same objects with the same bytes.  A task's summary is stored
+under the job prefix after its data, so a resumed job skips what is done.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+import numpy as np
+
+from ..errors import FormatError, InvalidArgumentError, StoreExistsError
+from ..format import builders
+from ..format.codecs import CellCodec
+from ..format.fragments import FragmentIndex
+from ..format.grid import Grid
+from ..format.shard import shard_coords
+from ..io.executor import Executor
+from ..io.plan import ByteRange
+from ..io.store import open_store
+from ..lifecycle.pyramid import _rows_in
+from . import inputs
+from .engine import CLAIM_KEY, StoreWriter, empty_group
+from .level import LevelWriter, put_rows, shard_tuple
+from .object_index import check_layout
+from .partition import partition
+from .point_level import PointExtras, manifest_rows, publish_level
+from .stream import Spill
+from .types import WriteSummary
+
+JOBS_PREFIX = ".zvf-jobs/"
+ROWS_PER_TASK = 4_000_000  # rows a write_cells task gathers at once (bounds a worker's memory)
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """Everything a task needs, picklable: where the store is and how it is laid out."""
+
+    url: str
+    storage_options: dict | None
+    job: str
+    chunk_shape: tuple
+    bin_shape: tuple | None
+    bounds: tuple | None
+    dtype: str | None
+    compression: str | None
+    shard_shape: tuple | None
+    implicit_ids: bool  # groups without object ids: every row is an object, numbered in input order
+
+    @property
+    def prefix(self) -> str:
+        return f"{JOBS_PREFIX}{self.job}/"
+
+    def grid(self) -> Grid:
+        return Grid.create(list(self.chunk_shape), None if self.bin_shape is None else list(self.bin_shape))
+
+    def codec(self) -> CellCodec:
+        return CellCodec.for_writing(self.compression, shard_tuple(self.shard_shape, len(self.chunk_shape)))
+
+    def executor(self) -> Executor:
+        return Executor(open_store(self.url, mode="w", storage_options=self.storage_options))
+
+    def params(self) -> dict:
+        """What a resumed job must agree on (JSON)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("storage_options",)}
+
+
+def new_job(url: str, storage_options, *, job: str | None, chunk_shape, bin_shape, bounds, dtype, compression,
+            shard_shape, implicit_ids: bool) -> PointJob:
+    """Check the layout arguments once, on the driver (the same checks ``write_points`` makes)."""
+    if isinstance(chunk_shape, str):
+        raise InvalidArgumentError("chunk_shape: a distributed write needs numbers per axis ('auto' looks at "
+                                   "all the data first)")
+    grid = Grid.create(chunk_shape, bin_shape)
+    ndim = grid.ndim
+    shard = shard_tuple(shard_shape, ndim)
+    CellCodec.for_writing(compression, shard)
+    if bounds is not None:
+        bounds = tuple(tuple(c) for c in inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim))
+    if dtype is not None:
+        dtype = np.dtype(dtype).str
+    if job is not None and (not isinstance(job, str) or not job or "/" in job):
+        raise InvalidArgumentError(f"job must be a non-empty name without '/', got {job!r}")
+
+    def plain(v):  # as the caller gave it (0.9.2 records ints as ints)
+        return None if v is None else tuple(x.item() if hasattr(x, "item") else x for x in np.ravel(v).tolist())
+
+    return PointJob(url, None if storage_options is None else dict(storage_options), job or uuid.uuid4().hex,
+                    plain(chunk_shape), plain(bin_shape), bounds, dtype, compression, shard, implicit_ids)
+
+
+# ----------------------------------------------------------------------------- small blobs
+
+
+def _pack(summary: dict) -> bytes:
+    """A task summary as one .npz: arrays as themselves, the rest as JSON (never pickled)."""
+    arrays = {k: v for k, v in summary.items() if isinstance(v, np.ndarray)}
+    meta = {k: v for k, v in summary.items() if not isinstance(v, np.ndarray)}
+    buf = io.BytesIO()
+    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+    return buf.getvalue()
+
+
+def _unpack(blob: bytes, key: str) -> dict:
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            out = json.loads(bytes(z["__meta__"]).decode())
+            out.update((k, z[k]) for k in z.files if k != "__meta__")
+    except (ValueError, KeyError, OSError) as exc:
+        raise FormatError(f"{key}: not a zvf job summary ({exc})") from None
+    return out
+
+
+async def _load_summaries(ex: Executor, prefix: str) -> dict[int, dict]:
+    """Summaries stored under ``prefix`` (``NNNNNN.npz``), by task index."""
+    keys = [k for k, _ in await ex.list(prefix) if k.endswith(".npz")]
+    blobs = await ex.gather([ex.get(k) for k in keys])
+    return {int(k.rsplit("/", 1)[1][:-4]): _unpack(b, k) for k, b in zip(keys, blobs) if b is not None}
+
+
+# ----------------------------------------------------------------------------- 1. route
+
+
+def route_source(job: PointJob, index: int, batches: Iterable, *, spill_bytes: int = 64 << 20) -> dict:
+    """Spill one source's rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary."""
+    return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
+
+
+async def _route(job: PointJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
+    grid = job.grid()
+    ex = job.executor()
+    with tempfile.TemporaryDirectory(prefix="zvf-route-") as tmp:
+        spill = Spill(tmp, grid, None if job.dtype is None else np.dtype(job.dtype), job.bounds,
+                      implicit_ids=job.implicit_ids, spill_bytes=spill_bytes)
+        try:
+            try:
+                for batch in batches:
+                    spill.add(batch)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"sources[{index}]: {exc}") from None
+            spill.finish()
+            coords = spill.chunk_coords
+            order = np.lexsort(coords.T[::-1]) if len(coords) else np.zeros(0, np.int64)  # C order of chunks
+            parts: dict[str, list[np.ndarray]] = {}
+            counts = np.zeros(len(order), np.int64)
+            for i, gid in enumerate(order.tolist()):
+                cols = spill.rows.read(gid)
+                counts[i] = len(cols["positions"])
+                for name, col in cols.items():
+                    parts.setdefault(name, []).append(col)
+            schema = spill.rows.schema or {}
+            layout, blobs, offset = [], [], 0
+            for name, (dtype, row_shape) in schema.items():
+                col = np.concatenate(parts[name]) if name in parts else np.zeros((0, *row_shape), dtype)
+                data = np.ascontiguousarray(col).tobytes()
+                layout.append([name, np.dtype(dtype).str, list(row_shape), offset])
+                blobs.append(data)
+                offset += len(data)
+            del parts
+            await ex.put(f"{job.prefix}spill/{index:06d}.bin", b"".join(blobs))
+            summary = {
+                "n": int(spill.n_rows), "dtype": None if spill.dtype is None else np.dtype(spill.dtype).str,
+                "attributes": {k: [np.dtype(d).str, list(r)] for k, (d, r) in (spill.attr_schema or {}).items()},
+                "explicit_ids": spill.explicit_ids, "columns": layout,
+                "chunks": coords[order].astype(np.int64).reshape(-1, grid.ndim), "counts": counts,
+                "lo": np.asarray([] if spill.lo is None else spill.lo, np.float64),
+                "hi": np.asarray([] if spill.hi is None else spill.hi, np.float64),
+            }
+            if spill.explicit_ids:
+                summary["ids"] = spill.object_ids()
+        finally:
+            spill.close()
+    await ex.put(f"{job.prefix}map/{index:06d}.npz", _pack(summary))
+    return summary
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+@dataclass
+class CellPlan:
+    """What the routed sources add up to, and the chunk groups of the write_cells tasks."""
+
+    n: int
+    dtype: np.dtype
+    attributes: dict[str, tuple[np.dtype, tuple[int, ...]]]
+    with_ids: bool
+    explicit_ids: bool
+    lo: list
+    hi: list
+    origin: tuple[int, ...]
+    grid_shape: tuple[int, ...]
+    chunks: np.ndarray  # (C, ndim) every chunk, C order
+    groups: list[np.ndarray]  # indices into ``chunks``, one array per write_cells task
+    row_offsets: np.ndarray  # (S,) first global row of each source
+    uniq: np.ndarray | None
+    source_chunks: list[np.ndarray]  # per source: row in ``chunks`` of each of its chunks
+
+
+def plan_cells(job: PointJob, summaries: list[dict], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
+    """Check the sources agree (dtype, attributes, ids) and cut the chunks into task groups."""
+    grid = job.grid()
+    ndim = grid.ndim
+    full = [s for s in summaries if s["n"]] or summaries[:1]
+    dtypes = sorted({s["dtype"] for s in full if s["dtype"] is not None})
+    if len(dtypes) > 1:
+        raise InvalidArgumentError(f"sources give positions of dtypes {dtypes}; pass dtype= to store one")
+    for i, s in enumerate(summaries):
+        if s["n"] and s["attributes"] != full[0]["attributes"]:
+            raise InvalidArgumentError(f"sources[{i}] has attributes {s['attributes']}, sources[0] "
+                                       f"{full[0]['attributes']}: every source must carry the same ones")
+        if s["n"] and s["explicit_ids"] != full[0]["explicit_ids"]:
+            raise InvalidArgumentError(f"sources[{i}]: either every source has 'object_ids' or none does")
+    first = full[0] if full else {"attributes": {}, "explicit_ids": False}
+    explicit = bool(first["explicit_ids"])
+    with_ids = explicit or job.implicit_ids
+    counts = np.asarray([s["n"] for s in summaries], np.int64)
+    n = int(counts.sum())
+    dtype = np.dtype(dtypes[0]) if dtypes else inputs.position_dtype(np.dtype(np.float32), job.dtype)
+    if job.bounds is None:
+        if n == 0:
+            raise InvalidArgumentError("bounds are required when there are no positions")
+        lo = np.min([s["lo"] for s in summaries if s["n"]], axis=0).astype(np.float64).tolist()
+        hi = np.max([s["hi"] for s in summaries if s["n"]], axis=0).astype(np.float64).tolist()
+    else:
+        lo, hi = (list(c) for c in job.bounds)
+    origin, grid_shape = grid.layout(lo, hi, by_bin=not with_ids)
+    every = [s["chunks"].reshape(-1, ndim) for s in summaries]
+    chunks = np.unique(np.concatenate(every), axis=0) if n else np.zeros((0, ndim), np.int64)  # C order
+    at = [_rows_in(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk -> chunks row
+    rows = np.zeros(len(chunks), np.int64)
+    for s, idx in zip(summaries, at):
+        rows[idx] += s["counts"]
+    groups = _groups(chunks, rows, origin, job.codec().shard, rows_per_task)
+    uniq = None
+    if explicit:
+        uniq = np.unique(np.concatenate([s["ids"] for s in summaries if "ids" in s] or [np.zeros(0, np.int64)]))
+    elif with_ids:
+        uniq = np.arange(n, dtype=np.int64)
+    return CellPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in first["attributes"].items()}, with_ids,
+                    explicit, lo, hi, origin, grid_shape, chunks, groups,
+                    np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64), uniq, at)
+
+
+def _groups(chunks: np.ndarray, rows: np.ndarray, origin, shard, rows_per_task: int) -> list[np.ndarray]:
+    """Chunks cut into runs of about ``rows_per_task`` rows; a shard never spans two groups."""
+    if not len(chunks):
+        return []
+    if shard is None:
+        unit = np.arange(len(chunks))
+        order = unit
+    else:
+        sc = shard_coords(chunks - np.asarray(origin), shard).reshape(len(chunks), -1)
+        order = np.lexsort((np.arange(len(chunks)), *sc.T[::-1]))
+        sorted_sc = sc[order]
+        unit = np.concatenate(([0], np.cumsum(np.any(sorted_sc[1:] != sorted_sc[:-1], axis=1))))
+    unit_rows = np.bincount(unit, weights=rows[order]).astype(np.int64)
+    group_of_unit = np.zeros(len(unit_rows), np.int64)
+    acc, g = 0, 0
+    for u, r in enumerate(unit_rows.tolist()):  # one step per shard/chunk, not per row
+        if acc and acc + r > rows_per_task:
+            g, acc = g + 1, 0
+        group_of_unit[u] = g
+        acc += r
+    gid = group_of_unit[unit]
+    cut = np.flatnonzero(gid[1:] != gid[:-1]) + 1
+    return [np.sort(part) for part in np.split(order, cut)]
+
+
+# ----------------------------------------------------------------------------- 2. cells
+
+
+class _CellWriter(StoreWriter):
+    """Uploads cells only: the driver claimed the store and publishes its documents at commit."""
+
+    async def _claim(self) -> None:
+        pass
+
+    async def _publish(self) -> None:
+        pass
+
+
+def write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
+    """Write the cells of ``plan.groups[index]`` from every source's spill; returns its summary."""
+    return anyio.run(_write_cells, job, index, plan, sources, backend="asyncio")
+
+
+def source_slices(plan: CellPlan, index: int, sources: list[dict]) -> list[dict]:
+    """Only what ``write_cells(index)`` needs of each source summary (small task arguments)."""
+    group = plan.groups[index]  # sorted rows of ``plan.chunks``
+    out = []
+    for s, idx in zip(sources, plan.source_chunks):
+        starts = np.concatenate(([0], np.cumsum(s["counts"])[:-1])).astype(np.int64)
+        k = np.minimum(np.searchsorted(group, idx), max(len(group) - 1, 0))
+        hit = np.flatnonzero(group[k] == idx) if len(group) else np.zeros(0, np.int64)
+        out.append({"chunk": k[hit], "row": starts[hit], "count": s["counts"][hit], "columns": s["columns"]})
+    return out
+
+
+async def _write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
+    grid = job.grid()
+    ex = job.executor()
+    want = plan.chunks[plan.groups[index]]
+    schema = {"positions": (plan.dtype, (grid.ndim,))}
+    schema.update((f"attr:{k}", v) for k, v in plan.attributes.items())
+    if plan.with_ids:
+        schema["object_ids"] = (np.dtype(np.int64), ())
+    # (chunk in group, source, column) -> byte range, read in one coalesced batch
+    ranges, where = [], []
+    for si, s in enumerate(sources):
+        layout = {name: (np.dtype(d), tuple(r), off) for name, d, r, off in s["columns"]}
+        total = int(s["count"].sum()) if len(s["count"]) else 0
+        if not total:
+            continue
+        for name, (dtype, row_shape, off) in layout.items():
+            rb = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+            for k, r, c in zip(s["chunk"].tolist(), s["row"].tolist(), s["count"].tolist()):
+                ranges.append(ByteRange(f"{job.prefix}spill/{si:06d}.bin", off + r * rb, off + (r + c) * rb))
+                where.append((k, si, name, dtype, row_shape, c))
+    payloads = await ex.read_ranges(ranges)
+    pieces: dict[str, dict[tuple[int, int], np.ndarray]] = {name: {} for name in schema}
+    for (k, si, name, dtype, row_shape, c), blob in zip(where, payloads):
+        if blob is None or len(blob) != c * dtype.itemsize * int(np.prod(row_shape, dtype=np.int64)):
+            raise FormatError(f"{job.prefix}spill/{si:06d}.bin: missing or shorter than its summary says")
+        arr = np.frombuffer(blob, dtype).reshape(c, *row_shape)
+        if name == "object_ids" and not plan.explicit_ids:
+            arr = arr + plan.row_offsets[si]  # row numbers of the source -> of the whole input
+        pieces[name][(k, si)] = arr
+    cols = {}
+    for name, (dtype, row_shape) in schema.items():  # chunk by chunk, sources in input order
+        got = [pieces[name][key] for key in sorted(pieces[name])]
+        cols[name] = np.concatenate(got).astype(dtype, copy=False) if got else np.zeros((0, *row_shape), dtype)
+    del pieces, payloads
+    pos = cols.pop("positions")
+    oids = cols.pop("object_ids", None)
+    attrs = {name[5:]: v for name, v in cols.items()}
+    if oids is None:
+        chunks, bins = grid.bin_of(pos)
+        part = partition(chunks, bins, all_keys=grid.bins_in_chunk)
+    else:
+        part = partition(grid.chunk_of(pos), oids)
+    if len(part.chunks) != len(want) or np.any(part.chunks != want):
+        raise FormatError(f"{job.prefix}: the spilled rows of task {index} do not fall in its chunks")
+
+    def fragments_of(k: int) -> FragmentIndex:
+        s = part.chunk_fragments(k)
+        return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
+
+    async with _CellWriter(ex) as writer:
+        level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
+        await put_rows(level, part, pos, attrs, fragments_of)
+        await level.finish()  # flushes this group's whole shards; the documents come at commit
+    summary = {"cells": writer.cells_written, "bytes": writer.bytes_written}
+    if oids is not None:
+        summary["frag_chunk"] = plan.groups[index][part.frag_chunk]
+        summary["frag_keys"] = np.asarray(part.frag_keys, np.int64)
+    await ex.put(f"{job.prefix}cells/{index:06d}.npz", _pack(summary))
+    return summary
+
+
+# ----------------------------------------------------------------------------- job state
+
+
+async def start(job: PointJob, *, overwrite: bool, n_sources: int) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Claim the store (or resume the job that claimed it); returns the finished (route, cells) summaries."""
+    ex = job.executor()
+    manifest_key = f"{job.prefix}job.json"
+    saved = await ex.get(manifest_key)
+    if saved is not None:
+        state = json.loads(saved)
+        params = json.loads(json.dumps({**job.params(), "sources": n_sources}))
+        if state.get("params") != params:
+            raise InvalidArgumentError(f"{ex.handle.url}: job {job.job!r} was started with other arguments "
+                                       f"({state.get('params')}); start a new job or pass the same ones")
+        if await ex.get(CLAIM_KEY) != state["claim"].encode():
+            raise StoreExistsError(f"{ex.handle.url}: job {job.job!r} no longer holds the store's claim")
+        return await _load_summaries(ex, f"{job.prefix}map/"), await _load_summaries(ex, f"{job.prefix}cells/")
+    claimer = StoreWriter(ex, overwrite=overwrite)
+    await claimer._claim()  # the serial writers' claim: one writer per new store
+    claim = (await ex.get(CLAIM_KEY) or b"").decode()
+    state = {"params": {**job.params(), "sources": n_sources}, "claim": claim}
+    await ex.put(manifest_key, json.dumps(state).encode())
+    return {}, {}
+
+
+class _CommitWriter(StoreWriter):
+    """Publishes documents and the root over cells already uploaded (the claim is the job's)."""
+
+    async def _claim(self) -> None:
+        pass
+
+
+async def commit(job: PointJob, plan: CellPlan, cells: list[dict], *, overwrite: bool, object_attributes=None,
+                 groups=None, group_attributes=None, object_index_layout: str = "sharded") -> WriteSummary:
+    """Array documents, object index, per-object/group data, level and root; then remove the job prefix."""
+    check_layout(object_index_layout)
+    grid = job.grid()
+    ex = job.executor()
+    for name in plan.attributes:
+        inputs.check_name(name, "attribute")
+    extras = PointExtras.check(plan.uniq, object_attributes, groups, group_attributes,
+                               plan.uniq if plan.explicit_ids else None)
+    async with _CommitWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
+        level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
+        if plan.attributes:
+            empty_group(writer, "0/vertex_attributes")
+        if len(plan.chunks):  # documents in the order put_rows declares its arrays
+            level.array("vertices", builders.vertices_attributes(plan.dtype))
+            level.array("vertex_fragments", builders.vertex_fragments_attributes())
+            for name, (dt, rs) in plan.attributes.items():
+                level.array(f"vertex_attributes/{name}", builders.vertex_attribute_attributes(name, dt, rs))
+            for arr in level.arrays.values():
+                arr.nonempty = [tuple(c) for c in plan.chunks.tolist()]
+        else:  # no rows: declare the arrays anyway, as write_points does
+            await put_rows(level, partition(np.zeros((0, grid.ndim), np.int64), np.zeros(0, np.int64)),
+                           np.zeros((0, grid.ndim), plan.dtype),
+                           {k: np.zeros((0, *rs), dt) for k, (dt, rs) in plan.attributes.items()}, None)
+        await level.finish()
+        manifest = None
+        if plan.uniq is not None:
+            fr = np.concatenate([c["frag_chunk"] for c in cells] or [np.zeros(0, np.int64)])
+            fk = np.concatenate([c["frag_keys"] for c in cells] or [np.zeros(0, np.int64)])
+            by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in one Partition
+            manifest = manifest_rows(fr[by_chunk], fk[by_chunk], plan.chunks, plan.uniq)
+        await publish_level(writer, ex.handle.url, grid=grid, shapes=(_shape(job.chunk_shape), _shape(job.bin_shape)),
+                            bounds=(plan.lo, plan.hi), n=plan.n, has_attributes=bool(plan.attributes), uniq=plan.uniq,
+                            manifest=manifest, extras=extras, compression=job.compression,
+                            object_index_layout=object_index_layout)
+    await discard(job)
+    return WriteSummary(
+        url=ex.handle.url, geometry="point_cloud", vertex_count=plan.n, object_count=0 if plan.uniq is None else
+        len(plan.uniq), chunk_count=len(plan.chunks), group_count=len(extras.group_rows),
+        cells_written=writer.cells_written + sum(c["cells"] for c in cells),
+        bytes_written=writer.bytes_written + sum(c["bytes"] for c in cells), requests=ex.stats.snapshot(),
+        bins_per_chunk=list(grid.bins_per_chunk))
+
+
+def _shape(v):
+    return None if v is None else list(v)
+
+
+async def discard(job: PointJob) -> None:
+    """Remove the job's spills and summaries (after its commit, or to abandon it)."""
+    ex = job.executor()
+    keys = [k for k, _ in await ex.list(job.prefix)]
+    if keys:
+        await ex.delete(keys)
+
+
+def batches_of_source(source: Any, index: int) -> Iterable:
+    """The batches of one source: a ``.npy``/``.npz`` path, a callable, an array, a batch dict or a list.
+
+    ``.npz`` keys are the export's: ``positions``, ``object_ids``, ``attr_<name>``.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        ext = os.path.splitext(path)[1].lower()
+        if ext == ".npy":
+            return [np.load(path, allow_pickle=False)]
+        if ext == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                if "positions" not in z.files:
+                    raise InvalidArgumentError(f"sources[{index}] {path!r} has no 'positions' array")
+                batch: dict = {"positions": z["positions"]}
+                if "object_ids" in z.files:
+                    batch["object_ids"] = z["object_ids"]
+                attrs = {k[5:]: z[k] for k in z.files if k.startswith("attr_")}
+                if attrs:
+                    batch["attributes"] = attrs
+            return [batch]
+        raise InvalidArgumentError(f"sources[{index}] {path!r}: a file source must be .npy or .npz")
+    if isinstance(source, Callable):
+        return batches_of_source(source(), index)
+    if isinstance(source, (np.ndarray, dict)):
+        return [source]
+    if isinstance(source, (list, tuple)):
+        return source
+    raise InvalidArgumentError(f"sources[{index}] must be a .npy/.npz path, a callable, an array or a list of "
+                               f"batches, got {type(source).__name__}")
