@@ -1,0 +1,10 @@
+"""``zvf.dask``: Dask engine for bulk ingest, export and pyramids (see docs/DISTRIBUTED.md).
+
+Needs the ``dask`` extra (``pip install 'zvf[dask]'``); ``import zvf`` never imports it.
+"""
+
+from __future__ import annotations
+
+from .distributed import build_pyramid, export, to_dask, write_points
+
+__all__ = ["build_pyramid", "export", "to_dask", "write_points"]

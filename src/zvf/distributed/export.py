@@ -1,0 +1,155 @@
+"""``zvf.dask.to_dask`` / ``zvf.dask.export``: a level as a Dask DataFrame, or as one file per partition.
+
+The driver plans (chunk batches of a point cloud, id batches of an object
+geometry: the batches ``zvf export`` streams), each task opens the store
+from its spec and reads its batch.  Columns and rows are those of the
+serial export (``zvf.read.writers``): the concatenated partitions equal its
+vertex table, or its edges/faces table with ``table=``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .run import compute, need_dask, spec_of
+
+TABLES = ("vertices", "edges", "faces")
+
+
+async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int, batch_objects: int) -> dict:
+    """Batches (chunk coords or object ids), attribute names and an empty Selection of the right shape."""
+    import zvf
+
+    from ..format.grid import check_bbox
+    from ..read.load import LINKED
+    from ..read.objects import SEQUENTIAL
+    from ..read.points import chunks_in_box, pick_attributes, read_chunks
+    from ..read.writers import link_table
+
+    for name, v in (("batch_chunks", batch_chunks), ("batch_objects", batch_objects)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidArgumentError(f"{name} must be an integer >= 1, got {v!r}")
+    async with await zvf.aio.open(url, storage_options=opts) as ds:
+        lvl = await ds.level(level)
+        names = pick_attributes(lvl, attributes)
+        by_object = ds.geometry_type in SEQUENTIAL | LINKED and ds.has_objects(lvl.index)
+        if by_object:
+            if bbox is not None:
+                raise InvalidArgumentError("bbox: a Dask export of an object geometry exports whole objects; "
+                                           "select them with a query instead")
+            ids = await ds.object_ids(level=level)
+            template = await ds.read_objects(ids[:0], level=level, attributes=names, combined=True)
+            parts = [ids[i:i + batch_objects] for i in range(0, len(ids), batch_objects)]
+        else:
+            box = None if bbox is None else check_bbox(bbox, ds.ndim)
+            chunks = lvl.nonempty_chunks if box is None else chunks_in_box(lvl, *box)
+            template = await read_chunks(ds.context, lvl, chunks[:0], names)
+            parts = [chunks[i:i + batch_chunks] for i in range(0, len(chunks), batch_chunks)]
+            bbox = box
+        return {"kind": "objects" if by_object else "chunks", "parts": parts, "names": names, "box": bbox,
+                "template": template, "links": link_table(ds.geometry_type) if by_object else None}
+
+
+async def _read(url: str, opts, level: int, kind: str, part: np.ndarray, names: list[str], box):
+    import zvf
+
+    from ..read.points import read_chunks
+
+    async with await zvf.aio.open(url, storage_options=opts) as ds:
+        if kind == "objects":
+            return await ds.read_objects(part, level=level, attributes=names, combined=True)
+        return await read_chunks(ds.context, await ds.level(level), part, names, box=box)
+
+
+def _frame(sel, table: str):
+    """The pandas table of one batch, columns as the serial export names them."""
+    import pandas as pd
+
+    from ..read.writers import flat_columns, link_arrays, vertex_arrays
+
+    arrays = vertex_arrays(sel) if table == "vertices" else link_arrays(sel, table)
+    return pd.DataFrame(dict(flat_columns(arrays)))
+
+
+def _read_frame(url: str, opts, level: int, kind: str, part, names, box, table: str):
+    sel = anyio.run(_read, url, opts, level, kind, part, names, box, backend="asyncio")
+    return _frame(sel, table)
+
+
+def to_dask(target: Any, *, level: int = 0, bbox=None, attributes=None, table: str = "vertices",
+            batch_chunks: int = 16, batch_objects: int = 1024, storage_options=None):
+    """A level (or the points of a point cloud in the closed box ``bbox``) as a dask DataFrame.
+
+    One partition per ``batch_chunks`` chunks (point clouds) or
+    ``batch_objects`` objects (object geometries, with ``object_id`` and
+    ``vertex_index``).  ``table="edges"``/``"faces"`` gives the link table of
+    graphs, skeletons and meshes instead, ``v0, v1[, v2]`` local to the object.
+    """
+    dask = need_dask()
+    import dask.dataframe as dd
+
+    if table not in TABLES:
+        raise InvalidArgumentError(f"table must be one of {TABLES}, got {table!r}")
+    url, opts = spec_of(target, storage_options)
+    p = anyio.run(_plan, url, opts, level, bbox, attributes, batch_chunks, batch_objects, backend="asyncio")
+    if table != "vertices" and p["links"] != table:
+        raise InvalidArgumentError(f"table={table!r}: this store's objects have "
+                                   f"{'no link table' if p['links'] is None else p['links']}")
+    meta = _frame(p["template"], table)
+    read = dask.delayed(_read_frame, pure=True)
+    parts = [read(url, opts, level, p["kind"], part, p["names"], p["box"], table) for part in p["parts"]]
+    if not parts:
+        return dd.from_pandas(meta, npartitions=1)
+    return dd.from_delayed(parts, meta=meta, verify_meta=False)
+
+
+def _write_part(url: str, opts, level: int, kind: str, part, names, box, path: str, fmt: str, template,
+                links) -> int:
+    from ..read.writers import open_writer
+
+    sel = anyio.run(_read, url, opts, level, kind, part, names, box, backend="asyncio")
+    writer = open_writer(path, fmt, template, links)
+    try:
+        writer.write(sel)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return len(sel)
+
+
+def export(target: Any, out: str | os.PathLike[str], *, format: str = "parquet", level: int = 0,
+           attributes=None, batch_chunks: int = 16, batch_objects: int = 1024, storage_options=None,
+           client: Any = None, progress: Callable[[dict], None] | None = None) -> dict:
+    """Write a level as ``out/part.NNNNN.<format>``, one file per partition (with ``.edges``/``.faces`` files).
+
+    The files, read in name order and concatenated, equal what ``zvf export``
+    writes into one file.  Each is written under a temporary name and renamed
+    when complete, so a retried task replaces it.  Returns files, vertices,
+    partitions and seconds.
+    """
+    dask = need_dask()
+    from ..read.writers import check_out, companion, format_of
+
+    fmt = format_of(str(out), format)
+    out = os.path.abspath(os.fspath(out))
+    check_out(out)
+    os.makedirs(out, exist_ok=True)
+    t0 = time.perf_counter()
+    url, opts = spec_of(target, storage_options)
+    p = anyio.run(_plan, url, opts, level, None, attributes, batch_chunks, batch_objects, backend="asyncio")
+    write = dask.delayed(_write_part, pure=False)
+    paths = [os.path.join(out, f"part.{i:05d}.{fmt}") for i in range(len(p["parts"]))]
+    counts = compute([write(url, opts, level, p["kind"], part, p["names"], p["box"], path, fmt, p["template"],
+                            p["links"]) for part, path in zip(p["parts"], paths)],
+                     client=client, progress=progress, stage="export")
+    files = paths + ([companion(x, p["links"]) for x in paths] if p["links"] and fmt != "npz" else [])
+    return {"files": files, "vertices": int(sum(counts)), "partitions": len(paths), "format": fmt,
+            "seconds": time.perf_counter() - t0}

@@ -1,0 +1,57 @@
+"""``zvf.dask.build_pyramid``: the pyramid builder's block tasks on Dask workers, the commit on the driver.
+
+The driver takes the store's lock and, per step, plans the blocks exactly as
+the serial build does (:func:`zvf.lifecycle.pyramid.plan_blocks`); workers
+run :func:`zvf.lifecycle.pyramid.run_block_task` on groups of blocks from
+the store spec and upload the coarse cells; the driver writes the array
+documents, object index and level from their summaries, the root last.  The
+store equals the serial ``zvf.build_pyramid``'s, byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from ..errors import InvalidArgumentError
+from .run import compute, need_dask, spec_of
+
+
+def build_pyramid(target: Any, factors, *, chunk_scale_factors=None, cross_level_depth: int = 1,
+                  cross_level_storage: str = "explicit", sparsity_strategy: str = "random", seed: int = 0,
+                  storage_options=None, blocks_per_task: int = 4, client: Any = None,
+                  progress: Callable[[dict], None] | None = None, lock_timeout: float = 60.0,
+                  stale_after: float = 3600.0) -> dict:
+    """``zvf.build_pyramid`` with the blocks of every step coarsened on Dask workers.
+
+    Arguments are the serial builder's; ``blocks_per_task`` blocks make one
+    task (a block is a few source chunks).  ``client``: a ``distributed``
+    client (default: the current one, else Dask's local scheduler).
+    ``progress(dict)`` gets ``stage`` ("level N"), ``done``, ``total`` tasks.
+    A worker lost mid-task is rerun (its cell keys are the block's, so no
+    duplicates); a build that died leaves no visible level and the next
+    build removes its cells.
+    """
+    dask = need_dask()
+    from ..lifecycle import pyramid
+
+    if isinstance(blocks_per_task, bool) or not isinstance(blocks_per_task, int) or blocks_per_task < 1:
+        raise InvalidArgumentError(f"blocks_per_task must be an integer >= 1, got {blocks_per_task!r}")
+    url, opts = spec_of(target, storage_options)
+    run = dask.delayed(pyramid.run_block_task, pure=False)
+
+    async def map_blocks(job: pyramid.StepJob, tasks: list[pyramid.BlockTask]) -> list[pyramid.BlockSummary]:
+        shared = dask.delayed(job, traverse=False)  # one graph node: shipped once per worker, not per task
+        groups = [tasks[i:i + blocks_per_task] for i in range(0, len(tasks), blocks_per_task)]
+        graph = [run(url, opts, shared, group) for group in groups]
+        done = await anyio.to_thread.run_sync(lambda: compute(graph, client=client, progress=progress,
+                                                              stage=f"level {job.plan.target}"))
+        return [s for group in done for s in group]
+
+    return anyio.run(lambda: pyramid.build_pyramid(
+        url, factors, chunk_scale_factors=chunk_scale_factors, cross_level_depth=cross_level_depth,
+        cross_level_storage=cross_level_storage, sparsity_strategy=sparsity_strategy, seed=seed,
+        storage_options=opts, lock_timeout=lock_timeout, stale_after=stale_after, map_blocks=map_blocks),
+        backend="asyncio")

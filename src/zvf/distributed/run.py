@@ -1,0 +1,98 @@
+"""What the Dask entry points share: the optional import, the store spec, running a list of tasks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import InvalidArgumentError, MissingDependencyError
+
+
+def need_dask() -> Any:
+    """``dask`` itself, or a clear error naming the extra that brings it."""
+    try:
+        import dask
+    except ImportError as exc:
+        raise MissingDependencyError("zvf.dask needs dask and distributed: pip install 'zvf[dask]'") from exc
+    return dask
+
+
+def spec_of(target: Any, storage_options: Any) -> tuple[str, dict | None]:
+    """The store spec tasks receive: a URL or absolute path, and plain storage options.
+
+    Workers open the store themselves, so a live store object (or a
+    process-local ``memory://`` store) cannot be shipped to them.
+    """
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str) or not target:
+        raise InvalidArgumentError(f"target: the Dask engine needs a store URL or path (workers open it "
+                                   f"themselves), got {type(target).__name__}")
+    scheme = target.split("://", 1)[0].lower() if "://" in target else ""
+    if scheme == "memory":
+        raise InvalidArgumentError(f"target {target!r}: a memory:// store lives in one process; Dask workers "
+                                   "need a path or an object-store URL")
+    if not scheme:
+        target = os.path.abspath(target)  # workers may run elsewhere in the file system
+    if storage_options is not None and not isinstance(storage_options, dict):
+        storage_options = dict(storage_options)
+    return target, storage_options
+
+
+def default_client(client: Any = None) -> Any:
+    """The ``distributed`` client to run on: the one given, else the current one, else None (local scheduler)."""
+    if client is not None:
+        return client
+    try:
+        from distributed import default_client as current
+    except ImportError:
+        return None
+    try:
+        return current()
+    except ValueError:  # no client started
+        return None
+
+
+def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None] | None = None,
+            stage: str = "tasks") -> list:
+    """Results of ``tasks`` (dask delayed objects), in order, reporting each as it finishes.
+
+    On a ``distributed`` cluster a task lost with its worker is rerun by the
+    scheduler on another worker; zvf tasks are idempotent, so that is safe.
+    """
+    dask = need_dask()
+    if not tasks:
+        return []
+    client = default_client(client)
+    total = len(tasks)
+    if client is None:
+        out = list(dask.compute(*tasks))
+        if progress is not None:
+            progress({"stage": stage, "done": total, "total": total})
+        return out
+    from distributed import as_completed
+
+    futures = client.compute(tasks)
+    for done, _ in enumerate(as_completed(futures), 1):
+        if progress is not None:
+            progress({"stage": stage, "done": done, "total": total})
+    return client.gather(futures)
+
+
+@contextlib.contextmanager
+def client_for(workers: int | None, scheduler: str | None) -> Iterator[Any]:
+    """A ``distributed`` client: on the scheduler at ``scheduler``, or a local cluster of ``workers`` processes."""
+    need_dask()
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        with Client(scheduler) as client:
+            yield client
+        return
+    if not isinstance(workers, int) or workers < 1:
+        raise InvalidArgumentError(f"workers must be an integer >= 1, got {workers!r}")
+    with LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None,
+                      host="127.0.0.1") as cluster, Client(cluster) as client:
+        yield client

@@ -1,0 +1,392 @@
+"""Appending objects to a store, safely against crashes and concurrent writers.
+
+An append is published under the *other* chunk-key family: a store's cells
+live either at ``.../c/i/j/k`` (separator "/") or ``.../c.i.j.k`` ("."), both
+legal Zarr v3 and read by zvf and 0.9.2.  The new cells go up under the
+unused family first, then the documents are replaced (arrays and groups,
+level, root last); until the root is replaced every reader sees the old
+store, and a SIGKILL before that leaves it exactly as it was, plus
+unreferenced cells the next append clears.
+
+Point clouds (level 0 only, unsharded) append *incrementally*: only the
+chunks the new rows fall in are read, merged (old rows, then new, as one
+write of the concatenated input lays them out) and written; the other cells
+are copied to the new family server-side, untouched; the object index,
+object/group tables, level and root documents are rewritten from their
+(small) tables.  Other geometries, sharded or pyramid stores rewrite level 0
+(cross-chunk links and shards would need cell-level merges).
+
+Every append holds the store's lock (:mod:`zvf.lifecycle.lock`, shared with
+pyramid builds): a concurrent appender waits, then re-reads the store, so
+nothing is lost; the root is replaced with a compare-and-swap on what was
+read under the lock.  Pyramid levels are dropped by a rewriting append (they
+would describe the old data): rebuild them with ``build_pyramid``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+
+import anyio
+import numpy as np
+
+from ..errors import InvalidArgumentError, ReadOnlyError
+from ..format import builders
+from ..format.keys import ChunkKeyEncoding, format_chunk_id
+from ..write.engine import StoreWriter
+from .lock import StoreLock, read_document, replace_document
+
+_SLASH = re.compile(r"^(.*)/c/(\d+(?:/\d+)*)$")
+_DOT = re.compile(r"^(.*)/c\.(\d+(?:\.\d+)*)$")
+SPATIAL = ("0/vertices/", "0/vertex_fragments/", "0/vertex_attributes/")
+
+
+# ------------------------------------------------------------------ merging inputs
+def _cat_attrs(old: dict, new, what: str, split=None) -> dict:
+    new = dict(new or {})
+    if set(old) != set(new):
+        raise InvalidArgumentError(f"{what}: the store has {sorted(old)}, the append gives {sorted(new)}")
+    if split is not None:
+        return {k: list(old[k]) + list(split(new[k])) for k in old}
+    return {k: np.concatenate([np.asarray(old[k]), np.asarray(new[k]).astype(np.asarray(old[k]).dtype)])
+            for k in old}
+
+
+def _merge_tables(old: dict, new: dict, id_shift: int) -> dict:
+    """Object attributes, groups (new group ids follow the old ones; members shifted by ``id_shift``)."""
+    out = {}
+    if "object_attributes" in old or new.get("object_attributes"):
+        out["object_attributes"] = _cat_attrs(old.get("object_attributes", {}), new.get("object_attributes"),
+                                              "object_attributes")
+    groups = dict(old.get("groups", {}))
+    base = len(groups)
+    for g, members in (new.get("groups") or {}).items():
+        groups[base + int(g)] = np.asarray(members, dtype=np.int64) + id_shift
+    if groups:
+        out["groups"] = groups
+    if "group_attributes" in old or new.get("group_attributes"):
+        out["group_attributes"] = _cat_attrs(old.get("group_attributes", {}), new.get("group_attributes"),
+                                             "group_attributes")
+    return out
+
+
+def _merge(writer: str, old_args: tuple, old_kw: dict, new_args: tuple, new_kw: dict) -> tuple[tuple, dict]:
+    """The concatenated input: old objects first, new ones with the next ids."""
+    tables = {k: old_kw.pop(k) for k in ("object_attributes", "groups", "group_attributes") if k in old_kw}
+    new_tables = {k: new_kw.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
+    if writer == "write_points":
+        (old_pos,), (new_pos,) = old_args, new_args
+        new_pos = np.asarray(new_pos)
+        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes")}
+        old_ids, new_ids = old_kw.get("object_ids"), new_kw.pop("object_ids", None)
+        if (old_ids is None) != (new_ids is None):
+            raise InvalidArgumentError("object_ids: give them exactly when the store has object ids")
+        shift = 0
+        if old_ids is not None:
+            new_ids = np.asarray(new_ids, dtype=np.int64)
+            top = int(old_ids.max()) if len(old_ids) else -1
+            if len(new_ids) and int(new_ids.min()) <= top:
+                raise InvalidArgumentError(f"object_ids: appended ids must be new (greater than {top})")
+            kw["object_ids"] = np.concatenate([old_ids, new_ids])
+        args = (np.concatenate([old_pos, new_pos.astype(old_pos.dtype)]),)
+    elif writer == "write_polylines":
+        (old_lines,), (new_lines,) = old_args, new_args
+        new_lines = [np.asarray(p) for p in new_lines]
+        shift = len(old_lines)
+        lens = [len(p) for p in new_lines]
+        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes",
+                                       split=lambda v: v if isinstance(v, list) else np.split(np.asarray(v),
+                                                                                              np.cumsum(lens)[:-1])),
+              "geometry_type": old_kw["geometry_type"]}
+        args = (list(old_lines) + new_lines,)
+    elif writer == "write_lines":
+        (old_ep,), (new_ep,) = old_args, new_args
+        shift = len(old_ep)
+        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes")}
+        args = (np.concatenate([old_ep, np.asarray(new_ep).astype(old_ep.dtype)]),)
+    else:  # graph, mesh: indices shift by the old vertex count, object ids by the old top id + 1
+        (old_pos, old_rec), (new_pos, new_rec) = old_args, new_args
+        new_pos = np.asarray(new_pos)
+        old_ids = old_kw["object_ids"]
+        shift = int(old_ids.max()) + 1 if len(old_ids) else 0
+        given = new_kw.pop("object_ids", None)
+        new_ids = np.asarray(np.zeros(len(new_pos)) if given is None else given, dtype=np.int64) + shift
+        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes"),
+              "object_ids": np.concatenate([old_ids, new_ids])}
+        if "geometry_type" in old_kw:
+            kw["geometry_type"] = old_kw["geometry_type"]
+        rec = np.concatenate([np.asarray(old_rec, dtype=np.int64).reshape(-1, np.asarray(old_rec).shape[-1]),
+                              np.asarray(new_rec, dtype=np.int64) + len(old_pos)])
+        args = (np.concatenate([old_pos, new_pos.astype(old_pos.dtype)]), rec)
+    if new_kw:
+        raise InvalidArgumentError(f"{writer.replace('write', 'append')}: unexpected arguments {sorted(new_kw)}")
+    kw.update(_merge_tables(tables, new_tables, shift))
+    return args, kw
+
+
+def _positions_of(writer: str, args: tuple) -> np.ndarray:
+    if writer == "write_polylines":
+        parts = [np.asarray(p, dtype=np.float64) for p in args[0] if len(p)]
+        return np.concatenate(parts) if parts else np.zeros((0, 1))
+    if writer == "write_lines":
+        ep = np.asarray(args[0], dtype=np.float64)
+        return ep.reshape(-1, ep.shape[-1])
+    return np.asarray(args[0], dtype=np.float64)
+
+
+# ------------------------------------------------------------------ publishing
+def _scratch_files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+                  for d, _, files in os.walk(root) for f in files)
+
+
+def _family_key(rel: str, sep: str) -> str:
+    """A scratch cell key (``.../c/i/j``) in the chunk-key family ``sep``."""
+    m = _SLASH.match(rel)
+    return rel if sep == "/" else f"{m.group(1)}/c.{m.group(2).replace('/', '.')}"
+
+
+def _scratch_plan(scratch: str, sep: str, take=None, nonempty: dict | None = None):
+    """(uploads [(key, local file)], documents {key: bytes}) of a scratch store, cells in family ``sep``.
+
+    ``take(rel)`` picks files; ``nonempty[array path]`` overrides an array's ``nonempty_chunks``.
+    """
+    uploads, docs = [], {}
+    for rel in _scratch_files(scratch):
+        if rel.startswith(".") or "/." in rel or (take is not None and not take(rel)):
+            continue
+        if _SLASH.match(rel):
+            uploads.append((_family_key(rel, sep), os.path.join(scratch, rel)))
+            continue
+        with open(os.path.join(scratch, rel), "rb") as fh:
+            doc = json.loads(fh.read())
+        doc.pop("consolidated_metadata", None)  # the documents change below: a root must not keep stale copies
+        if doc.get("node_type") == "array" and doc.get("chunk_key_encoding", {}).get("name") == "default":
+            doc["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": sep}}
+        path = rel.rsplit("/", 1)[0]
+        if nonempty is not None and path in nonempty:
+            doc["attributes"]["nonempty_chunks"] = nonempty[path]
+        docs[rel] = builders.dumps(doc)
+    return uploads, docs
+
+
+async def _publish(ex, lock: StoreLock, uploads: list, copies: list, docs: dict, root: tuple, url: str) -> None:
+    """New-family cells (uploads from scratch, copies of untouched cells), then documents (arrays/groups,
+    levels, the root by compare-and-swap), then the old family and whatever no document names go."""
+    new_family = _SLASH if uploads and _SLASH.match(uploads[0][0]) else _DOT
+    live = [k for k, _ in await ex.list("")]
+    leftovers = [k for k in live if new_family.match(k)]  # a killed append's cells
+    if leftovers:
+        await ex.delete(leftovers)
+
+    async def up(key: str, path: str) -> None:
+        await ex.put(key, await anyio.Path(path).read_bytes())
+
+    async def cp(src: str, dst: str) -> None:
+        await ex.call("copy", dst, lambda: ex.transport.copy(src, dst), put=True)
+
+    await ex.gather([up(k, p) for k, p in uploads] + [cp(a, b) for a, b in copies])
+    root_doc = json.loads(docs["zarr.json"])
+    if "consolidated_metadata" in root_doc:  # the writer's section named scratch documents: name ours
+        root_doc["consolidated_metadata"] = builders.consolidated_metadata(
+            {k[:-len("/zarr.json")]: json.loads(v) for k, v in docs.items() if k != "zarr.json"})
+        docs["zarr.json"] = builders.dumps(root_doc)
+    await lock.check()
+    stages = ([k for k in docs if k.count("/") > 1], [k for k in docs if k.count("/") == 1])
+    for stage in stages:
+        await ex.gather([ex.put(k, docs[k]) for k in stage])
+    await replace_document(ex, "zarr.json", docs["zarr.json"], *root, url)
+    keep = set(docs) | {k for k, _ in uploads} | {b for _, b in copies}
+    gone = [k for k in live if k not in keep and not k.startswith(".")]
+    if gone:
+        await ex.delete(gone)
+
+
+def _other_sep(level) -> str:
+    keys = level.array("vertices").keys
+    return "." if keys.name == "default" and keys.separator == "/" else "/"
+
+
+async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
+    """Append to the store under ``ds`` (opened with mode="a") and refresh ``ds``.
+
+    Returns a dict: geometry_type, vertex_count (after), appended (new vertices), object_count,
+    chunks_rewritten, chunks_copied (untouched cells copied server-side; 0 when level 0 was rewritten).
+
+    ``lock_timeout`` (default 60 s) and ``stale_after`` (default 3600 s) in ``kwargs`` tune the store lock.
+    """
+    from . import rechunk
+
+    if ds.context.handle.read_only:
+        raise ReadOnlyError(f"{ds.url}: open the dataset with mode='a' to append")
+    kwargs = dict(kwargs)
+    timeout, stale = kwargs.pop("lock_timeout", 60.0), kwargs.pop("stale_after", 3600.0)
+    ex = ds.context.ex
+    async with StoreLock(ex, ds.url, purpose="append", timeout=timeout, stale_after=stale) as lock:
+        ex.clear_caches()
+        root = await read_document(ex, "zarr.json")
+        ds_now = type(ds)(ds.context.handle, ex, *(await _load(ex, ds.url)))
+        if writer != rechunk.WRITERS.get(ds_now.geometry_type, writer):
+            raise InvalidArgumentError(f"{ds.url} holds {ds_now.geometry_type}; use append_"
+                                       f"{rechunk.WRITERS[ds_now.geometry_type][6:]}")
+        opts = await rechunk.store_options(ds_now)
+        level = await ds_now.level(0)
+        with tempfile.TemporaryDirectory(prefix="zvf-append-") as scratch:
+            if writer == "write_points" and ds_now.levels == [0] and opts["shard_shape"] is None \
+                    and level.meta.chunk_dims is None and len(np.asarray(args[0])):
+                summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch)
+            else:
+                summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch)
+            await _publish(ex, lock, uploads, copies, docs, root, ds.url)
+    ex.clear_caches()
+    ds.context.reload(*(await _load(ex, ds.url)))
+    return summary
+
+
+async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scratch: str):
+    """Level 0 rewritten whole: the merged input through the ordinary writer into ``scratch``."""
+    from ..api import aio
+    from . import rechunk
+
+    _name, old_args, old_kw = await rechunk.level_input(ds)
+    merged_args, merged_kw = _merge(writer, old_args, old_kw, args, kwargs)
+    pos = _positions_of(writer, args)
+    lo, hi = (np.asarray(b, dtype=np.float64) for b in ds.root.bounds)
+    if len(pos):
+        lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
+    wrote = await getattr(aio, writer)(scratch, *merged_args, **merged_kw, **opts,
+                                       bounds=(lo.tolist(), hi.tolist()), overwrite=True)
+    uploads, docs = _scratch_plan(scratch, _other_sep(await ds.level(0)))
+    summary = {"geometry_type": ds.geometry_type, "vertex_count": int(wrote["vertex_count"]),
+               "appended": len(pos), "object_count": int(wrote["object_count"] or 0),
+               "chunks_rewritten": int(wrote["chunk_count"]), "chunks_copied": 0}
+    return summary, uploads, [], docs
+
+
+async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: str):
+    """Only the chunks the new points fall in are read and rewritten (see the module docstring)."""
+    from ..format.grid import Grid
+    from ..io.executor import Executor
+    from ..io.store import open_store
+    from ..read.points import read_chunks
+    from ..write.point_level import PointExtras, publish_level
+    from ..write.points import write_points
+    from . import rechunk
+
+    level = await ds.level(0)
+    pos = np.asarray(positions)
+    if pos.ndim != 2 or pos.shape[1] != ds.root.ndim:
+        raise InvalidArgumentError(f"positions: expected shape (N, {ds.root.ndim}), got {pos.shape}")
+    dtype = np.dtype(opts["dtype"])
+    names = level.named("vertex_attributes")
+    new_attrs = dict(kwargs.pop("attributes", None) or {})
+    if set(new_attrs) != set(names):
+        raise InvalidArgumentError(f"attributes: the store has {sorted(names)}, the append gives {sorted(new_attrs)}")
+    has_ids = ds.has_objects(0)
+    new_ids = kwargs.pop("object_ids", None)
+    if (new_ids is None) == has_ids:
+        raise InvalidArgumentError("object_ids: give them exactly when the store has object ids")
+    old_tables = await rechunk._tables(ds)
+    new_tables = {k: kwargs.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
+    if kwargs:
+        raise InvalidArgumentError(f"append_points: unexpected arguments {sorted(kwargs)}")
+    old_uniq = table = None
+    if has_ids:
+        old_uniq, table = await ds.manifests(0)
+        new_ids = np.asarray(new_ids, dtype=np.int64).reshape(-1)
+        top = int(old_uniq.max()) if len(old_uniq) else -1
+        if len(new_ids) != len(pos):
+            raise InvalidArgumentError(f"object_ids: {len(new_ids)} ids for {len(pos)} positions")
+        if len(new_ids) and int(new_ids.min()) <= top:
+            raise InvalidArgumentError(f"object_ids: appended ids must be new (greater than {top})")
+    tables = _merge_tables(old_tables, new_tables, 0)
+
+    lo, hi = (np.asarray(b, dtype=np.float64) for b in ds.root.bounds)
+    p64 = pos.astype(np.float64)
+    lo, hi = np.minimum(lo, p64.min(axis=0)), np.maximum(hi, p64.max(axis=0))
+    grid = Grid.create(opts["chunk_shape"], opts["bin_shape"], ndim=ds.root.ndim)
+    origin, _ = grid.layout(lo, hi, by_bin=not has_ids)
+    touched = np.unique(grid.chunk_of(pos.astype(dtype), by_bin=not has_ids), axis=0)
+    old_chunks = level.nonempty_chunks
+    hit = _member(old_chunks, touched)
+    old = await read_chunks(ds.context, level, old_chunks[hit], names)
+    sub = {"attributes": {n: np.concatenate([old.attributes[n], np.asarray(new_attrs[n]).astype(
+        old.attributes[n].dtype)]) for n in names}}
+    if has_ids:
+        sub["object_ids"] = np.concatenate([old.object_ids, new_ids])
+    cells = os.path.join(scratch, "cells")
+    kw = {k: opts[k] for k in ("chunk_shape", "bin_shape", "compression", "dtype", "object_index_layout")}
+    await write_points(cells, np.concatenate([old.positions.astype(dtype), pos.astype(dtype)]), **sub, **kw,
+                       bounds=(lo.tolist(), hi.tolist()))
+    all_chunks = np.unique(np.concatenate([old_chunks, touched]), axis=0)
+    nonempty = [format_chunk_id(c) for c in all_chunks.tolist()]
+    sep = _other_sep(level)
+    arrays = ["vertices", "vertex_fragments"] + [f"vertex_attributes/{n}" for n in names]
+    uploads, docs = _scratch_plan(cells, sep, take=lambda rel: rel.startswith(SPATIAL),
+                                  nonempty={f"0/{a}": nonempty for a in arrays})
+    enc = ChunkKeyEncoding("default", sep)
+    untouched = old_chunks[~hit]
+    copies = []
+    for a in arrays:
+        arr = level.array(a)
+        copies += [(arr.key_of(arr.cell_coords(c)), enc.key(f"0/{a}", tuple(np.subtract(c, origin).tolist())))
+                   for c in untouched.tolist()]
+
+    # object index (old manifests unchanged, new objects' from the scratch cells), tables, level and root
+    uniq, manifest = None, None
+    if has_ids:
+        fresh = await _open_scratch(cells)
+        s_ids, s_table = await fresh.manifests(0)
+        mine = np.flatnonzero(s_ids[s_table.object_row] > (old_uniq.max() if len(old_uniq) else -1))
+        uniq = np.concatenate([old_uniq, np.unique(new_ids)])
+        obj = np.concatenate([table.object_row, np.searchsorted(uniq, s_ids[s_table.object_row[mine]])])
+        manifest = (obj, np.concatenate([table.coords, s_table.coords[mine]]),
+                    np.concatenate([table.fragment, s_table.fragment[mine]]))
+        await fresh.close()
+    extras = PointExtras.check(uniq, tables.get("object_attributes"), tables.get("groups"),
+                               tables.get("group_attributes"), uniq)
+    rest = os.path.join(scratch, "tables")
+    handle = open_store(rest, mode="w")
+    async with _TablesWriter(Executor(handle), overwrite=True) as w:
+        await publish_level(w, ds.url, grid=grid, shapes=(opts["chunk_shape"], opts["bin_shape"]), bounds=(lo, hi),
+                            n=int(level.meta.vertex_count) + len(pos), has_attributes=bool(names), uniq=uniq,
+                            manifest=manifest, extras=extras, compression=opts["compression"],
+                            object_index_layout=opts["object_index_layout"])
+    more, rest_docs = _scratch_plan(rest, sep)
+    docs.update(rest_docs)
+    summary = {"geometry_type": "point_cloud", "vertex_count": int(level.meta.vertex_count) + len(pos),
+               "appended": len(pos), "chunks_rewritten": len(touched), "chunks_copied": len(untouched),
+               "object_count": 0 if uniq is None else len(uniq)}
+    return summary, uploads + more, copies, docs
+
+
+def _member(rows: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Which rows of ``rows`` (n, d) int64 are rows of ``table`` (m, d)."""
+    if not len(rows) or not len(table):
+        return np.zeros(len(rows), bool)
+    both = np.concatenate([table, rows])
+    _, inv = np.unique(both, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    return np.isin(inv[len(table):], inv[:len(table)])
+
+
+class _TablesWriter(StoreWriter):
+    """Scratch writer of an append's tables and documents (no claim: the scratch directory is ours)."""
+
+    async def _claim(self) -> None:
+        """Nothing to claim."""
+
+
+async def _open_scratch(path: str):
+    from ..api import aio
+
+    return await aio.open(path)
+
+
+async def _load(ex, url: str):
+    from ..read import load
+
+    return await load.load_root(ex, url)

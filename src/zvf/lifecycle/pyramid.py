@@ -1,0 +1,1013 @@
+"""Multi-resolution pyramids: coarser levels built chunk block by chunk block.
+
+One coarsening step (level ``s`` -> ``s + 1``) is split so that an engine
+can map its work (see docs/LIFECYCLE.md):
+
+* :func:`plan_level` (pure) fixes the target grids and cuts the source
+  level into *blocks*: the smallest boxes made of whole source chunks,
+  whole target chunks and whole target bins.  Every target bin, every
+  target chunk and every cross-level link cell belongs to exactly one
+  block, so blocks never share an output and memory is one block's data.
+* :func:`coarsen_block` (pure numpy) turns one block's source cells into
+  its target cells, its ``+1``/``-1`` link rows and, for objects, the
+  coarse vertex sequence of every source fragment it saw.
+* :func:`assemble_manifests` (pure, the small commit) stitches those
+  sequences into one manifest per object, in the source manifest order.
+
+Between them sits the map step, one code path for every engine:
+:func:`plan_blocks` cuts a step into picklable :class:`BlockTask` s sharing
+one :class:`StepJob`; :func:`run_block_task` (a store *spec*: URL + storage
+options) fetches, coarsens and uploads blocks and returns small
+:class:`BlockSummary` s; the driver commits from those alone.  The serial
+build runs the same blocks in process; ``zvf.dask.build_pyramid`` maps
+:func:`run_block_task` over Dask workers (``map_blocks``).
+
+Object geometries follow zarr-vectors 0.9.2's ``per_object`` method: the
+vertices of the surviving objects are binned into bins of the source bin
+times the factor, each occupied bin becomes one centroid *metavertex* (its
+own one-row fragment, shared by every object passing through it), an
+object's coarse path is the sequence of its metavertices with consecutive
+repeats dropped, dropped objects keep their id with an empty manifest.
+Beyond the reference, vertex attributes are carried (weighted mean of
+floats, weighted mode of integers), groups are copied, and point clouds
+without object ids are thinned by a seeded uniform subsample per bin.
+
+The store is only changed where readers do not look until the end: new
+levels and link families go up first, the root document (which lists the
+levels) is replaced last, with a compare-and-swap on the root read under the
+store's lock (:mod:`zvf.lifecycle.lock`, shared with appends).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import numpy as np
+
+from ..errors import FormatError, InvalidArgumentError
+from ..format import builders, parse
+from ..format import metadata as md
+from ..format.codecs import CellCodec
+from ..format.fragments import (
+    FragmentIndex,
+    decode_fragment_index,
+    encode_fragment_index,
+)
+from ..format.keys import format_offsets_name, parse_offsets_name
+from ..format.links import encode_ragged_links
+from ..io.executor import Executor
+from ..io.store import open_store
+from ..read import load
+from ..read.cells import CellArray, rows_from_payload
+from ..read.dataset import AsyncDataset
+from ..read.points import attribute_rows
+from ..write.engine import StoreWriter, empty_group
+from ..write.level import LevelWriter
+from ..write.object_index import (
+    ZSTD,
+    put_groups,
+    put_object_attributes,
+    put_object_index,
+)
+from ..write.partition import partition
+from .lock import StoreLock, read_document, replace_document
+
+STORAGES = ("explicit", "implicit", "none")
+BLOCKS_IN_FLIGHT = 8  # blocks fetched/coarsened at once: hides request latency, bounds memory
+STRATEGIES = ("random",)
+CAPS_OBJECTS = "preserved_object_ids"
+CAP_SHARED = "shared_fragments"
+CAP_LINKS = "multiscale_links"
+
+
+# --------------------------------------------------------------------------- planning (pure)
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One coarsening step: grids of both levels and the block size, in root-bin units."""
+
+    source: int
+    coarsen: tuple[int, ...]
+    sparsity: float
+    src_chunk: tuple[float, ...]
+    src_bin: tuple[float, ...]
+    chunk: tuple[float, ...]
+    bin: tuple[float, ...]
+    src_scale: tuple[int, ...]  # chunk edge / root chunk edge, per axis
+    scale: tuple[int, ...]
+    block: tuple[int, ...]  # block edge in root bins
+    src_chunk_units: tuple[int, ...]
+    chunk_units: tuple[int, ...]
+    bin_units: tuple[int, ...]
+    chunk_override: tuple[float, ...] | None  # level chunk_shape when it differs from the root's
+
+    @property
+    def target(self) -> int:
+        return self.source + 1
+
+    @property
+    def ndim(self) -> int:
+        return len(self.chunk)
+
+    def block_of(self, src_chunks: np.ndarray) -> np.ndarray:
+        """Block coords of source chunks (floor division: negative coords too)."""
+        return np.floor_divide(src_chunks * np.asarray(self.src_chunk_units), np.asarray(self.block))
+
+    def target_grid(self, src_origin, src_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(origin, shape) of the target chunk grid covering the source grid exactly."""
+        o = np.asarray(src_origin, np.int64)
+        top = o + np.asarray(src_shape, np.int64) - 1
+        s, t = np.asarray(self.src_scale), np.asarray(self.scale)
+        lo, hi = np.floor_divide(o * s, t), np.floor_divide(top * s, t)
+        return tuple(int(v) for v in lo), tuple(int(v) for v in hi - lo + 1)
+
+
+def _whole(values, name: str, ndim: int) -> tuple[int, ...]:
+    """Positive integers per axis from an int or a sequence."""
+    vals = [values] * ndim if np.isscalar(values) else list(values)
+    if len(vals) != ndim:
+        raise InvalidArgumentError(f"{name}: need one value or {ndim}, got {values!r}")
+    out = []
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v < 1 or v != int(v):
+            raise InvalidArgumentError(f"{name}: must be whole numbers >= 1 (nested grids), got {values!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def parse_factors(factors, chunk_scale_factors, ndim: int) -> list[tuple[tuple[int, ...], float, tuple[int, ...]]]:
+    """(coarsen per axis, sparsity, chunk scale per axis) per new level, checked."""
+    if isinstance(factors, (str, bytes)) or not hasattr(factors, "__len__") or len(factors) == 0:
+        raise InvalidArgumentError(f"factors: need a non-empty list of (coarsen, sparsity) pairs, got {factors!r}")
+    if chunk_scale_factors is not None and len(chunk_scale_factors) != len(factors):
+        raise InvalidArgumentError(
+            f"chunk_scale_factors: {len(chunk_scale_factors)} entries for {len(factors)} factors")
+    out = []
+    for i, fac in enumerate(factors):
+        if not isinstance(fac, (tuple, list)) or len(fac) != 2:
+            raise InvalidArgumentError(f"factors[{i}]: must be a (coarsen, sparsity) pair, got {fac!r}")
+        coarsen = _whole(fac[0], f"factors[{i}][0] (coarsen)", ndim)
+        try:
+            sparsity = float(fac[1])
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"factors[{i}][1] (sparsity): must be a number >= 1, got {fac[1]!r}") from None
+        if not math.isfinite(sparsity) or sparsity < 1:
+            raise InvalidArgumentError(f"factors[{i}][1] (sparsity): must be a number >= 1, got {fac[1]!r}")
+        scale = _whole(1 if chunk_scale_factors is None else chunk_scale_factors[i],
+                       f"chunk_scale_factors[{i}]", ndim)
+        out.append((coarsen, sparsity, scale))
+    return out
+
+
+def plan_level(root: md.RootMeta, source: int, src_chunk, src_bin, coarsen, sparsity, scale) -> LevelPlan:
+    """Target grids of one step; everything is a whole multiple of the root bin."""
+    unit = np.asarray(root.bin_shape, np.float64)
+    root_chunk = np.asarray(root.chunk_shape, np.float64)
+
+    def units(shape) -> np.ndarray:
+        return np.round(np.asarray(shape, np.float64) / unit).astype(np.int64)
+
+    src_units = units(src_chunk)
+    chunk = tuple(float(c) * s for c, s in zip(src_chunk, scale))
+    binv = tuple(float(b) * c for b, c in zip(src_bin, coarsen))
+    chunk_units, bin_units = units(chunk), units(binv)
+    block = tuple(math.lcm(int(a), int(b), int(c)) for a, b, c in zip(src_units, chunk_units, bin_units))
+    src_scale = tuple(round(c / r) for c, r in zip(src_chunk, root_chunk))
+    tscale = tuple(round(c / r) for c, r in zip(chunk, root_chunk))
+    override = None if all(abs(c - r) < 1e-9 for c, r in zip(chunk, root.chunk_shape)) else chunk
+    return LevelPlan(source, tuple(coarsen), float(sparsity), tuple(float(c) for c in src_chunk),
+                     tuple(float(b) for b in src_bin), chunk, binv, src_scale, tscale, block,
+                     tuple(int(v) for v in src_units), tuple(int(v) for v in chunk_units),
+                     tuple(int(v) for v in bin_units), override)
+
+
+def kept_rows(n: int, sparsity: float, seed) -> np.ndarray:
+    """Object rows that survive: ``round(n / sparsity)`` drawn uniformly (0.9.2's ``random``, same draws)."""
+    if sparsity <= 1.0 or n <= 1:
+        return np.arange(n, dtype=np.int64)
+    count = max(1, round(n / sparsity))
+    if count >= n:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n, size=count, replace=False)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- one block (pure numpy)
+
+
+@dataclass
+class BlockInput:
+    """A block's source cells, decoded: rows of every source chunk in the block, concatenated."""
+
+    block: tuple[int, ...]
+    chunks: np.ndarray  # (K, ndim) source chunks
+    starts: np.ndarray  # (K + 1,) first row of each chunk
+    positions: np.ndarray  # (N, ndim)
+    attributes: dict[str, np.ndarray]
+    fragments: list[FragmentIndex]
+    # object levels: references of surviving objects to the block's fragments
+    ref_chunk: np.ndarray | None = None  # (R,) index into ``chunks``
+    ref_fragment: np.ndarray | None = None  # (R,) fragment id
+    ref_count: np.ndarray | None = None  # (R,) number of references
+
+
+@dataclass
+class BlockOutput:
+    """Everything a block contributes: cells per array and chunk, link rows, fragment paths."""
+
+    cells: dict[str, list[tuple[tuple[int, ...], bytes]]] = field(default_factory=dict)  # path under level -> cells
+    up_cells: dict[str, list[tuple[tuple[int, ...], bytes]]] = field(default_factory=dict)  # "+1" family at source
+    vertex_count: int = 0
+    links: int = 0
+    # object levels: coarse path of each referenced source fragment
+    seq_chunk: np.ndarray | None = None  # (R, ndim) source chunk of the fragment
+    seq_fragment: np.ndarray | None = None  # (R,)
+    seq_offsets: np.ndarray | None = None  # (R + 1,)
+    seq_coarse_chunk: np.ndarray | None = None  # (S, ndim)
+    seq_coarse_index: np.ndarray | None = None  # (S,)
+
+    def add(self, where: dict, name: str, chunk, payload: bytes) -> None:
+        where.setdefault(name, []).append((tuple(int(c) for c in chunk), payload))
+
+
+def _little(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, counts) of runs of equal rows in sorted ``keys`` (N, D)."""
+    n = keys.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.any(keys[1:] != keys[:-1], axis=1)
+    starts = np.flatnonzero(new)
+    return starts, np.diff(np.append(starts, n))
+
+
+def weighted_mean_or_mode(values: np.ndarray, group: np.ndarray, weights: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per-group weighted mean (floats) or weighted mode (integers; ties -> smallest value), per channel."""
+    flat = values.reshape(len(values), -1)
+    out = np.empty((n_groups, flat.shape[1]), dtype=values.dtype)
+    wsum = np.bincount(group, weights=weights, minlength=n_groups)
+    for c in range(flat.shape[1]):
+        col = flat[:, c]
+        if values.dtype.kind == "f":
+            s = np.bincount(group, weights=weights * col.astype(np.float64), minlength=n_groups)
+            out[:, c] = s / np.maximum(wsum, 1e-300)
+            continue
+        order = np.lexsort((col, group))
+        g, v, w = group[order], col[order], weights[order]
+        starts, _ = _runs(np.stack([g, v.astype(np.int64)], axis=1))
+        tot = np.add.reduceat(w, starts) if len(starts) else w[:0]
+        pg, pv = g[starts], v[starts]
+        best = np.lexsort((pv, -tot, pg))  # per group: heaviest first, then smallest value
+        first = np.ones(len(best), dtype=bool)
+        first[1:] = pg[best][1:] != pg[best][:-1]
+        out[pg[best][first], c] = pv[best][first]
+    return out.reshape((n_groups, *values.shape[1:]))
+
+
+def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool) -> BlockOutput:
+    """The target cells of one block (see the module docstring); no I/O."""
+    out = BlockOutput()
+    n, nd = data.positions.shape
+    if n == 0:
+        return out
+    bin_arr = np.asarray(plan.bin, np.float64)
+    chunk_arr = np.asarray(plan.chunk, np.float64)
+    blk = np.asarray(data.block, np.int64) * np.asarray(plan.block)  # block origin in root bins
+    bins_per_block = np.asarray(plan.block) // np.asarray(plan.bin_units)
+    chunks_per_block = np.asarray(plan.block) // np.asarray(plan.chunk_units)
+    b0 = blk // np.asarray(plan.bin_units)
+    c0 = blk // np.asarray(plan.chunk_units)
+    pos64 = data.positions.astype(np.float64)
+    # float rounding at a block face must not move a row into another block's bin
+    bins = np.clip(np.floor(pos64 / bin_arr).astype(np.int64), b0, b0 + bins_per_block - 1)
+    bin_key = np.ravel_multi_index(tuple((bins - b0).T), tuple(bins_per_block))
+    row_chunk = np.repeat(np.arange(len(data.chunks)), np.diff(data.starts))
+    row_local = np.arange(n) - data.starts[row_chunk]
+
+    if objects:
+        weight = np.zeros(n, dtype=np.float64)
+        _ref_rows, _ref_lens = [], []
+        for k, fi in enumerate(data.fragments):
+            sel = np.flatnonzero(data.ref_chunk == k)
+            if not sel.size:
+                continue
+            rows, lens = fi.gather(data.ref_fragment[sel], key=f"{plan.source}/vertex_fragments")
+            weight += np.bincount(rows + data.starts[k], weights=np.repeat(data.ref_count[sel], lens), minlength=n)
+        uniq, inv = np.unique(bin_key, return_inverse=True)
+        wsum = np.bincount(inv, weights=weight, minlength=len(uniq))
+        live = wsum > 0
+        mv_of_bin = np.full(len(uniq), -1, np.int64)
+        mv_of_bin[live] = np.arange(int(live.sum()))
+        n_mv = int(live.sum())
+        cent = np.empty((n_mv, nd), np.float32)
+        for d in range(nd):
+            cent[:, d] = np.bincount(inv, weights=weight * pos64[:, d], minlength=len(uniq))[live] / wsum[live]
+        mv_chunk = np.clip(np.floor(cent.astype(np.float64) / chunk_arr).astype(np.int64),
+                           c0, c0 + chunks_per_block - 1)
+        mv_key = uniq[live]
+        order = np.lexsort((mv_key, *mv_chunk.T[::-1]))  # chunk C-order, then bin
+        rank = np.empty(n_mv, np.int64)
+        rank[order] = np.arange(n_mv)
+        row_mv = mv_of_bin[inv]  # -1: the row's bin has no surviving object
+        mv_vals = {name: weighted_mean_or_mode(a, inv, weight, len(uniq))[live] for name, a in data.attributes.items()}
+        sorted_chunks = mv_chunk[order]
+        starts, counts = _runs(sorted_chunks)
+        mv_local = np.empty(n_mv, np.int64)
+        for s, c in zip(starts.tolist(), counts.tolist()):
+            mv_local[order[s:s + c]] = np.arange(c)
+            ch = sorted_chunks[s]
+            idx = order[s:s + c]
+            out.add(out.cells, "vertices", ch, _little(cent[idx]))
+            out.add(out.cells, "vertex_fragments", ch, encode_fragment_index(
+                FragmentIndex.from_ranges(np.arange(c), np.ones(c, np.int64))))
+            for name, vals in mv_vals.items():
+                out.add(out.cells, f"vertex_attributes/{name}", ch, _little(vals[idx]))
+        out.vertex_count = n_mv
+        if n_mv:
+            parent_chunk = np.where(row_mv[:, None] >= 0, mv_chunk[np.maximum(row_mv, 0)], 0)
+            parent_local = np.where(row_mv >= 0, mv_local[np.maximum(row_mv, 0)], -1)
+        else:  # every row here belongs to dropped objects only
+            parent_chunk, parent_local = np.zeros((n, nd), np.int64), np.full(n, -1, np.int64)
+        # the coarse path of every referenced fragment, consecutive repeats dropped
+        seq_c, seq_i, offs = [], [], [0]
+        rc, rf = [], []
+        for k, fi in enumerate(data.fragments):
+            sel = np.flatnonzero(data.ref_chunk == k)
+            if not sel.size:
+                continue
+            frags = data.ref_fragment[sel]
+            rows, lens = fi.gather(frags, key=f"{plan.source}/vertex_fragments")
+            g = rows + data.starts[k]
+            pc, pl = parent_chunk[g], parent_local[g]
+            fid = np.repeat(np.arange(len(frags)), lens)
+            keep = np.ones(len(g), bool)
+            keep[1:] = (fid[1:] != fid[:-1]) | (pl[1:] != pl[:-1]) | np.any(pc[1:] != pc[:-1], axis=1)
+            seq_c.append(pc[keep])
+            seq_i.append(pl[keep])
+            offs.append(np.bincount(fid[keep], minlength=len(frags)))
+            rc.append(np.repeat(data.chunks[k][None, :], len(frags), axis=0))
+            rf.append(frags)
+        if rf:
+            out.seq_chunk = np.concatenate(rc)
+            out.seq_fragment = np.concatenate(rf)
+            out.seq_offsets = np.concatenate(([0], np.cumsum(np.concatenate(offs[1:])))).astype(np.int64)
+            out.seq_coarse_chunk = np.concatenate(seq_c)
+            out.seq_coarse_index = np.concatenate(seq_i)
+    else:
+        # point cloud: keep a seeded uniform sample of each target bin
+        per_bin = float(np.prod(plan.coarsen)) * plan.sparsity
+        rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, plan.target]
+                                    + [int(b) & 0xFFFFFFFF for b in data.block])
+        draw = rng.random(n)
+        order = np.lexsort((draw, bin_key))
+        sk = bin_key[order]
+        starts, counts = _runs(sk[:, None])
+        want = np.maximum(1, np.ceil(counts / per_bin)).astype(np.int64)
+        rank = np.arange(n) - np.repeat(starts, counts)
+        kept = np.sort(order[rank < np.repeat(want, counts)])
+        first_kept_of_bin = order[starts]  # rank 0 of each bin is always kept
+        kbins = bins[kept]
+        units = np.asarray(plan.chunk_units)
+        kchunk = np.floor_divide(kbins * np.asarray(plan.bin_units), units)
+        # rows sorted by, and one range fragment per, *root* bin of the chunk: the layout readers of
+        # point levels (0.9.2's included) expect at every level
+        root_bin = np.asarray(plan.bin, np.float64) / np.asarray(plan.bin_units)
+        rbins = np.clip(np.floor(pos64[kept] / root_bin).astype(np.int64), kchunk * units, kchunk * units + units - 1)
+        key = np.ravel_multi_index(tuple((rbins - kchunk * units).T), tuple(units))
+        part = partition(kchunk, key, all_keys=int(np.prod(units)))
+        where = np.empty(len(kept), np.int64)  # sorted row of each kept row
+        where[part.order] = np.arange(len(kept))
+        kpos = data.positions[kept][part.order]
+        for k, ch in enumerate(part.chunks.tolist()):
+            lo, hi = int(part.chunk_starts[k]), int(part.chunk_starts[k + 1])
+            s = part.chunk_fragments(k)
+            out.add(out.cells, "vertices", ch, _little(kpos[lo:hi]))
+            out.add(out.cells, "vertex_fragments", ch, encode_fragment_index(
+                FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])))
+            for name, a in data.attributes.items():
+                out.add(out.cells, f"vertex_attributes/{name}", ch, _little(a[kept][part.order][lo:hi]))
+        out.vertex_count = len(kept)
+        # parent of every source row: the first kept row of its bin
+        kept_pos = np.full(n, -1, np.int64)
+        kept_pos[kept] = np.arange(len(kept))
+        bin_slot = np.repeat(np.arange(len(starts)), counts)
+        rep = kept_pos[first_kept_of_bin][bin_slot]  # index into kept, in ``order``
+        rows_sorted = where[rep]
+        kc = part.chunks[np.searchsorted(part.chunk_starts, rows_sorted, side="right") - 1]
+        parent_local_sorted = rows_sorted - part.chunk_starts[np.searchsorted(part.chunk_starts, rows_sorted,
+                                                                               side="right") - 1]
+        parent_chunk = np.empty((n, nd), np.int64)
+        parent_local = np.empty(n, np.int64)
+        parent_chunk[order] = kc
+        parent_local[order] = parent_local_sorted
+    out.links = int((parent_local >= 0).sum())
+    _link_cells(plan, out, data.chunks[row_chunk], row_local, parent_chunk, parent_local)
+    return out
+
+
+def _link_cells(plan: LevelPlan, out: BlockOutput, fine_chunk, fine_local, coarse_chunk, coarse_local) -> None:
+    """``+1`` rows at the fine chunk and ``-1`` rows at the coarse chunk, filed by anchored offsets."""
+    ok = coarse_local >= 0
+    fine_chunk, fine_local = fine_chunk[ok], fine_local[ok]
+    coarse_chunk, coarse_local = coarse_chunk[ok], coarse_local[ok]
+    s, t = np.asarray(plan.src_scale), np.asarray(plan.scale)
+    for name, src_c, src_i, dst_c, dst_i, anchor in (
+        ("+1", fine_chunk, fine_local, coarse_chunk, coarse_local, np.floor_divide(fine_chunk * s, t)),
+        ("-1", coarse_chunk, coarse_local, fine_chunk, fine_local, np.floor_divide(coarse_chunk * t, s)),
+    ):
+        off = dst_c - anchor
+        key = np.concatenate([src_c, off], axis=1)
+        order = np.lexsort(key.T[::-1])  # stable: fine row order inside a cell
+        starts, counts = _runs(key[order])
+        where = out.up_cells if name == "+1" else out.cells
+        for a, c in zip(starts.tolist(), counts.tolist()):
+            idx = order[a:a + c]
+            rows = np.stack([src_i[idx], dst_i[idx]], axis=1)
+            ch = src_c[idx[0]]
+            offs = off[idx[0]]
+            out.add(where, f"links/{name}/{format_offsets_name([offs.tolist()])}", ch, encode_ragged_links(rows))
+
+
+# --------------------------------------------------------------------------- commit (pure)
+
+
+def assemble_manifests(table, kept: np.ndarray, outputs: list[BlockOutput], ndim: int):
+    """(object_row, coords, fragment) of every kept object's coarse manifest, in source manifest order.
+
+    ``table`` is the source ManifestTable; each reference's coarse path comes
+    from the block that saw its fragment; repeats across fragment borders go.
+    """
+    parts = [o for o in outputs if o.seq_fragment is not None and len(o.seq_fragment)]
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, np.zeros((0, ndim), np.int64), z
+    view_dt = np.dtype((np.void, 8 * (ndim + 1)))
+
+    def packed(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray((a + (1 << 62)).astype(">u8")).view(view_dt).ravel()  # big-endian = lexicographic
+
+    # temporaries go as soon as they are used: this runs once over every reference of the level
+    keys = np.concatenate([np.concatenate([o.seq_chunk for o in parts]),
+                           np.concatenate([o.seq_fragment for o in parts])[:, None]], axis=1)
+    korder = np.lexsort(keys.T[::-1])
+    skeys = packed(keys[korder])
+    del keys
+    lens = np.concatenate([np.diff(o.seq_offsets) for o in parts])
+    cchunk = np.concatenate([o.seq_coarse_chunk for o in parts])
+    cidx = np.concatenate([o.seq_coarse_index for o in parts])
+    base = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+
+    is_kept = np.zeros(table.num_objects, bool)
+    is_kept[kept] = True
+    sel = np.flatnonzero(is_kept[table.object_row])
+    # binary search of each reference among the fragment keys (row-wise lexicographic)
+    pos = np.searchsorted(skeys, packed(np.concatenate([table.coords[sel], table.fragment[sel][:, None]], axis=1)))
+    del skeys
+    hit = korder[np.minimum(pos, len(korder) - 1)]
+    rlen = lens[hit]
+    total = int(rlen.sum())
+    gather = np.repeat(base[hit], rlen) + (np.arange(total) - np.repeat(np.cumsum(rlen) - rlen, rlen))
+    obj = np.repeat(table.object_row[sel], rlen)
+    cc, ci = cchunk[gather], cidx[gather]
+    keep = np.ones(total, bool)
+    keep[1:] = (obj[1:] != obj[:-1]) | (ci[1:] != ci[:-1]) | np.any(cc[1:] != cc[:-1], axis=1)
+    return obj[keep], cc[keep], ci[keep]
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+class _PyramidWriter(StoreWriter):
+    """A StoreWriter over an existing store (its lock already held): levels first, the root last.
+
+    Without a root state it is a block task's cells-only writer: no documents, no root.
+    """
+
+    def __init__(self, executor: Executor, root_bytes: bytes | None = None, root_tag: dict | None = None,
+                 lock: StoreLock | None = None, **kw):
+        super().__init__(executor, **kw)
+        self.root_bytes, self.root_tag, self.lock = root_bytes, root_tag, lock
+        self.new_root: dict | None = None
+
+    async def _claim(self) -> None:
+        """Nothing to claim: the caller holds the store's lock."""
+
+    async def flush(self) -> None:
+        """Wait for every queued cell, then publish the array and family documents queued so far.
+
+        Level documents wait for :meth:`_publish`: 0.9.2 finds levels by listing the store, so a
+        level group becomes visible only just before the root that lists it.
+        """
+        async with self._budget._cond:
+            while self._budget.used and self._error is None:
+                await self._budget._cond.wait()
+        if self._error is not None:
+            raise self._error
+        await self.ex.gather([self.ex.put(k, builders.dumps(d)) for s, k, d in self._docs if s == 0])
+        self._docs = [x for x in self._docs if x[0] != 0]
+
+    def level_doc(self, level: int) -> dict:
+        return next(d for s, k, d in self._docs if k == f"{level}/zarr.json")
+
+    async def _publish(self) -> None:
+        await self.flush()
+        await self.ex.gather([self.ex.put(k, builders.dumps(d)) for s, k, d in self._docs if s == 1])
+        if self.new_root is not None:
+            await self.lock.check()
+            await replace_document(self.ex, "zarr.json", builders.dumps(self.new_root), self.root_bytes, self.root_tag,
+                                   self.ex.handle.url)
+
+
+async def _drop_stale(ex: Executor, levels: list[int]) -> None:
+    """Remove what a build that died left: levels the root does not list, their link families."""
+    dirs, _ = await ex.list_dirs("")
+    stale = []
+    for d in dirs:
+        name = d.rstrip("/").rsplit("/", 1)[-1]
+        if name.isdigit() and int(name) not in levels:
+            stale += [k for k, _ in await ex.list(f"{name}/")]
+    for lv in levels:
+        ldirs, _ = await ex.list_dirs(f"{lv}/links/")
+        for d in ldirs:
+            delta = d.rstrip("/").rsplit("/", 1)[-1]
+            if delta.lstrip("+-").isdigit() and delta != "0" and lv + int(delta) not in levels:
+                stale += [k for k, _ in await ex.list(f"{lv}/links/{delta}/")]
+    if stale:
+        await ex.delete(stale)
+
+
+async def _fetch_block(arrays: dict[str, CellArray], chunks: np.ndarray, names) -> tuple[list, dict, list]:
+    vert = arrays["vertices"]
+    wanted = [vert, arrays["vertex_fragments"]] + [arrays[f"vertex_attributes/{n}"] for n in names]
+    chunk_list = [tuple(c) for c in chunks.tolist()]
+    got = await vert.executor.gather([a.payloads(chunk_list) for a in wanted])
+    return got[0], dict(zip(names, got[2:])), got[1]
+
+
+def _decode_block(plan: LevelPlan, arrays: dict[str, CellArray], block, chunks, payloads, attr_payloads,
+                  frag_payloads, dtype, channels: dict) -> BlockInput:
+    nd, src = plan.ndim, plan.source
+    pos, fis, starts = [], [], [0]
+    attrs: dict[str, list] = {n: [] for n in attr_payloads}
+    for k, ch in enumerate(chunks.tolist()):
+        key = f"{src}/vertices/{ch}"
+        rows = rows_from_payload(payloads[k], dtype, (nd,), key=key)
+        pos.append(rows)
+        starts.append(starts[-1] + len(rows))
+        fp = frag_payloads[k]
+        fis.append(decode_fragment_index(fp, key=f"{src}/vertex_fragments/{ch}", n_rows=len(rows))
+                   if fp is not None else FragmentIndex.from_ranges([0], [len(rows)]))
+        for n, pl in attr_payloads.items():
+            arr = arrays[f"vertex_attributes/{n}"]
+            attrs[n].append(attribute_rows(n, arr, pl[k], len(rows), f"{src}/vertex_attributes/{n}", channels))
+    positions = np.concatenate(pos) if pos else np.zeros((0, nd), dtype)
+    return BlockInput(tuple(int(b) for b in block), chunks, np.asarray(starts, np.int64), positions,
+                      {n: np.concatenate(v) for n, v in attrs.items()}, fis)
+
+
+def _root_with_levels(raw: dict, root: md.RootMeta, plans: list[LevelPlan], *, objects: bool, depth: int,
+                      storage: str) -> dict:
+    """The root document listing the new levels (transforms, OME nodes, capabilities, cross-level keys)."""
+    doc = copy.deepcopy(raw)
+    attrs = doc["attributes"]
+    zv = attrs["zarr_vectors"]
+    caps = list(zv.get("format_capabilities", []))
+    new_caps = ([CAPS_OBJECTS] if objects else []) + [CAP_SHARED]
+    if storage != "none" and depth != 0:
+        new_caps.append(CAP_LINKS)
+    caps += [c for c in new_caps if c not in caps]
+    zv["format_capabilities"] = caps
+    zv["cross_level_depth"] = int(depth)
+    zv["cross_level_storage"] = storage
+    ms = attrs["multiscales"][0]
+    for p in plans:
+        t = builders.level_transform(p.target, p.bin, root.bin_shape)
+        ct = [{"type": "scale", "scale": [float(s) for s in t.scale]}]
+        if t.translation is not None:
+            ct.append({"type": "translation", "translation": [float(x) for x in t.translation]})
+        ms["datasets"].append({"path": str(p.target), "coordinateTransformations": ct})
+        if isinstance(attrs.get("ome"), dict) and isinstance(attrs["ome"].get("nodes"), list):
+            attrs["ome"]["nodes"].append({"type": "zv:level", "name": str(p.target)})
+    return doc
+
+
+async def build_pyramid(
+    target,
+    factors,
+    *,
+    chunk_scale_factors=None,
+    cross_level_depth: int = 1,
+    cross_level_storage: str = "explicit",
+    sparsity_strategy: str = "random",
+    seed: int = 0,
+    storage_options=None,
+    progress=None,
+    max_inflight_bytes: int = 64 << 20,
+    lock_timeout: float = 60.0,
+    stale_after: float = 3600.0,
+    map_blocks: BlockMapper | None = None,
+) -> dict:
+    """Add coarser levels 1..len(factors) to a store that has only level 0.
+
+    ``factors[i] = (coarsen, sparsity)`` makes level ``i + 1`` from level
+    ``i``: bins ``coarsen`` times the source level's (whole numbers, per
+    axis or one for all), keeping ``1 / sparsity`` of the objects (point
+    clouds: of the points of each bin, with ``coarsen ** ndim``).
+    ``chunk_scale_factors[i]`` multiplies the source level's chunk shape.
+    ``cross_level_storage``: "explicit" writes ``+N`` links at the finer
+    and ``-N`` at the coarser level, "implicit" only ``+N``, "none" none;
+    ``cross_level_depth`` is the largest ``N`` (1 or 0).  ``progress`` is
+    called with a dict (level, blocks, total_blocks, vertices).  The build
+    holds the store's lock (waits up to ``lock_timeout`` s for an append or
+    another build; a lock older than ``stale_after`` s is taken over).
+    ``map_blocks(job, tasks)`` runs a step's block tasks elsewhere and
+    returns their summaries in task order (``zvf.dask.build_pyramid``);
+    by default they run in this process.  Returns a summary per level.
+    """
+    if cross_level_storage not in STORAGES:
+        raise InvalidArgumentError(f"cross_level_storage must be one of {STORAGES}, got {cross_level_storage!r}")
+    if isinstance(cross_level_depth, bool) or not isinstance(cross_level_depth, (int, np.integer)) \
+            or cross_level_depth not in (0, 1):
+        raise InvalidArgumentError(
+            "cross_level_depth: zvf materializes links between adjacent levels only (0 or 1), "
+            f"got {cross_level_depth!r}")
+    if sparsity_strategy not in STRATEGIES:
+        raise InvalidArgumentError(f"sparsity_strategy must be one of {STRATEGIES}, got {sparsity_strategy!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
+
+    handle = open_store(target, mode="a", storage_options=storage_options)
+    ex = Executor(handle)
+    async with StoreLock(ex, handle.url, purpose="pyramid build", timeout=lock_timeout,
+                         stale_after=stale_after) as lock:
+        return await _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth,
+                                   cross_level_storage, seed, progress, max_inflight_bytes, map_blocks)
+
+
+async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
+                        seed, progress, max_inflight_bytes, map_blocks) -> dict:
+    """The build under the store's lock: everything it reads is what it replaces."""
+    root, level0 = await load.load_root(ex, handle.url)
+    root_bytes, root_tag = await read_document(ex, "zarr.json")
+    # the root's consolidated section (if the loader trusted one) knows no level this build writes
+    ex.invalidate("zarr.json")
+    base = AsyncDataset(handle, ex, root, level0)
+    if base.levels != [0]:
+        raise InvalidArgumentError(f"{handle.url}: the store already has levels {base.levels}; "
+                                   "a pyramid is built on a store with level 0 only")
+    steps = parse_factors(factors, chunk_scale_factors, root.ndim)
+    if level0.meta.chunk_dims is not None:
+        raise InvalidArgumentError(f"{handle.url}: pyramids of attribute-chunked stores are not supported")
+    objects = "object_index" in level0.meta.arrays_present
+    links = cross_level_storage != "none" and cross_level_depth != 0
+    summary: dict = {"levels": [], "cross_level_storage": cross_level_storage, "cross_level_depth": cross_level_depth}
+
+    try:
+        doc = await _build(handle, ex, root, (root_bytes, root_tag, lock), level0, steps, summary, objects=objects,
+                           links=links, depth=int(cross_level_depth), storage=cross_level_storage, seed=int(seed),
+                           progress=progress, max_inflight_bytes=max_inflight_bytes, map_blocks=map_blocks)
+    except BaseException:
+        # a failure we saw (not a crash): take the unpublished levels away again (the lock goes after)
+        with anyio.CancelScope(shield=True):
+            await _drop_stale(ex, [0])
+        raise
+    summary["requests"] = ex.stats.snapshot()
+    summary["root"] = doc["attributes"]["zarr_vectors"]
+    return summary
+
+
+async def _build(handle, ex, root, root_state, level0, steps, summary, *, objects, links, depth, storage, seed,
+                 progress, max_inflight_bytes, map_blocks) -> dict:
+    """Build every level, publish the root; returns the new root document."""
+    async with _PyramidWriter(ex, *root_state, max_inflight_bytes=max_inflight_bytes) as writer:
+        await _drop_stale(ex, [0])
+        plans: list[LevelPlan] = []
+        ds, src = AsyncDataset(handle, ex, root, level0), level0
+        src_chunk, src_bin = root.chunk_shape, root.bin_shape
+        for coarsen, sparsity, scale in steps:
+            plan = plan_level(root, src.index, src_chunk, src_bin, coarsen, sparsity, scale)
+            info = await _build_level(ds, src, plan, writer, objects=objects, links=links,
+                                      explicit=storage == "explicit", seed=seed, progress=progress,
+                                      map_blocks=map_blocks)
+            await writer.flush()
+            plans.append(plan)
+            summary["levels"].append(info)
+            # the next step reads the level just written (not yet listed by the published root)
+            doc = _root_with_levels(root.raw, root, plans, objects=objects, depth=depth, storage=storage)
+            ds = AsyncDataset(handle, ex, parse.parse_root(doc), level0)
+            _, parts = await load.open_level(ex, None, plan.target)
+            src = ds.context.levels[plan.target] = await load.finish_level(ex, ds.root, plan.target,
+                                                                     writer.level_doc(plan.target), *parts[1:])
+            src_chunk, src_bin = plan.chunk, plan.bin
+        writer.new_root = doc
+    return doc
+
+
+async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, writer: _PyramidWriter, *,
+                       objects: bool, links: bool, explicit: bool, seed: int, progress,
+                       map_blocks: BlockMapper | None) -> dict:
+    """Plan one step's blocks, map them, then its small commit (array documents, object index, level)."""
+    nd = plan.ndim
+    vert = src.array("vertices")
+    codec = vert.codec
+    if codec.shard is not None:  # coarse cells go up as they are made: never buffered in shards
+        codec = dataclasses.replace(codec, shard=None)
+    src_origin = tuple(int(o) for o in vert.meta.grid_origin)
+    coarse_origin, coarse_shape = plan.target_grid(src_origin, vert.meta.shape)
+    names = src.named("vertex_attributes")
+    paths = ["vertices", "vertex_fragments"] + [f"vertex_attributes/{n}" for n in names]
+    job = StepJob(plan, {p: src.array(p).meta for p in paths}, tuple(names),
+                  np.dtype(vert.meta.attributes.get("dtype", "float32")), codec, src_origin,
+                  tuple(int(s) for s in vert.meta.shape), coarse_origin, coarse_shape, objects, links, explicit, seed)
+
+    oids = table = kept = None
+    if objects:
+        oids, table = await ds.manifests(src.index)
+        kept = kept_rows(table.num_objects, plan.sparsity, seed)
+    tasks = plan_blocks(plan, src.nonempty_chunks, table, kept)
+    n_blocks = len(tasks)
+    if map_blocks is None:
+        arrays = {p: src.array(p) for p in paths}
+        summaries = await run_blocks(job, arrays, tasks, writer, on_block=None if progress is None else (
+            lambda done, vertices: progress({"level": plan.target, "blocks": done, "total_blocks": n_blocks,
+                                             "vertices": vertices})))
+    else:
+        summaries = await map_blocks(job, tasks)
+    del tasks  # per-block chunk lists and manifest references: not needed by the commit
+
+    n_mv = sum(s.vertex_count for s in summaries)
+    n_links = sum(s.links for s in summaries)
+    await _declare_arrays(writer, job, src, summaries)
+    arrays_present = ["vertices"]
+    if names:
+        empty_group(writer, f"{plan.target}/vertex_attributes")
+        arrays_present.append("vertex_attributes")
+    if links and n_links:
+        await _link_families(writer, plan, n_links, explicit)
+    info = {"level": plan.target, "vertex_count": int(n_mv), "blocks": n_blocks}
+    if objects:
+        arrays_present.append("object_index")
+        obj, cc, ci = assemble_manifests(table, kept, summaries, nd)
+        await put_object_index(writer, plan.target, obj, cc, ci, oids, nd, compression=None)
+        await _carry_object_data(ds, src, writer, plan, kept, table.num_objects)
+        info.update(objects=int(table.num_objects), objects_kept=len(kept))
+    doc = builders.level_document(
+        level=plan.target, vertex_count=int(n_mv), arrays_present=arrays_present,
+        object_sparsity=1.0 / plan.sparsity, coarsening_method="per_object" if objects else "random_subsample",
+        parent_level=plan.source, chunk_shape=plan.chunk_override, preserves_object_ids=objects,
+        inherited_num_objects=int(table.num_objects) if objects else 0, shared_fragments=objects)
+    writer.add_document(f"{plan.target}/zarr.json", doc, stage=1)
+    return info
+
+
+async def _declare_arrays(writer: _PyramidWriter, job: StepJob, src: load.Level,
+                          summaries: list[BlockSummary]) -> None:
+    """Array documents of every cell the blocks wrote (``nonempty_chunks`` from the summaries)."""
+    plan = job.plan
+    docs = {f"vertex_attributes/{n}": {k: v for k, v in src.array(f"vertex_attributes/{n}").meta.attributes.items()
+                                       if k not in ("nonempty_chunks", "chunk_grid_origin")} for n in job.names}
+    docs["vertices"] = builders.vertices_attributes(np.dtype("float32") if job.objects else job.dtype)  # metavertices
+    docs["vertex_fragments"] = builders.vertex_fragments_attributes()
+    out_level = LevelWriter(writer, plan.target, job.coarse_origin, job.coarse_shape, job.codec)
+    up_level = LevelWriter(writer, plan.source, job.src_origin, job.src_shape, job.codec)
+    for s in summaries:
+        for level, written, delta in ((out_level, s.cells, -1), (up_level, s.up_cells, +1)):
+            for name, chunks in written.items():
+                if name not in level.arrays:
+                    level.array(name, _link_attrs(name, delta) if name.startswith("links/") else docs[name])
+                level.arrays[name].nonempty.extend(chunks.tolist())
+    await out_level.finish()
+    await up_level.finish()
+
+
+# --------------------------------------------------------------------------- the map step (one code path)
+
+
+@dataclass(frozen=True)
+class StepJob:
+    """What every block task of one step shares; picklable (an engine ships it once per worker)."""
+
+    plan: LevelPlan
+    arrays: dict  # source arrays the blocks read, path under the level -> ArrayMeta
+    names: tuple[str, ...]  # vertex attributes
+    dtype: np.dtype  # source positions
+    codec: CellCodec  # of the new cells (never sharded)
+    src_origin: tuple[int, ...]
+    src_shape: tuple[int, ...]
+    coarse_origin: tuple[int, ...]
+    coarse_shape: tuple[int, ...]
+    objects: bool
+    links: bool
+    explicit: bool
+    seed: int
+
+
+@dataclass
+class BlockTask:
+    """One block: its source chunks and (object levels) the surviving objects' references into them."""
+
+    block: tuple[int, ...]
+    chunks: np.ndarray  # (K, ndim)
+    ref_chunk: np.ndarray | None = None  # (R,) row of ``chunks``
+    ref_fragment: np.ndarray | None = None  # (R,)
+    ref_count: np.ndarray | None = None  # (R,)
+
+
+@dataclass
+class BlockSummary:
+    """What a block hands back to the commit: where its cells went, counts, and its fragment paths."""
+
+    block: tuple[int, ...]
+    cells: dict[str, np.ndarray]  # array path under the target level -> (k, ndim) chunks written
+    up_cells: dict[str, np.ndarray]  # ``links/+1/...`` arrays under the source level -> chunks written
+    vertex_count: int = 0
+    links: int = 0
+    seq_chunk: np.ndarray | None = None  # as in BlockOutput
+    seq_fragment: np.ndarray | None = None
+    seq_offsets: np.ndarray | None = None
+    seq_coarse_chunk: np.ndarray | None = None
+    seq_coarse_index: np.ndarray | None = None
+
+
+#: ``map_blocks(job, tasks)``: an engine's way of running block tasks; summaries in task order.
+BlockMapper = Callable[[StepJob, list[BlockTask]], Awaitable[list[BlockSummary]]]
+
+
+def plan_blocks(plan: LevelPlan, chunks: np.ndarray, table=None, kept: np.ndarray | None = None) -> list[BlockTask]:
+    """The blocks of one step, in block C-order; with a manifest ``table``, the references of ``kept`` objects.
+
+    A reference (source chunk, fragment) is listed once per block with its
+    count over the kept objects: the weight of its rows in the metavertices.
+    """
+    nd = plan.ndim
+    if not len(chunks):
+        return []
+    blocks = plan.block_of(chunks)
+    border = np.lexsort(blocks.T[::-1])
+    bstarts, bcounts = _runs(blocks[border])
+    tasks = [BlockTask(tuple(int(v) for v in blocks[border[s]]), chunks[border[s:s + c]])
+             for s, c in zip(bstarts.tolist(), bcounts.tolist())]
+    if table is None:
+        return tasks
+    empty = np.zeros(0, np.int64)
+    for t in tasks:
+        t.ref_chunk, t.ref_fragment, t.ref_count = empty, empty, empty
+    is_kept = np.zeros(table.num_objects, bool)
+    is_kept[kept] = True
+    sel = is_kept[table.object_row]
+    rkeys = np.concatenate([table.coords[sel], table.fragment[sel][:, None]], axis=1)
+    if not len(rkeys):
+        return tasks
+    rkeys, rcount = np.unique(rkeys, axis=0, return_counts=True)
+    rblock = plan.block_of(rkeys[:, :nd])
+    rorder = np.lexsort(rblock.T[::-1])  # stable: references stay sorted inside a block
+    rstarts, rcounts = _runs(rblock[rorder])
+    block_arr = np.asarray([t.block for t in tasks], np.int64)
+    firsts = rblock[rorder[rstarts]]
+    which = _rows_in(block_arr, firsts) if len(block_arr) else empty
+    if not len(block_arr) or np.any(block_arr[np.minimum(which, len(block_arr) - 1)] != firsts):
+        raise FormatError(f"{plan.source}/object_index: a manifest names a chunk that "
+                          f"{plan.source}/vertices does not list as non-empty")
+    for j, (s, c) in enumerate(zip(rstarts.tolist(), rcounts.tolist())):
+        t = tasks[int(which[j])]
+        idx = rorder[s:s + c]
+        t.ref_chunk = _rows_in(t.chunks, rkeys[idx, :nd])
+        t.ref_fragment, t.ref_count = rkeys[idx, nd], rcount[idx]
+    return tasks
+
+
+async def run_blocks(job: StepJob, arrays: dict[str, CellArray], tasks: list[BlockTask], writer: StoreWriter, *,
+                     on_block: Callable[[int, int], None] | None = None) -> list[BlockSummary]:
+    """Fetch, coarsen and upload ``tasks`` through ``writer``, ``BLOCKS_IN_FLIGHT`` at a time.
+
+    The one block loop of every engine; ``on_block(blocks_done, vertices)``
+    is called as each block's cells are queued.
+    """
+    plan = job.plan
+    out_level = LevelWriter(writer, plan.target, job.coarse_origin, job.coarse_shape, job.codec)
+    up_level = LevelWriter(writer, plan.source, job.src_origin, job.src_shape, job.codec)
+    summaries: list[BlockSummary | None] = [None] * len(tasks)
+    done = {"blocks": 0, "vertices": 0}
+    channels: dict = {}
+    limiter = anyio.Semaphore(BLOCKS_IN_FLIGHT)
+
+    async def run(i: int) -> None:
+        async with limiter:
+            task = tasks[i]
+            payloads, attr_payloads, frag_payloads = await _fetch_block(arrays, task.chunks, job.names)
+            data = _decode_block(plan, arrays, task.block, task.chunks, payloads, attr_payloads, frag_payloads,
+                                 job.dtype, channels)
+            del payloads, attr_payloads, frag_payloads
+            data.ref_chunk, data.ref_fragment, data.ref_count = task.ref_chunk, task.ref_fragment, task.ref_count
+            out = await anyio.to_thread.run_sync(functools.partial(coarsen_block, plan, data, seed=job.seed,
+                                                                   objects=job.objects))
+            del data
+            cells, up_cells = await _upload(out, out_level, up_level, links=job.links, explicit=job.explicit)
+            summaries[i] = BlockSummary(task.block, cells, up_cells, out.vertex_count, out.links, out.seq_chunk,
+                                        out.seq_fragment, out.seq_offsets, out.seq_coarse_chunk,
+                                        out.seq_coarse_index)
+            done["blocks"] += 1
+            done["vertices"] += out.vertex_count
+            if on_block is not None:
+                on_block(done["blocks"], done["vertices"])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(tasks)):
+            tg.start_soon(run, i)
+    return summaries
+
+
+def run_block_task(url: str, storage_options, job: StepJob, tasks: list[BlockTask], *,
+                   max_inflight_bytes: int = 64 << 20) -> list[BlockSummary]:
+    """A block task on any worker: open the store from its spec, run ``tasks``, return their summaries.
+
+    Every key it writes depends only on the block, and its bytes only on
+    the source level, so a task rerun after its worker died rewrites the
+    same objects.  The caller (driver) holds the store's lock and commits.
+    """
+    async def main() -> list[BlockSummary]:
+        ex = Executor(open_store(url, mode="a", storage_options=storage_options))
+        arrays = {p: CellArray(ex, f"{job.plan.source}/{p}", meta) for p, meta in job.arrays.items()}
+        async with _PyramidWriter(ex, max_inflight_bytes=max_inflight_bytes) as writer:
+            return await run_blocks(job, arrays, tasks, writer)
+
+    return anyio.run(main, backend="asyncio")
+
+
+def _rows_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Position in ``haystack`` (unique rows) of each row of ``needles`` (all present)."""
+    order = np.lexsort(haystack.T[::-1])
+    dt = np.dtype((np.void, 8 * haystack.shape[1]))
+
+    def packed(a):
+        return np.ascontiguousarray((a + (1 << 62)).astype(">u8")).view(dt).ravel()
+
+    return order[np.searchsorted(packed(haystack[order]), packed(needles))]
+
+
+async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, *, links: bool,
+                  explicit: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Queue a block's cells; returns the chunks written per array (target level, ``+1`` at the source).
+
+    Array documents come at the commit (:func:`_declare_arrays`), from these lists.
+    """
+    async def put(lw: LevelWriter, cells_of: dict, keep) -> dict[str, np.ndarray]:
+        written = {}
+        for name, cells in cells_of.items():
+            if keep(name):
+                arr = lw.array(name, {})
+                for ch, payload in cells:
+                    await arr.add(lw.writer, ch, payload)
+                written[name] = np.asarray([ch for ch, _ in cells], np.int64).reshape(len(cells), -1)
+        cells_of.clear()
+        return written
+
+    return (await put(level, out.cells, lambda name: not name.startswith("links/") or (links and explicit)),
+            await put(up, out.up_cells, lambda name: links))
+
+
+def _link_attrs(name: str, delta: int) -> dict:
+    leaf = name.rsplit("/", 1)[1]
+    offsets = parse_offsets_name(leaf, leaf.count(".") + 1)
+    return builders.links_array_attributes(offsets, has_perm=False, link_width=2, level_delta=delta)
+
+
+async def _link_families(writer: _PyramidWriter, plan: LevelPlan, num: int, explicit: bool) -> None:
+    """Family documents of ``+1`` (at the source) and ``-1`` (at the target)."""
+    nd = plan.ndim
+    if await writer.ex.head(f"{plan.source}/links/zarr.json") is None:
+        empty_group(writer, f"{plan.source}/links")
+    writer.add_document(f"{plan.source}/links/+1/zarr.json", builders.links_family_document(
+        level_delta=1, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
+    if explicit:
+        empty_group(writer, f"{plan.target}/links")
+        writer.add_document(f"{plan.target}/links/-1/zarr.json", builders.links_family_document(
+            level_delta=-1, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
+
+
+async def _carry_object_data(ds: AsyncDataset, src: load.Level, writer: _PyramidWriter, plan: LevelPlan,
+                             kept: np.ndarray, n: int) -> None:
+    """Object attributes (dropped objects = absent) and groups of the source level, at the target."""
+    lvl = await ds.family(src.index, "object_attributes")
+    attrs = {}
+    for name in lvl.named("object_attributes"):
+        values = await ds.object_attribute(name, level=src.index)
+        out = np.full_like(values, builders.object_attribute_fill(values.dtype))
+        out[kept] = values[kept]
+        attrs[name] = out
+    await put_object_attributes(writer, plan.target, attrs, ZSTD)
+    groups = await ds.groups(level=src.index)
+    if groups:
+        glvl = await ds.family(src.index, "group_attributes")
+        gattrs = {name: await ds.group_attribute(name, level=src.index) for name in glvl.named("group_attributes")}
+        await put_groups(writer, groups, gattrs, ZSTD, level=plan.target)
