@@ -1,0 +1,175 @@
+"""What every converter shares: optional imports, the store-side options, the source record.
+
+A converter module (one per format family) provides
+
+* ``async def to_store(fmt, src, dst, store, **options) -> dict`` -- read the file ``src``
+  (streaming where the format allows) and write the ZVF store ``dst``;
+* ``async def from_store(fmt, ds, dst, **options) -> dict`` -- write the file ``dst`` from the
+  opened dataset ``ds`` through its iterators.
+
+``store`` is a :class:`StoreOptions`: how the store is laid out and where it lives.  What a
+file format knows and a ZVF store has no field for (LAS scales and offsets, a TRK header, PLY
+property order...) is kept under the root attribute ``zvf_source`` so that converting back
+restores it exactly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import numpy as np
+
+from ..errors import InvalidArgumentError, MissingDependencyError
+
+SOURCE_KEY = "zvf_source"
+BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
+
+
+def need(module: str, extra: str, fmt: str) -> Any:
+    """Import an optional package, or say which zvf extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{fmt} conversion needs the package {module!r}: pip install 'zvf[{extra}]'") from exc
+
+
+@dataclass
+class StoreOptions:
+    """The ZVF side of a conversion: where the store lives and how it is laid out."""
+
+    chunk_shape: Any = "auto"
+    bin_shape: Any = None
+    compression: str | None = None
+    shard_shape: Any = None
+    overwrite: bool = False
+    storage_options: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def writer_kw(self) -> dict:
+        """Keyword arguments every zvf writer takes."""
+        return {"bin_shape": self.bin_shape, "compression": self.compression, "shard_shape": self.shard_shape,
+                "overwrite": self.overwrite, "storage_options": self.storage_options}
+
+
+def take_options(fmt: str, options: dict, known: dict) -> dict:
+    """``known`` (name -> default) filled from ``options``; an option no converter knows is an error."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InvalidArgumentError(
+            f"{fmt} conversion has no option {', '.join(map(repr, unknown))} (it takes {sorted(known) or 'none'})")
+    return {**known, **options}
+
+
+async def threaded(items: Iterable[Any]) -> AsyncIterator[Any]:
+    """Iterate a blocking iterator (file decoding) in a worker thread, one item at a time."""
+    it: Iterator[Any] = iter(items)
+    done = object()
+    while True:
+        item = await anyio.to_thread.run_sync(next, it, done)
+        if item is done:
+            return
+        yield item
+
+
+async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: StoreOptions, write: Any = None, *,
+                        main: str = "positions", extent: tuple[Any, Any, int] | None = None, **kw: Any) -> Any:
+    """Stream batches into ``dst`` through a spilling writer (``write_points`` unless ``write`` is given).
+
+    ``batches`` makes a fresh iterator each call: with ``chunk_shape="auto"`` and no ``extent``
+    (lo, hi, n) known up front, a first pass over the source measures the ``main`` field (an array,
+    or a list of arrays such as polylines).  Memory stays one batch plus the writer's spill buffer.
+    """
+    from ..lifecycle.layout import choose_chunk_shape
+
+    if write is None:
+        from ..write.points import write_points as write
+    chunk_shape = store.chunk_shape
+    if isinstance(chunk_shape, str) and chunk_shape == "auto":
+        if extent is None:
+            extent = await anyio.to_thread.run_sync(_measure, batches, main)
+        lo, hi, n = extent
+        if n == 0:
+            raise InvalidArgumentError(f"{dst}: the source holds no {'points' if main == 'positions' else main}")
+        chunk_shape = choose_chunk_shape(lo, hi, n)
+    return await write(dst, threaded(batches()), chunk_shape=chunk_shape, **kw, **store.writer_kw())
+
+
+def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, list, int]:
+    """Bounds and row count of a batch source (one pass, one batch's ``main`` rows held at a time)."""
+    lo = hi = None
+    n = 0
+    for batch in batches():
+        rows = batch[main]
+        pos = np.concatenate(rows) if isinstance(rows, list) and rows else np.asarray(rows, dtype=np.float64)
+        if not len(pos):
+            continue
+        blo, bhi = pos.min(axis=0).astype(np.float64), pos.max(axis=0).astype(np.float64)
+        lo = blo if lo is None else np.minimum(lo, blo)
+        hi = bhi if hi is None else np.maximum(hi, bhi)
+        n += len(pos)
+    if lo is None:
+        return [0.0], [0.0], 0
+    return lo.tolist(), hi.tolist(), n
+
+
+async def stamp(dst: str, store: StoreOptions, record: dict) -> None:
+    """Keep ``record`` (what the source format knows) under the root attribute ``zvf_source``.
+
+    The writers publish the root document last; this rewrites it once more with one
+    attribute added, so a reader never sees a store without its root.
+    """
+    from ..io.store import open_store
+
+    handle = open_store(dst, mode="a", storage_options=store.storage_options)
+    doc = json.loads(await handle.transport.get("zarr.json"))
+    doc.setdefault("attributes", {})[SOURCE_KEY] = _jsonable(record)
+    await handle.transport.put("zarr.json", json.dumps(doc, indent=2).encode())
+
+
+def source_record(ds: Any, fmt: str | None = None) -> dict:
+    """The ``zvf_source`` record of an opened dataset ({} when absent or from another format)."""
+    rec = ds.root.raw.get("attributes", {}).get(SOURCE_KEY) or {}
+    if fmt is not None and rec.get("format") != fmt:
+        return {}
+    return rec
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").rstrip("\x00")
+    return value
+
+
+OBJECT_BATCH = 4096  # objects per read when exporting
+
+
+async def object_batches(ds: Any, level: int, step: int = OBJECT_BATCH) -> AsyncIterator[tuple[int, Any]]:
+    """(index of the first object, one combined Selection) for every ``step`` objects in id order:
+    one ``read_objects`` per batch, so many small objects cost a few large reads."""
+    ids = await ds.object_ids(level=level)
+    for lo in range(0, len(ids), step):
+        yield lo, await ds.read_objects(ids[lo:lo + step], level=level, combined=True)
+
+
+async def object_attribute_names(ds: Any, level: int = 0) -> list[str]:
+    lvl = await ds.family(level, "object_attributes")
+    return lvl.named("object_attributes")
+
+
+async def object_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:
+    """Every object attribute of a level, (O,) or (O, C), rows in ``ds.object_ids`` order."""
+    return {name: await ds.object_attribute(name, level=level) for name in await object_attribute_names(ds, level)}

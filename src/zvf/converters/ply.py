@@ -1,0 +1,141 @@
+"""PLY point clouds and meshes (plyfile), ASCII or binary.
+
+The ``vertex`` element's ``x, y, z`` are the positions (their dtype kept); every other vertex
+property is a vertex attribute with its dtype.  A ``face`` element makes a mesh (all faces the
+same length; 3..8 corners).  Property order, list types, format and comments go to the
+``zvf_source`` record so a file converted back has the same header.  plyfile reads binary
+files through a memory map and writes whole elements, so both directions hold the file's
+arrays once in memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .base import StoreOptions, need, source_record, stamp, take_options, write_batches
+
+AXES = ("x", "y", "z")
+FACE_LISTS = ("vertex_indices", "vertex_index")
+# PLY has no 64-bit integers: what a store's dtype becomes in a PLY property
+_PLY_CAST = {"int64": "i4", "uint64": "u4", "bool": "u1", "float16": "f4"}
+
+
+def _plyfile():
+    return need("plyfile", "ply", "PLY")
+
+
+def _faces(ply, src: str) -> tuple[np.ndarray | None, dict]:
+    if "face" not in ply:
+        return None, {}
+    el = ply["face"]
+    name = next((p.name for p in el.properties if p.name in FACE_LISTS), None)
+    if name is None:
+        raise InvalidArgumentError(f"{src}: face element has no vertex_indices list")
+    prop = next(p for p in el.properties if p.name == name)
+    lists = el.data[name]
+    if len(lists) == 0:
+        return np.zeros((0, 3), np.int64), {}
+    lens = np.fromiter((len(f) for f in lists), dtype=np.int64, count=len(lists))
+    if np.any(lens != lens[0]):
+        raise InvalidArgumentError(f"{src}: faces have {sorted(set(lens.tolist()))} corners; "
+                                   f"a ZVF mesh needs one face size (triangulate first)")
+    info = {"face_list": name, "face_count_dtype": prop.len_dtype, "face_index_dtype": prop.val_dtype,
+            "dropped_face_properties": [p.name for p in el.properties if p.name != name]}
+    return np.stack(lists).astype(np.int64), info
+
+
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+    opts = take_options(fmt, options, {"batch_rows": 1_000_000})
+    plyfile = _plyfile()
+    ply = plyfile.PlyData.read(src)
+    if "vertex" not in ply:
+        raise InvalidArgumentError(f"{src}: no vertex element")
+    v = ply["vertex"].data
+    axes = [a for a in AXES if a in v.dtype.names]
+    if len(axes) < 2:
+        raise InvalidArgumentError(f"{src}: vertex element needs x, y[, z] properties, has {v.dtype.names}")
+    props = [(p.name, p.val_dtype) for p in ply["vertex"].properties]
+    names = [n for n, _ in props if n not in axes]
+    pos = np.column_stack([v[a] for a in axes])
+    attrs = {n: np.ascontiguousarray(v[n]) for n in names}
+    faces, finfo = _faces(ply, src)
+    record = {"format": "ply", "text": bool(ply.text), "byte_order": ply.byte_order, "comments": list(ply.comments),
+              "obj_info": list(ply.obj_info), "vertex_properties": props, **finfo}
+    if faces is None:
+        rows = int(opts["batch_rows"])
+
+        def batches():
+            for i in range(0, len(pos), rows):
+                yield {"positions": pos[i:i + rows], "attributes": {k: a[i:i + rows] for k, a in attrs.items()}}
+
+        extent = (pos.min(axis=0).tolist(), pos.max(axis=0).tolist(), len(pos)) if len(pos) else None
+        s = await write_batches(dst, batches, store, extent=extent, dtype=pos.dtype)
+        out = {"vertices": s.vertex_count}
+    else:
+        from ..write.objects import write_mesh
+
+        s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, attributes=attrs or None,
+                             dtype=pos.dtype, **store.writer_kw())
+        out = {"vertices": s.vertex_count, "faces": len(faces)}
+    await stamp(dst, store, record)
+    return out
+
+
+async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+    opts = take_options(fmt, options, {"level": 0, "ascii": None})
+    plyfile = _plyfile()
+    rec = source_record(ds, "ply")
+    level = opts["level"]
+    faces = None
+    oids = None
+    if ds.geometry_type == "mesh":
+        sel = await ds.read_objects(await ds.object_ids(level=level), level=level, combined=True)
+        faces = sel.faces
+        if len(sel.objects) > 1:
+            oids = np.repeat(sel.objects, np.diff(sel.offsets))
+    else:
+        parts = [s async for s in ds.iter_chunks(level=level)]
+        sel = _concat(parts, ds.ndim)
+    axes = list(AXES[:ds.ndim])
+    cols = dict(zip(axes, sel.positions.T))
+    cols.update(sel.attributes)
+    if oids is not None and "object_id" not in cols:
+        cols["object_id"] = oids
+    order = [n for n, _ in rec.get("vertex_properties", [])]
+    names = [n for n in order if n in cols] + [n for n in cols if n not in order]
+    given = dict(rec.get("vertex_properties", []))
+    dtype = []
+    for n in names:
+        col = cols[n]
+        if col.ndim != 1:
+            raise InvalidArgumentError(
+                f"{ds.url}: attribute {n!r} has {col.shape[1]} channels; PLY properties are scalar")
+        dtype.append((n, given.get(n, _PLY_CAST.get(col.dtype.name, col.dtype.str))))
+    vert = np.empty(len(sel.positions), dtype=dtype)
+    for n in names:
+        vert[n] = cols[n]
+    elements = [plyfile.PlyElement.describe(vert, "vertex")]
+    if faces is not None:
+        name = rec.get("face_list", "vertex_indices")
+        idx_dt = rec.get("face_index_dtype", "i4")
+        fa = np.empty(len(faces), dtype=[(name, idx_dt, (faces.shape[1],))])
+        fa[name] = faces
+        elements.append(plyfile.PlyElement.describe(
+            fa, "face", len_types={name: rec.get("face_count_dtype", "u1")}, val_types={name: idx_dt}))
+    text = rec.get("text", False) if opts["ascii"] is None else bool(opts["ascii"])
+    plyfile.PlyData(elements, text=text, byte_order=rec.get("byte_order", "<") if not text else "=",
+                    comments=rec.get("comments", []), obj_info=rec.get("obj_info", [])).write(dst)
+    return {"vertices": len(vert), **({"faces": len(faces)} if faces is not None else {})}
+
+
+def _concat(parts: list, ndim: int):
+    """One Selection from chunk batches (PLY is written whole)."""
+    from ..read.selection import Selection
+
+    if not parts:
+        return Selection(np.zeros((0, ndim)))
+    return Selection(np.concatenate([p.positions for p in parts]),
+                     {k: np.concatenate([p.attributes[k] for p in parts]) for k in parts[0].attributes})

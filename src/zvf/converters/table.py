@@ -1,0 +1,334 @@
+"""CSV and Parquet / GeoParquet tables: one row per vertex.
+
+Columns ``x, y[, z]`` (or a GeoParquet WKB point column) are the positions; an ``object_id``
+column makes the rows polylines (rows of one object in file order); columns named
+``object.<name>`` are per-object attributes (repeated on each row of the object); every
+other numeric column is a vertex attribute.  Parquet keeps dtypes and multi-channel columns
+(fixed-size lists); CSV keeps values: a column whose first batch is all integers becomes
+int64, the rest float64, and ``name_0 .. name_{C-1}`` columns join into one C-channel
+attribute.  Both are streamed by row batches (CSV lines, Parquet row groups) in and out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .base import (
+    BATCH_ROWS,
+    OBJECT_BATCH,
+    StoreOptions,
+    need,
+    object_attributes,
+    object_batches,
+    take_options,
+    write_batches,
+)
+
+AXES = ("x", "y", "z")
+OBJECT_ID = "object_id"
+OBJECT_PREFIX = "object."
+_CHANNEL = re.compile(r"^(.+)_(\d+)$")
+
+
+def _pyarrow():
+    need("pyarrow", "parquet", "Parquet")
+    import pyarrow.parquet as pq
+
+    return pq
+
+
+# ----------------------------------------------------------------------------------- reading
+
+
+def _csv_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray]]:
+    """Columns of ``batch_rows`` lines at a time; integer columns decided on the first batch."""
+    with open(src, encoding="utf-8") as fh:
+        names = [c.strip() for c in fh.readline().strip().split(",")]
+        if not names or names == [""]:
+            raise InvalidArgumentError(f"{src}: no header line (column names) found")
+        ints: list[bool] | None = None
+        while True:
+            lines = list(itertools.islice(fh, batch_rows))
+            lines = [ln for ln in lines if ln.strip()]
+            if not lines:
+                return
+            text = np.loadtxt(lines, delimiter=",", dtype=str, ndmin=2)
+            if text.shape[1] != len(names):
+                raise InvalidArgumentError(f"{src}: rows have {text.shape[1]} fields, the header names {len(names)}")
+            if ints is None:
+                ints = [_all_ints(text[:, i]) for i in range(len(names))]
+            yield {n: text[:, i].astype(np.int64 if ints[i] else np.float64) for i, n in enumerate(names)}
+
+
+def _all_ints(col: np.ndarray) -> bool:
+    try:
+        col.astype(np.int64)
+    except ValueError:
+        return False
+    return True
+
+
+def _join_channels(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """CSV ``name_0 .. name_{C-1}`` columns as one (n, C) column."""
+    out: dict[str, Any] = {}
+    groups: dict[str, dict[int, np.ndarray]] = {}
+    for name, col in cols.items():
+        m = _CHANNEL.match(name)
+        if m and name not in AXES:
+            groups.setdefault(m.group(1), {})[int(m.group(2))] = col
+        else:
+            out[name] = col
+    for base, parts in groups.items():
+        if sorted(parts) == list(range(len(parts))) and len(parts) > 1 and base not in out:
+            out[base] = np.column_stack([parts[i] for i in range(len(parts))])
+        else:
+            out.update({f"{base}_{i}": c for i, c in parts.items()})
+    return out
+
+
+def _parquet_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray]]:
+    pq = _pyarrow()
+    pf = pq.ParquetFile(src)
+    geo = _geo_column(pf.schema_arrow.metadata)
+    for rb in pf.iter_batches(batch_size=batch_rows):
+        cols = {}
+        for name, arr in zip(rb.schema.names, rb.columns):
+            if name == geo:
+                cols.update(zip(AXES, _wkb_points(arr, src).T))
+            else:
+                cols[name] = _column(arr, name, src)
+        yield cols
+
+
+def _geo_column(meta: dict | None) -> str | None:
+    if not meta or b"geo" not in meta:
+        return None
+    return json.loads(meta[b"geo"]).get("primary_column", "geometry")
+
+
+def _column(arr, name: str, src: str) -> np.ndarray:
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(arr.type):
+        flat = arr.flatten().to_numpy(zero_copy_only=False)
+        return flat.reshape(len(arr), arr.type.list_size)
+    if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_boolean(arr.type)):
+        raise InvalidArgumentError(f"{src}: column {name!r} has type {arr.type}; only numeric columns convert")
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _wkb_points(arr, src: str) -> np.ndarray:
+    """WKB POINT / POINT Z values (ISO or EWKB, either byte order) as (n, ndim) float64."""
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+    sizes = np.diff(offsets)
+    if len(arr) == 0:
+        return np.zeros((0, 3))
+    size = int(sizes[0])
+    if np.any(sizes != size) or size not in (21, 29) or arr.null_count:
+        raise InvalidArgumentError(f"{src}: the geometry column must hold non-null 2-D or 3-D WKB points")
+    rows = data[offsets[0]:offsets[0] + size * len(arr)].reshape(len(arr), size)
+    little = rows[:, 0] == 1
+    ndim = (size - 5) // 8
+    out = np.empty((len(arr), ndim))
+    coords = np.ascontiguousarray(rows[:, 5:])
+    out[little] = coords[little].view("<f8")
+    out[~little] = coords[~little].view(">f8")
+    return out
+
+
+def _split(cols: dict[str, np.ndarray], src: str, ndim: int) -> tuple[np.ndarray, dict, np.ndarray | None, dict]:
+    axes = [a for a in AXES[:ndim] if a in cols]
+    if len(axes) < 2:
+        raise InvalidArgumentError(f"{src}: needs position columns x, y[, z] (or a GeoParquet geometry); "
+                                   f"it has {sorted(cols)}")
+    pos = np.column_stack([np.asarray(cols[a], dtype=np.float64) for a in axes])
+    oid = cols.get(OBJECT_ID)
+    rest = {k: v for k, v in cols.items() if k not in axes and k != OBJECT_ID}
+    obj = {k[len(OBJECT_PREFIX):]: v for k, v in rest.items() if k.startswith(OBJECT_PREFIX)}
+    attrs = {k: v for k, v in rest.items() if not k.startswith(OBJECT_PREFIX)}
+    return pos, attrs, oid, obj
+
+
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "geometry": None})
+    rows = int(opts["batch_rows"])
+
+    def tables() -> Iterator[dict[str, np.ndarray]]:
+        if fmt == "csv":
+            return (_join_channels(c) for c in _csv_batches(src, rows))
+        return _parquet_batches(src, rows)
+
+    first = next(tables(), None)
+    if first is None:
+        raise InvalidArgumentError(f"{src}: no rows")
+    ndim = 3 if "z" in first else 2
+    if OBJECT_ID not in first:
+        def batches():
+            for cols in tables():
+                pos, attrs, _, obj = _split(cols, src, ndim)
+                if obj:
+                    raise InvalidArgumentError(f"{src}: {OBJECT_PREFIX}* columns need an {OBJECT_ID} column")
+                yield {"positions": pos, "attributes": attrs}
+
+        s = await write_batches(dst, batches, store, dtype="float64")
+        return {"vertices": s.vertex_count}
+    from ..write.objects import write_polylines
+
+    s = await write_batches(dst, lambda: _polyline_batches(tables(), src, ndim), store, write_polylines,
+                            main="polylines", geometry_type=opts["geometry"] or "polyline", dtype="float64")
+    return {"vertices": s.vertex_count, "objects": s.object_count}
+
+
+def _polyline_batches(tables: Iterator[dict], src: str, ndim: int) -> Iterator[dict]:
+    """Rows grouped by ``object_id`` (file order within an object), objects in id order.
+
+    Ids are read whole first (one int64 per row); rows are then gathered object by object.
+    """
+    pos_parts, attr_parts, oid_parts, obj_parts = [], [], [], []
+    for cols in tables:
+        pos, attrs, oid, obj = _split(cols, src, ndim)
+        pos_parts.append(pos)
+        attr_parts.append(attrs)
+        oid_parts.append(np.asarray(oid, dtype=np.int64))
+        obj_parts.append(obj)
+    oid = np.concatenate(oid_parts)
+    order = np.argsort(oid, kind="stable")
+    ids, starts, counts = np.unique(oid[order], return_index=True, return_counts=True)
+    pos = np.concatenate(pos_parts)[order]
+    attrs = {k: np.concatenate([a[k] for a in attr_parts])[order] for k in attr_parts[0]}
+    obj = {k: np.concatenate([o[k] for o in obj_parts])[order][starts] for k in obj_parts[0]}
+    if not np.array_equal(ids, np.arange(len(ids))):
+        obj[OBJECT_ID] = ids  # keep the file's ids; ZVF numbers polylines 0..P-1
+    cuts = np.cumsum(counts)[:-1]
+    yield {"polylines": np.split(pos, cuts), "attributes": {k: np.split(v, cuts) for k, v in attrs.items()},
+           "object_attributes": obj}
+
+
+# ----------------------------------------------------------------------------------- writing
+
+
+def _names(ndim: int) -> list[str]:
+    return list(AXES[:ndim]) if ndim <= 3 else [f"d{i}" for i in range(ndim)]
+
+
+def _rows(sel, oid: np.ndarray | None, obj: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    cols = dict(zip(_names(sel.positions.shape[1]), sel.positions.T))
+    if oid is not None:
+        cols[OBJECT_ID] = oid
+    cols.update(sel.attributes)
+    cols.update({OBJECT_PREFIX + k: v for k, v in obj.items()})
+    return cols
+
+
+class _CsvOut:
+    def __init__(self, path: str):
+        self.fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 -- held across write() calls, closed by close()
+        self.header = False
+
+    def write(self, cols: dict[str, np.ndarray]) -> None:
+        flat: list[tuple[str, np.ndarray]] = []
+        for name, v in cols.items():
+            v = v.reshape(len(v), -1)
+            flat += [(name, v[:, 0])] if v.shape[1] == 1 and np.ndim(cols[name]) == 1 else \
+                [(f"{name}_{i}", v[:, i]) for i in range(v.shape[1])]
+        if not self.header:
+            self.fh.write(",".join(n for n, _ in flat) + "\n")
+            self.header = True
+        fmts = ["%d" if c.dtype.kind in "iub" else ("%.9g" if c.dtype.itemsize <= 4 else "%.17g") for _, c in flat]
+        table = np.empty((len(flat[0][1]), len(flat)), dtype=object)
+        for i, (_, c) in enumerate(flat):
+            table[:, i] = c.astype(np.int64) if c.dtype.kind == "b" else c
+        np.savetxt(self.fh, table, delimiter=",", fmt=fmts)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class _ParquetOut:
+    def __init__(self, path: str, geo: bool, ndim: int):
+        self.pq = _pyarrow()
+        self.path, self.geo, self.ndim, self.writer = path, geo, ndim, None
+
+    def write(self, cols: dict[str, np.ndarray]) -> None:
+        import pyarrow as pa
+
+        arrays, names = [], []
+        if self.geo:
+            axes = _names(self.ndim)
+            arrays.append(_wkb_array(np.column_stack([cols.pop(a) for a in axes])))
+            names.append("geometry")
+        for name, v in cols.items():
+            if v.ndim == 2:
+                arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), v.shape[1]))
+            else:
+                arrays.append(pa.array(v))
+            names.append(name)
+        table = pa.Table.from_arrays(arrays, names=names)
+        if self.writer is None:
+            schema = table.schema
+            if self.geo:
+                gtype = "Point Z" if self.ndim == 3 else "Point"
+                meta = {"version": "1.1.0", "primary_column": "geometry",
+                        "columns": {"geometry": {"encoding": "WKB", "geometry_types": [gtype]}}}
+                schema = schema.with_metadata({b"geo": json.dumps(meta).encode()})
+            self.writer = self.pq.ParquetWriter(self.path, schema)
+        self.writer.write_table(table.cast(self.writer.schema))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _wkb_array(pos: np.ndarray):
+    """Little-endian ISO WKB points, built as one buffer."""
+    import pyarrow as pa
+
+    n, ndim = pos.shape
+    size = 5 + 8 * ndim
+    buf = np.zeros((n, size), dtype=np.uint8)
+    buf[:, 0] = 1
+    buf[:, 1:5] = np.frombuffer(np.uint32(1001 if ndim == 3 else 1).tobytes(), np.uint8)
+    buf[:, 5:] = np.ascontiguousarray(pos, dtype="<f8").view(np.uint8).reshape(n, 8 * ndim)
+    offsets = np.arange(n + 1, dtype=np.int32) * size
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+
+
+async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+    opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH})
+    level = opts["level"]
+    if fmt == "csv":
+        out: Any = _CsvOut(dst)
+    else:
+        geo = dst.lower().endswith(".geoparquet") if opts["geo"] is None else bool(opts["geo"])
+        if geo and ds.ndim not in (2, 3):
+            raise InvalidArgumentError(f"{ds.url}: GeoParquet points are 2-D or 3-D, the store is {ds.ndim}-D")
+        out = _ParquetOut(dst, geo, ds.ndim)
+    n = objects = 0
+    try:
+        if ds.geometry_type == "point_cloud":
+            async for sel in ds.iter_chunks(level=level):
+                if len(sel):
+                    out.write(_rows(sel, None, {}))
+                    n += len(sel)
+        else:
+            obj = await object_attributes(ds, level)
+            src_ids = obj.pop(OBJECT_ID, None)
+            if src_ids is None:
+                src_ids = await ds.object_ids(level=level)
+            async for lo, sel in object_batches(ds, level, int(opts["batch_objects"])):
+                lens = np.diff(sel.offsets)
+                rows = np.repeat(np.arange(lo, lo + len(lens)), lens)
+                out.write(_rows(sel, np.asarray(src_ids)[rows].astype(np.int64), {k: v[rows] for k, v in obj.items()}))
+                n += len(sel)
+                objects += len(lens)
+    finally:
+        out.close()
+    return {"vertices": n, **({"objects": objects} if objects else {})}

@@ -1,0 +1,192 @@
+"""Streamlines: TRK and TCK (nibabel), TRX (trx-python).
+
+Positions are RAS+ millimetres (what nibabel and trx hand out), float32 as the files store
+them.  Per-point data become vertex attributes, per-streamline data object attributes, TRX
+groups become ZVF groups (names in the ``zvf_source`` record).  The voxel-to-RASMM affine,
+the volume dimensions, voxel sizes and order are recorded, so a file written back lands in
+the same space.  Reading streams: TRK/TCK through nibabel's lazy loading, TRX through its
+memory maps, in batches of streamlines handed straight to the streaming polyline writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .base import (
+    StoreOptions,
+    need,
+    object_attributes,
+    object_batches,
+    source_record,
+    stamp,
+    take_options,
+    write_batches,
+)
+
+BATCH = 10_000  # streamlines per batch read
+
+
+def _nib():
+    return need("nibabel", "neuro", "TRK/TCK")
+
+
+def _trx():
+    need("trx", "neuro", "TRX")
+    import trx.trx_file_memmap as tmm
+
+    return tmm
+
+
+def _nib_batches(tractogram, batch: int) -> Iterator[dict]:
+    """Batches of a (lazy) nibabel tractogram, one streamline at a time from the file.
+
+    A lazy tractogram's items are in the file's space; its pending affine (what its
+    ``streamlines`` property applies) takes them to RASMM.
+    """
+    from nibabel.affines import apply_affine
+
+    affine = np.asarray(getattr(tractogram, "_affine_to_apply", np.eye(4)))
+    identity = np.array_equal(affine, np.eye(4))
+    out: dict = {"polylines": [], "attributes": {}, "object_attributes": {}}
+    for item in tractogram:
+        pts = np.asarray(item.streamline)
+        out["polylines"].append(pts if identity else apply_affine(affine, pts).astype(pts.dtype))
+        for k, v in item.data_for_points.items():
+            out["attributes"].setdefault(k, []).append(np.asarray(v))
+        for k, v in item.data_for_streamline.items():
+            out["object_attributes"].setdefault(k, []).append(np.asarray(v))
+        if len(out["polylines"]) == batch:
+            yield _stack(out)
+            out = {"polylines": [], "attributes": {}, "object_attributes": {}}
+    if out["polylines"]:
+        yield _stack(out)
+
+
+def _stack(out: dict) -> dict:
+    out["object_attributes"] = {k: np.stack(v) for k, v in out["object_attributes"].items()}
+    return out
+
+
+def _trx_batches(trx, batch: int) -> Iterator[dict]:
+    """Batches of views into the TRX memory maps."""
+    seq = trx.streamlines
+    offsets = np.asarray(seq._offsets, dtype=np.int64)
+    lengths = np.asarray(seq._lengths, dtype=np.int64)
+    for lo in range(0, len(offsets), batch):
+        hi = min(lo + batch, len(offsets))
+        start, stop = int(offsets[lo]), int(offsets[hi - 1] + lengths[hi - 1])
+        cuts = offsets[lo + 1:hi] - start
+        yield {"polylines": np.split(seq._data[start:stop], cuts),
+               "attributes": {k: np.split(np.asarray(v._data[start:stop]), cuts)
+                              for k, v in trx.data_per_vertex.items()},
+               "object_attributes": {k: np.asarray(v[lo:hi]) for k, v in trx.data_per_streamline.items()}}
+
+
+def _text(value: Any) -> str:
+    return value.decode("ascii", "replace").rstrip("\x00") if isinstance(value, bytes) else str(value)
+
+
+def _squeeze(arrays: dict) -> dict:
+    """One-channel data as (n,) so the store holds plain scalars."""
+    return {k: [a.reshape(len(a)) if a.ndim == 2 and a.shape[1] == 1 else a for a in v] if isinstance(v, list)
+            else (v.reshape(len(v)) if v.ndim == 2 and v.shape[1] == 1 else v) for k, v in arrays.items()}
+
+
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+    opts = take_options(fmt, options, {"batch": BATCH})
+    from ..write.objects import write_polylines
+
+    groups = None
+    trx = None
+    batch = int(opts["batch"])
+    try:
+        if fmt == "trx":
+            trx = _trx().load(src)
+            record = {"format": "trx", "affine": np.asarray(trx.header["VOXEL_TO_RASMM"]).tolist(),
+                      "dimensions": np.asarray(trx.header["DIMENSIONS"]).tolist(), "groups": sorted(trx.groups)}
+
+            def source() -> Iterator[dict]:
+                return _trx_batches(trx, batch)
+            if trx.groups:
+                groups = {g: np.asarray(trx.groups[name], dtype=np.int64) for g, name in enumerate(record["groups"])}
+        else:
+            nib = _nib()
+            f = nib.streamlines.load(src, lazy_load=True)  # a lazy tractogram iterates again for each pass
+            hdr = f.header
+            F = nib.streamlines.Field
+            record = {"format": fmt, "affine": np.asarray(hdr.get(F.VOXEL_TO_RASMM, np.eye(4))).tolist()}
+            if fmt == "trk":
+                record.update(dimensions=np.asarray(hdr[F.DIMENSIONS]).tolist(),
+                              voxel_sizes=np.asarray(hdr[F.VOXEL_SIZES]).tolist(),
+                              voxel_order=_text(hdr[F.VOXEL_ORDER]))
+
+            def source() -> Iterator[dict]:
+                return _nib_batches(f.tractogram, batch)
+
+        def batches() -> Iterator[dict]:
+            return ({"polylines": b["polylines"], "attributes": _squeeze(b["attributes"]),
+                     "object_attributes": _squeeze(b["object_attributes"])} for b in source())
+
+        first = next(batches(), None)
+        if first is None:
+            raise InvalidArgumentError(f"{src}: no streamlines")
+        s = await write_batches(dst, batches, store, write_polylines, main="polylines", geometry_type="streamline",
+                                groups=groups, dtype=first["polylines"][0].dtype)
+    finally:
+        if trx is not None:  # the batches are views into its memory maps: close only after the write
+            trx.close()
+    await stamp(dst, store, record)
+    return {"vertices": s.vertex_count, "objects": s.object_count}
+
+
+async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+    opts = take_options(fmt, options, {"level": 0})
+    nib = _nib()
+    from nibabel.streamlines import ArraySequence, Tractogram
+
+    level = opts["level"]
+    if ds.ndim != 3:
+        raise InvalidArgumentError(f"{ds.url}: {fmt.upper()} streamlines are 3-D, the store is {ds.ndim}-D")
+    rec = source_record(ds)
+    lines: list[np.ndarray] = []
+    dpp: dict[str, list[np.ndarray]] = {}
+    async for _, sel in object_batches(ds, level):  # whole tractogram: nibabel and trx save whole arrays
+        cuts = sel.offsets[1:-1]
+        lines += np.split(sel.positions, cuts)
+        for k, v in sel.attributes.items():
+            dpp.setdefault(k, []).extend(np.split(v.reshape(len(v), -1), cuts))
+    dps = {k: v.reshape(len(v), -1) for k, v in (await object_attributes(ds, level)).items()}
+    affine = np.asarray(rec.get("affine", np.eye(4)), dtype=np.float64)
+    dims = rec.get("dimensions", [1, 1, 1])
+    tract = Tractogram(ArraySequence(lines), data_per_point={k: ArraySequence(v) for k, v in dpp.items()},
+                       data_per_streamline=dps, affine_to_rasmm=np.eye(4))
+    if fmt == "trx":
+        tmm = _trx()
+        ref = {"NB_VERTICES": 0, "VOXEL_TO_RASMM": affine, "DIMENSIONS": np.asarray(dims, dtype=np.uint16)}
+        trx = tmm.TrxFile.from_tractogram(tract, reference=ref, dtype_dict={
+            "positions": lines[0].dtype if lines else np.float32, "offsets": np.uint32,
+            "dpv": {k: v[0].dtype for k, v in dpp.items()}, "dps": {k: v.dtype for k, v in dps.items()}})
+        try:
+            names = rec.get("groups") if rec.get("format") == "trx" else None
+            for g, members in enumerate(await ds.groups(level=level)):
+                name = names[g] if names and g < len(names) else f"group_{g}"
+                trx.groups[name] = np.asarray(members, dtype=np.uint32)
+            tmm.save(trx, dst)
+        finally:
+            trx.close()
+    else:
+        F = nib.streamlines.Field
+        header = {F.VOXEL_TO_RASMM: affine}
+        if fmt == "trk":
+            header.update({F.DIMENSIONS: np.asarray(dims, dtype=np.int16),
+                           F.VOXEL_SIZES: np.asarray(rec.get("voxel_sizes", [1, 1, 1]), dtype=np.float32),
+                           F.VOXEL_ORDER: rec.get("voxel_order", "RAS")})
+        else:
+            tract = Tractogram(tract.streamlines, affine_to_rasmm=np.eye(4))  # TCK holds positions only
+        nib.streamlines.save(tract, dst, header=header)
+    return {"vertices": int(sum(len(x) for x in lines)), "objects": len(lines)}
+

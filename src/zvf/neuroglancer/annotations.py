@@ -1,0 +1,223 @@
+"""Neuroglancer precomputed annotations: record layout, encodings, spatial index levels.
+
+Pure numpy.  An annotation record is the fixed-size part every index repeats:
+float32 geometry (a point, or a line's two endpoints), then property values
+largest type first (so no padding falls between them, whichever way a reader
+lays them out), then zero padding to a multiple of 4 bytes.  ``by_id`` adds
+the related object ids; lists (spatial cells, related-object index) are a
+uint64 count, the records, then the uint64 ids.
+
+Annotation ids say where an annotation came from, so ``serve`` can answer a
+``by_id`` request without an index: a point is ``(i << 32) | row`` (row
+``row`` of the ``i``-th entry of the level's ``nonempty_chunks``), a line is
+``(object id << 32) | k`` (edge ``k`` of that object).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+#: numpy dtype -> neuroglancer property type kept exactly (float64 narrows to float32).
+_PROPERTY_TYPES = {"float32": "float32", "float64": "float32", "int8": "int8", "uint8": "uint8",
+                   "int16": "int16", "uint16": "uint16", "int32": "int32", "uint32": "uint32", "bool": "uint8"}
+_ID_RE = re.compile(r"^[a-z][a-zA-Z0-9_]*$")
+ID_SHIFT = np.uint64(32)
+
+
+@dataclass(frozen=True)
+class Property:
+    id: str  # neuroglancer property id
+    type: str  # neuroglancer type
+    source: str  # zvf attribute name
+    component: int | None = None  # column of a multi-component attribute
+
+
+def property_id(name: str, taken: set[str]) -> str:
+    """A valid, unused neuroglancer property id for an attribute name."""
+    pid = re.sub(r"[^a-zA-Z0-9_]", "_", name)
+    pid = pid[:1].lower() + pid[1:] if pid else "p"
+    if not _ID_RE.match(pid):
+        pid = "p_" + pid
+    base, k = pid, 1
+    while pid in taken:
+        pid, k = f"{base}_{k}", k + 1
+    taken.add(pid)
+    return pid
+
+
+def properties_for(attributes: dict[str, np.dtype | tuple[np.dtype, int]]) -> tuple[list[Property], list[str]]:
+    """Properties for attributes ``{name: (dtype, components)}``, largest type first; also the names skipped
+    (64-bit integers, strings: no neuroglancer type holds them exactly)."""
+    props, skipped, taken = [], [], set()
+    for name, (dtype, ncomp) in attributes.items():
+        ngtype = _PROPERTY_TYPES.get(np.dtype(dtype).name)
+        if ngtype is None:
+            skipped.append(name)
+            continue
+        if ncomp == 1:
+            props.append(Property(property_id(name, taken), ngtype, name))
+        else:
+            props.extend(Property(property_id(f"{name}_{c}", taken), ngtype, name, c) for c in range(ncomp))
+    props.sort(key=lambda p: -np.dtype(p.type).itemsize)  # stable: store order within a size
+    return props, skipped
+
+
+@dataclass
+class Schema:
+    """Layout of one annotation collection: type, rank, properties, relationships."""
+
+    annotation_type: str  # "POINT" or "LINE"
+    rank: int
+    properties: list[Property] = field(default_factory=list)
+    relationships: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.annotation_type not in ("POINT", "LINE"):
+            raise InvalidArgumentError(f"annotation_type must be POINT or LINE, got {self.annotation_type!r}")
+        fields: list = [("geometry", "<f4", (self.rank * (1 if self.annotation_type == "POINT" else 2),))]
+        size = 4 * fields[0][2][0]
+        for i, p in enumerate(self.properties):
+            fields.append((f"p{i}", np.dtype(p.type).newbyteorder("<")))
+            size += np.dtype(p.type).itemsize
+        if size % 4:
+            fields.append(("pad", "u1", (4 - size % 4,)))
+        self.dtype = np.dtype(fields)
+
+    @property
+    def geometry_width(self) -> int:
+        return self.dtype["geometry"].shape[0]
+
+    def records(self, geometry: np.ndarray, attributes: dict[str, np.ndarray]) -> np.ndarray:
+        """Records for ``geometry`` (n, width) and the source attribute rows."""
+        out = np.zeros(len(geometry), dtype=self.dtype)
+        out["geometry"] = geometry
+        for i, p in enumerate(self.properties):
+            values = attributes[p.source]
+            if p.component is not None:
+                values = values.reshape(len(values), -1)[:, p.component]
+            out[f"p{i}"] = values
+        return out
+
+    def bbox(self, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) corners of each record's geometry."""
+        g = records["geometry"].astype(np.float64).reshape(len(records), -1, self.rank)
+        return g.min(axis=1), g.max(axis=1)
+
+    def info(self, *, dimensions: dict, lower: Sequence[float], upper: Sequence[float], by_id: dict,
+             spatial: list[dict], relationships: list[dict]) -> dict:
+        return {"@type": "neuroglancer_annotations_v1", "dimensions": dimensions,
+                "lower_bound": [float(v) for v in lower], "upper_bound": [float(v) for v in upper],
+                "annotation_type": self.annotation_type,
+                "properties": [{"id": p.id, "type": p.type,
+                                "description": p.source if p.component is None else f"{p.source}[{p.component}]"}
+                               for p in self.properties],
+                "relationships": relationships, "by_id": by_id, "spatial": spatial}
+
+
+def encode_single(record: np.ndarray, related: Sequence[Sequence[int]]) -> bytes:
+    """``by_id`` value: the record, then per relationship a uint32 count and the uint64 ids."""
+    parts = [record.tobytes()]
+    for ids in related:
+        ids = np.asarray(ids, dtype="<u8")
+        parts += [np.uint32(len(ids)).astype("<u4").tobytes(), ids.tobytes()]
+    return b"".join(parts)
+
+
+def encode_multiple(records: np.ndarray, ids: np.ndarray) -> bytes:
+    """A list of annotations (spatial cell, related-object index): count, records, ids."""
+    return b"".join([np.uint64(len(records)).astype("<u8").tobytes(), records.tobytes(),
+                     np.asarray(ids, dtype="<u8").tobytes()])
+
+
+def point_ids(chunk_index: int, n: int) -> np.ndarray:
+    return (np.uint64(chunk_index) << ID_SHIFT) | np.arange(n, dtype=np.uint64)
+
+
+def line_ids(object_id: int, n: int) -> np.ndarray:
+    if not 0 <= int(object_id) < (1 << 32):
+        raise InvalidArgumentError(f"object id {object_id} does not fit the 32 bits a line annotation id gives it")
+    return (np.uint64(object_id) << ID_SHIFT) | np.arange(n, dtype=np.uint64)
+
+
+def line_records(schema: Schema, positions: np.ndarray, edges: np.ndarray | None,
+                 object_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(records, ids) of one object's edges as LINE annotations (no edges: none)."""
+    edges = np.zeros((0, 2), np.int64) if edges is None else edges
+    geometry = np.concatenate([positions[edges[:, 0]], positions[edges[:, 1]]], axis=1)
+    return schema.records(geometry, {}), line_ids(object_id, len(edges))
+
+
+def split_id(aid: int) -> tuple[int, int]:
+    return int(aid) >> 32, int(aid) & 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------
+# spatial index
+# --------------------------------------------------------------------------
+
+
+def spatial_levels(lower: np.ndarray, upper: np.ndarray, finest: Sequence[float], *,
+                   max_levels: int = 12, max_cells: int = 1 << 21) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(grid_shape, chunk_size) per level, coarse to fine.
+
+    Level 0 is one cell over the bounds; each next level halves the
+    dimensions longer than half the longest (so cells stay near isotropic),
+    down to the store's chunk shape ``finest`` (or ``max_levels`` /
+    ``max_cells``).  grid_shape x chunk_size == upper - lower on every level.
+    """
+    extent = np.asarray(upper, np.float64) - np.asarray(lower, np.float64)
+    finest = np.asarray(finest, np.float64)
+    grid = np.ones(len(extent), dtype=np.int64)
+    levels = [(grid.copy(), extent.copy())]
+    while len(levels) < max_levels:
+        size = extent / grid
+        halve = (size > size.max() / 2) & (size > finest)
+        if not halve.any() or np.prod(grid * np.where(halve, 2, 1)) > max_cells:
+            break
+        grid = grid * np.where(halve, 2, 1)
+        levels.append((grid.copy(), extent / grid))
+    return levels
+
+
+def cell_ranges(lo: np.ndarray, hi: np.ndarray, lower: np.ndarray, chunk: np.ndarray,
+                grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inclusive cell range each closed box [lo, hi] touches, clipped to the grid."""
+    a = np.clip(np.floor((lo - lower) / chunk), 0, grid - 1).astype(np.int64)
+    b = np.clip(np.floor((hi - lower) / chunk), 0, grid - 1).astype(np.int64)
+    return a, b
+
+
+def expand_cells(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, cell coords) for every cell of every inclusive range a..b (vectorized)."""
+    ext = b - a + 1
+    counts = np.prod(ext, axis=1)
+    rows = np.repeat(np.arange(len(a)), counts)
+    local = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    cells = np.empty((len(rows), a.shape[1]), dtype=np.int64)
+    e = ext[rows]
+    for d in range(a.shape[1] - 1, -1, -1):
+        cells[:, d] = local % e[:, d]
+        local = local // e[:, d]
+    return rows, cells + a[rows]
+
+
+def uniform(ids: np.ndarray) -> np.ndarray:
+    """A uniform [0, 1) draw per annotation id, fixed by the id (so the sampling is reproducible)."""
+    from .sharded import murmurhash3_x86_128_low64
+
+    return (murmurhash3_x86_128_low64(ids) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+
+
+def flat_cells(cells: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    strides = np.cumprod(np.r_[1, grid[::-1][:-1]])[::-1]
+    return cells @ strides
+
+
+def unflat_cells(flat: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    return np.stack(np.unravel_index(flat, tuple(int(g) for g in grid)), axis=1)

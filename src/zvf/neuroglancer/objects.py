@@ -1,0 +1,82 @@
+"""Neuroglancer precomputed skeletons and legacy single-resolution meshes (pure encoders).
+
+Both are in the "model" space neuroglancer expects in nanometres: skeletons
+say so with their ``transform`` (a uniform scale from store units), meshes
+(the legacy format has no transform) get their vertices scaled.  The legacy
+mesh format is chosen over multi-LOD Draco because it keeps float32
+vertices exactly (Draco fragments quantize them to 10 or 16 bits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+#: nanometres per unit, for the units a store's axes may name.
+NM_PER_UNIT = {"": 1.0, "nm": 1.0, "nanometer": 1.0, "um": 1e3, "micrometer": 1e3, "µm": 1e3,
+               "mm": 1e6, "millimeter": 1e6, "m": 1e9, "meter": 1e9, "pm": 1e-3, "picometer": 1e-3}
+SKELETON_TYPES = {"float32", "int8", "uint8", "int16", "uint16", "int32", "uint32"}
+
+
+def nm_per_unit(unit: str) -> float:
+    try:
+        return NM_PER_UNIT[unit]
+    except KeyError:
+        raise InvalidArgumentError(f"unit must be one of {sorted(k for k in NM_PER_UNIT if k)}, got {unit!r}") from None
+
+
+def xyz(positions: np.ndarray) -> np.ndarray:
+    """Positions as (n, 3) float32: 2-D stores get z = 0; skeletons and meshes have no other rank."""
+    positions = np.asarray(positions, dtype=np.float32)
+    if positions.shape[1] == 3:
+        return positions
+    if positions.shape[1] == 2:
+        return np.c_[positions, np.zeros(len(positions), np.float32)]
+    raise InvalidArgumentError(f"neuroglancer skeletons and meshes are 3-D; the store has {positions.shape[1]} axes")
+
+
+def skeleton_attributes(attributes: dict[str, np.ndarray]) -> list[tuple[str, np.dtype, int]]:
+    """(name, dtype, components) of the vertex attributes a skeleton can carry (float64 narrows to float32)."""
+    out = []
+    for name, values in attributes.items():
+        dtype = np.dtype(np.float32) if values.dtype == np.float64 else values.dtype
+        if dtype.name in SKELETON_TYPES:
+            out.append((name, dtype, int(np.prod(values.shape[1:], dtype=np.int64))))
+    return out
+
+
+def skeleton_info(attrs: list[tuple[str, np.dtype, int]], scale_nm: float, sharding: dict | None) -> dict:
+    info = {"@type": "neuroglancer_skeletons",
+            "transform": [scale_nm, 0, 0, 0, 0, scale_nm, 0, 0, 0, 0, scale_nm, 0],
+            "vertex_attributes": [{"id": n, "data_type": d.name, "num_components": c} for n, d, c in attrs]}
+    if sharding is not None:
+        info["sharding"] = sharding
+    return info
+
+
+def encode_skeleton(positions: np.ndarray, edges: np.ndarray, attributes: dict[str, np.ndarray],
+                    attrs: list[tuple[str, np.dtype, int]]) -> bytes:
+    """uint32 vertex and edge counts, float32 positions, uint32 edge pairs, then each attribute."""
+    pos = xyz(positions)
+    edges = np.asarray(edges, dtype="<u4").reshape(-1, 2)
+    parts = [np.array([len(pos), len(edges)], "<u4").tobytes(), pos.astype("<f4").tobytes(), edges.tobytes()]
+    parts += [np.asarray(attributes[n]).astype(d.newbyteorder("<")).tobytes() for n, d, _ in attrs]
+    return b"".join(parts)
+
+
+MESH_INFO = {"@type": "neuroglancer_legacy_mesh"}
+
+
+def mesh_manifest(object_id: int) -> tuple[str, bytes]:
+    """(name, JSON) of the ``<id>:0`` manifest naming the object's one fragment file."""
+    return f"{int(object_id)}:0", b'{"fragments": ["%d.frag"]}' % int(object_id)
+
+
+def encode_mesh(vertices: np.ndarray, faces: np.ndarray, scale_nm: float = 1.0) -> bytes:
+    """uint32 vertex count, float32 xyz vertices (nm), then uint32 triangle indices."""
+    v = xyz(vertices)
+    if scale_nm != 1.0:
+        v = (v.astype(np.float64) * scale_nm).astype(np.float32)
+    return b"".join([np.uint32(len(v)).astype("<u4").tobytes(), v.astype("<f4").tobytes(),
+                     np.asarray(faces, dtype="<u4").reshape(-1, 3).tobytes()])
