@@ -82,7 +82,6 @@ def ingest_main(args: list[str]) -> None:
     import shutil
 
     import numpy as np
-
     import workloads as w
 
     sizes = w.QUICK if args[0] == "quick" else w.FULL

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -31,7 +32,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-
 import reference as ref  # noqa: E402
 import workloads as w  # noqa: E402
 
@@ -692,11 +692,9 @@ def targets(results: Results, lat_hi: float) -> list[tuple[str, str, str]]:
 
 def machine_note() -> str:
     cpu = ""
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         cpu = next(x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
                    if x.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     mem = ""
     try:
         kb = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])

@@ -13,6 +13,7 @@ Data are generated from fixed seeds, so every run builds the same stores.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import resource
@@ -281,10 +282,8 @@ class Servers:
 
     def stop(self) -> None:
         if self.proxy.poll() is None:
-            try:
+            with contextlib.suppress(Exception):
                 self._ask(op="stop")
-            except Exception:
-                pass
             try:
                 self.proxy.wait(5)
             except subprocess.TimeoutExpired:
@@ -445,7 +444,7 @@ def n_vertices(result) -> int:
     if result is None:
         return 0
     if hasattr(result, "positions"):
-        return int(len(result.positions))
+        return len(result.positions)
     if hasattr(result, "vertex_count"):
         return int(result.vertex_count)
     if isinstance(result, np.ndarray):
@@ -508,7 +507,7 @@ def ingest_zvf_main(args: list[str]) -> None:
 
     secs, summary, mode = asyncio.run(go())
     print(json.dumps({"seconds": secs, "peak_rss_mib": peak_rss_mib(), "base_rss_mib": base, "mode": mode,
-                      "vertex_count": summary.get("vertex_count"), "requests": summary.get("requests")}))
+                      "vertex_count": summary.vertex_count, "requests": summary.requests}))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import numpy as np
 
 import zvf
 from zvf.cli.main import main as zvf_cli
-from zvf.io.embedded import EmbeddedS3
+from zvf.testing import EmbeddedS3
 
 N, BATCH = 300_000, 40_000
 

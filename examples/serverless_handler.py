@@ -55,7 +55,7 @@ def handler(event, context=None) -> dict:
 
 
 def simulate() -> None:
-    from zvf.io.embedded import EmbeddedS3
+    from zvf.testing import EmbeddedS3
 
     s3 = EmbeddedS3.start()
     try:

@@ -21,7 +21,7 @@ from aiohttp import ClientSession, web
 
 import zvf
 from zvf.errors import InvalidArgumentError
-from zvf.io.embedded import EmbeddedS3
+from zvf.testing import EmbeddedS3
 
 DATASET = web.AppKey("dataset", zvf.aio.AsyncDataset)
 

@@ -133,7 +133,7 @@ async def run_checks(store: S3Store, s3, bucket: str, r: Report) -> None:
         r.check("put mode=create twice -> AlreadyExistsError", False, "second put succeeded")
     except AlreadyExistsError as e:
         r.check("put mode=create twice -> AlreadyExistsError", True, type(e).__name__)
-    except Exception as e:  # noqa: BLE001 - report what the server did instead
+    except Exception as e:
         r.check("put mode=create twice -> AlreadyExistsError", False, repr(e)[:200])
     body = bytes(await (await obstore.get_async(store, "cond/c.json")).bytes_async())
     r.check("create did not overwrite", body == b"first", repr(body))
@@ -145,7 +145,7 @@ async def run_checks(store: S3Store, s3, bucket: str, r: Report) -> None:
         ok = bytes(await (await obstore.get_async(store, "cond/c.json")).bytes_async()) == b"v2"
         r.check("put mode={e_tag: current} succeeds", ok, f"new e_tag={res.get('e_tag')}",
                 optional=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         r.check("put mode={e_tag: current} succeeds", False, repr(e)[:200], optional=True)
     try:
         await obstore.put_async(store, "cond/c.json", b"v3", mode={"e_tag": cur})
@@ -155,7 +155,7 @@ async def run_checks(store: S3Store, s3, bucket: str, r: Report) -> None:
     except PreconditionError as e:
         r.check("put mode={e_tag: stale} -> PreconditionError", True, type(e).__name__,
                 optional=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         r.check("put mode={e_tag: stale} -> PreconditionError", False, repr(e)[:200],
                 optional=True)
 
@@ -221,7 +221,7 @@ def main() -> int:
         r.check("create bucket (boto3)", True)
         asyncio.run(run_checks(store=make_store(endpoint, key, secret, bucket), s3=s3,
                                bucket=bucket, r=r))
-    except Exception as e:  # noqa: BLE001 - a crash is one more failed check
+    except Exception as e:
         r.check("smoke run", False, repr(e)[:300])
     finally:
         try:
@@ -230,7 +230,7 @@ def main() -> int:
                 if objs:
                     s3.delete_objects(Bucket=bucket, Delete={"Objects": objs})
             s3.delete_bucket(Bucket=bucket)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             print(f"  (cleanup of {bucket} failed: {e!r})")
         if server is not None:
             server.stop()

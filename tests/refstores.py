@@ -39,15 +39,16 @@ __all__ = [
     "FIXTURES",
     "GENERATORS",
     "POINT_STORES",
-    "generator",
-    "reference_stores",
-    "load_expected",
     "bbox_truth",
-    "sorted_rows",
     "f32",
+    "generator",
+    "load_expected",
+    "reference_stores",
+    "sorted_rows",
 ]
 
-FIXTURES = Path(os.environ.get("ZVF_REF_FIXTURES", "/work/shared/fixtures/ref-0.9.2"))
+from tests.conftest import REF_FIXTURES as FIXTURES
+
 POINT_STORES = ("points3d", "points3d_sharded_zstd", "points2d", "points_groups")
 
 GENERATORS: dict[str, Callable[[Path, str], dict]] = {}
@@ -240,6 +241,7 @@ def _points_groups(out: Path, name: str) -> dict:
                           "object_attributes": {"size": float(size[o])}} for o in range(n_obj)},
         groups={str(g): m for g, m in groups.items()},
         group_attributes={"gval": f32(gval)},
-        bbox_queries=bbox_truth(pos, [([10.0, 20.0, 5.0], [60.0, 70.0, 55.0]), ([45.0, 0.0, 40.0], [100.0, 52.5, 100.0])]),
+        bbox_queries=bbox_truth(pos, [([10.0, 20.0, 5.0], [60.0, 70.0, 55.0]),
+                                      ([45.0, 0.0, 40.0], [100.0, 52.5, 100.0])]),
     )
     return exp

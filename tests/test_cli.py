@@ -47,12 +47,12 @@ def test_errors_name_the_problem(store, tmp_path, capsys):
 
 
 def test_demo_small_local(tmp_path, capsys):
-    assert main(["demo", str(tmp_path / "demo.zarrvectors"), "--points", "20000"]) == 0
+    assert main(["demo", str(tmp_path / "demo"), "--points", "20000", "--objects", "100"]) == 0
     out = capsys.readouterr().out
     assert "wrote 20,000 points" in out and "MISMATCH" not in out
 
 
 def test_demo_embedded_s3(capsys):
-    assert main(["demo", "--points", "20000"]) == 0
+    assert main(["demo", "--points", "5000", "--objects", "50"]) == 0
     out = capsys.readouterr().out
-    assert "in-process S3 server" in out and "MISMATCH" not in out
+    assert "in-process S3 server" in out and "streamlines: wrote 50" in out and "MISMATCH" not in out

@@ -35,8 +35,8 @@ def test_narrowed_reads_match_whole_reads_with_fewer_bytes(big_cells):
     narrow, n_stats, again = run(path, box, latency_hint=0.0001, bandwidth_hint=1e6)  # bytes are dear
     for sel in (whole, narrow):
         assert len(sel) == truth.sum()
-        got = {tuple(p) + (v,) for p, v in zip(sel.positions.tolist(), sel.attributes["val"].tolist())}
-        assert got == {tuple(p) + (v,) for p, v in zip(pos[truth].tolist(), val[truth].tolist())}
+        got = {(*tuple(p), v) for p, v in zip(sel.positions.tolist(), sel.attributes["val"].tolist())}
+        assert got == {(*tuple(p), v) for p, v in zip(pos[truth].tolist(), val[truth].tolist())}
     assert n_stats["bytes"] < w_stats["bytes"] / 2
     # The second narrowed query reuses the cached fragment indexes: no fragment reads at all.
     assert again["bytes"] < n_stats["bytes"]

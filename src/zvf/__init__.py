@@ -1,34 +1,81 @@
 """zvf: read and write Zarr Vectors (ZVF) stores directly on object storage.
 
+Reading::
+
+    import zvf
+    with zvf.open("s3://bucket/cells.zarrvectors", storage_options={"region": "eu-west-1"}) as ds:
+        sel = ds.query(([0, 0, 0], [100, 100, 100]))   # closed box -> Selection
+        obj = ds.read_object(42)                       # one object, connectivity included
+        few = ds.select(near=([50, 50, 50], 10), where={"label": 3}).read()
+        ds.info(); ds.stats.snapshot()                 # summary; requests and bytes so far
+
+API (each documented: ``help(zvf.<name>)``):
+
+* ``open(target, *, mode, storage_options)`` -> :class:`Dataset`: ``query``, ``select``,
+  ``read_all``, ``read_object(s)``, ``iter_chunks``, ``iter_objects``, ``object_attribute``,
+  ``groups``, ``info``, ``stats``, ``append_*`` (``mode="a"``).
+* writers: ``write_points``, ``write_polylines`` (streamlines), ``write_lines``,
+  ``write_graph`` (graphs, skeletons), ``write_mesh`` -> :class:`WriteSummary`.
+* store operations: ``validate``, ``build_pyramid``, ``rechunk``, ``convert`` (LAS, PLY,
+  OBJ/STL, SWC, TRK/TCK/TRX, CSV, Parquet, GraphML).
+* :class:`Selection` (what reads return), :class:`StorageOptions` (``storage_options`` keys),
+  ``zvf.errors`` (exception types), ``zvf.aio`` (the same API as coroutines).
+
+Logging: ``logging.getLogger("zvf")``; at DEBUG every store request is one line
+(key, byte range, status, bytes, milliseconds).  The ``zvf`` command
+(``zvf --help``) wraps the same calls.
+
 ``import zvf`` stays cheap (serverless cold starts pay for every import):
-the sync facade's functions are resolved lazily on first use.
+the public names resolve lazily on first use.  Type checkers see them
+through the ``TYPE_CHECKING`` imports below (the package ships ``py.typed``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-_SYNC_NAMES = (
-    "open",
-    "write_points",
-    "write_polylines",
-    "write_lines",
-    "write_graph",
-    "write_mesh",
-    "validate",
-    "Dataset",
-)
+if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; keep in step with _LAZY
+    from . import aio as aio
+    from . import errors as errors
+    from .api.sync import Dataset as Dataset
+    from .api.sync import build_pyramid as build_pyramid
+    from .api.sync import convert as convert
+    from .api.sync import open as open
+    from .api.sync import rechunk as rechunk
+    from .api.sync import validate as validate
+    from .api.sync import write_graph as write_graph
+    from .api.sync import write_lines as write_lines
+    from .api.sync import write_mesh as write_mesh
+    from .api.sync import write_points as write_points
+    from .api.sync import write_polylines as write_polylines
+    from .io.store import StorageOptions as StorageOptions
+    from .read.selection import Selection as Selection
+    from .write.types import WriteSummary as WriteSummary
 
-__all__ = ["__version__", "aio", "errors", *_SYNC_NAMES]
+# public name -> module that defines it
+_LAZY = {
+    **dict.fromkeys(("open", "write_points", "write_polylines", "write_lines", "write_graph", "write_mesh",
+                     "validate", "Dataset", "build_pyramid", "rechunk", "convert"), ".api.sync"),
+    "Selection": ".read.selection",
+    "StorageOptions": ".io.store",
+    "WriteSummary": ".write.types",
+}
+
+__all__ = ["__version__", "aio", "errors", *_LAZY]
 
 
-def __getattr__(name: str):
-    if name in _SYNC_NAMES:
-        from .api import sync
+def __getattr__(name: str) -> Any:
+    import importlib
 
-        return getattr(sync, name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     if name in ("aio", "errors"):
-        import importlib
-
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'zvf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API (resolved lazily, so the module dict alone would not show it)."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__"))})

@@ -47,3 +47,15 @@ class RemoteError(ZvfError):
 
 class MissingDataError(FormatError):
     """Metadata names a chunk, fragment or object the store does not hold."""
+
+
+class DatasetClosedError(ZvfError, ValueError):
+    """A dataset was used after ``close()`` (like I/O on a closed file, a ValueError)."""
+
+
+class MissingDependencyError(ZvfError, ImportError):
+    """An optional package is not installed; the message names the extra that brings it."""
+
+
+class ConcurrentModificationError(ZvfError):
+    """Another process changed the object (or holds the store's lock) between our read and our write."""

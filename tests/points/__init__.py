@@ -5,6 +5,7 @@ Shared helpers for these tests live here; fixtures are in ``conftest.py``.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,22 @@ def store_files(root: Path) -> dict[str, bytes]:
     """Every file of a local store, by key relative to its root."""
     root = Path(root)
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def without_section(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` with the root as 0.9.2 writes it.
+
+    zvf's default writes add only zarr-python's ``consolidated_metadata`` to the root
+    (every document, so an open takes one wave); checked here to hold exactly the
+    store's documents.
+    """
+    from zvf.format.builders import dumps
+
+    doc = json.loads(files["zarr.json"])
+    section = doc.pop("consolidated_metadata")["metadata"]
+    docs = {k[:-len("/zarr.json")]: json.loads(v) for k, v in files.items() if k.endswith("/zarr.json")}
+    assert section == docs
+    return {**files, "zarr.json": dumps(doc)}
 
 
 def copy_store(src: Path, dst: Path) -> Path:

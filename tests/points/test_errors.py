@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.points import copy_store, store_files
 from zvf.errors import (
     FormatError,
     IncompleteStoreError,
@@ -18,7 +19,6 @@ from zvf.errors import (
     StoreNotFoundError,
     ZvfError,
 )
-from tests.points import copy_store, store_files
 
 BOUNDS3 = ([0.0] * 3, [10.0] * 3)
 
@@ -44,7 +44,7 @@ def test_missing_memory_store():
 
 
 def test_empty_directory_is_not_a_store(tmp_path):
-    with pytest.raises(StoreNotFoundError, match="zarr.json"):
+    with pytest.raises(StoreNotFoundError, match=r"zarr\.json"):
         zvf.open(tmp_path)
 
 
@@ -71,7 +71,7 @@ def test_plain_zarr_v3_group(tmp_path):
     g = zarr.open_group(str(tmp_path / "plain"), mode="w")
     g.attrs["purpose"] = "not vectors"
     g.create_array("x", shape=(3,), dtype="f4")
-    with pytest.raises(NotZvfStoreError, match="zarr.json"):
+    with pytest.raises(NotZvfStoreError, match=r"zarr\.json"):
         zvf.open(tmp_path / "plain")
 
 
@@ -79,20 +79,20 @@ def test_plain_zarr_v3_array(tmp_path):
     import zarr
 
     zarr.create_array(str(tmp_path / "arr"), shape=(3,), dtype="i2")
-    with pytest.raises(NotZvfStoreError, match="zarr.json"):
+    with pytest.raises(NotZvfStoreError, match=r"zarr\.json"):
         zvf.open(tmp_path / "arr")
 
 
 def test_data_without_root_is_an_incomplete_store(tmp_path, ref_dir):
     store = copy_store(ref_dir / "points3d.zarrvectors", tmp_path / "half")
     (store / "zarr.json").unlink()
-    with pytest.raises(IncompleteStoreError, match="zarr.json"):
+    with pytest.raises(IncompleteStoreError, match=r"zarr\.json"):
         zvf.open(store)
 
 
 def test_root_that_is_not_json(tmp_path):
     (tmp_path / "zarr.json").write_text("{not json")
-    with pytest.raises(FormatError, match="zarr.json"):
+    with pytest.raises(FormatError, match=r"zarr\.json"):
         zvf.open(tmp_path)
 
 

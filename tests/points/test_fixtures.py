@@ -33,7 +33,7 @@ def attr_truth(exp, name):
 
 
 def test_store_metadata(case):
-    name, exp, ds = case
+    _name, exp, ds = case
     assert ds.geometry_type == "point_cloud"
     assert ds.ndim == exp["ndim"]
     assert ds.levels == [0]
@@ -89,7 +89,7 @@ def test_bbox_query(case, q):
 
 
 def test_bbox_query_attribute_subset(case):
-    name, exp, ds = case
+    _name, exp, ds = case
     box = exp["bbox_queries"][0]
     sel = ds.query((box["lo"], box["hi"]), attributes=[])
     assert sel.attributes == {}

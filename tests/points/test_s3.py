@@ -30,7 +30,8 @@ def cloud():
         "kwargs": dict(
             chunk_shape=(30.0, 30.0, 30.0), bin_shape=(15.0, 15.0, 15.0), bounds=BOUNDS,
             compression="zstd", shard_shape=2,
-            attributes={"label": rng.integers(0, 1000, n).astype(np.int32), "rgb": rng.random((n, 3), dtype=np.float32)},
+            attributes={"label": rng.integers(0, 1000, n).astype(np.int32),
+                        "rgb": rng.random((n, 3), dtype=np.float32)},
             object_ids=rng.integers(0, 12, n), object_attributes={"size": rng.random(12, dtype=np.float32)},
             groups={0: [0, 1, 2], 1: [5, 7]},
         ),
@@ -172,5 +173,5 @@ def test_existing_s3_store_needs_overwrite(s3_target, cloud):
 
 def test_missing_s3_store(s3_target):
     url, opts = s3_target
-    with pytest.raises(StoreNotFoundError, match="zarr.json"):
+    with pytest.raises(StoreNotFoundError, match=r"zarr\.json"):
         zvf.open(url + "/nothing", storage_options=opts)

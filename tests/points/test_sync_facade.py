@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,140 @@ def test_write_points_signature_names_its_keywords():
     from zvf.write.points import write_points as impl
 
     assert inspect.signature(zvf.aio.write_points) == inspect.signature(impl)
+
+
+# ---------------------------------------------------------------- (d) lifecycle, typed results, prebuilt stores
+
+
+async def test_async_dataset_context_and_closed_state(tmp_path, cloud):
+    from zvf.errors import DatasetClosedError
+
+    pos, attrs = cloud
+    target = tmp_path / "s.zarrvectors"
+    await zvf.aio.write_points(target, pos, chunk_shape=(20.0, 20.0, 20.0), bounds=BOUNDS, attributes=attrs)
+    async with await zvf.aio.open(target) as ads:
+        assert len(await ads.query(BOX)) == len(_expected(pos))
+    for call in (lambda: ads.query(BOX), ads.read_all, ads.info, ads.object_ids, lambda: ads.level(0)):
+        with pytest.raises(DatasetClosedError, match="closed"):
+            await call()
+    with pytest.raises(DatasetClosedError):
+        ads.iter_chunks()
+    await ads.close()  # twice is fine
+    assert ads.ndim == 3  # what was read at open stays readable
+
+
+def test_dataset_refuses_calls_after_close(tmp_path, cloud):
+    from zvf.errors import DatasetClosedError, ZvfError
+
+    pos, attrs = cloud
+    target = tmp_path / "s.zarrvectors"
+    zvf.write_points(target, pos, chunk_shape=(20.0, 20.0, 20.0), bounds=BOUNDS, attributes=attrs)
+    with zvf.open(target) as ds:
+        ds.query(BOX)
+    with pytest.raises(DatasetClosedError, match="closed") as err:
+        ds.query(BOX)
+    assert isinstance(err.value, (ZvfError, ValueError))
+    with pytest.raises(DatasetClosedError):
+        list(ds.iter_chunks())
+    ds.close()
+
+
+def test_writers_return_a_typed_frozen_summary(tmp_path, cloud):
+    import dataclasses
+
+    pos, attrs = cloud
+    target = tmp_path / "s.zarrvectors"
+    s = zvf.write_points(target, pos, chunk_shape=(20.0, 20.0, 20.0), bounds=BOUNDS, attributes=attrs)
+    assert isinstance(s, zvf.WriteSummary)
+    assert (s.geometry, s.vertex_count, s.object_count, s.link_count) == ("point_cloud", len(pos), 0, None)
+    assert s.url == (tmp_path / "s.zarrvectors").resolve().as_uri()
+    assert s.cells_written >= 3 * s.chunk_count and s.bytes_written > pos.nbytes  # vertices, fragments, "v"
+    assert s.requests["puts"] > s.cells_written  # documents and the claim too
+    assert s["vertex_count"] == s.vertex_count  # dict-style access of the old summaries
+    with pytest.raises(KeyError):
+        s["nope"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.vertex_count = 0  # type: ignore[misc]
+    g = zvf.write_graph(tmp_path / "g.zarrvectors", pos[:4], [[0, 1], [1, 2]], chunk_shape=(20.0, 20.0, 20.0),
+                        bounds=BOUNDS)
+    assert (g.geometry, g.vertex_count, g.link_count, g.object_count) == ("graph", 4, 2, 1)
+
+
+def test_obstore_store_built_by_the_caller(cloud):
+    from obstore.store import MemoryStore
+
+    from zvf.errors import InvalidArgumentError
+
+    pos, attrs = cloud
+    store = MemoryStore()
+    s = zvf.write_points(store, pos, chunk_shape=(20.0, 20.0, 20.0), bounds=BOUNDS, attributes=attrs,
+                         storage_options={"concurrency": 2})
+    assert s.url == "memory://"
+    with zvf.open(store) as ds:
+        assert_rows_equal(rows(ds.query(BOX).positions), rows(_expected(pos)), "prebuilt store")
+    with pytest.raises(InvalidArgumentError, match=r"'endpoint'.*store you built"):
+        zvf.open(store, storage_options={"endpoint": "http://127.0.0.1:1"})
+    with pytest.raises(InvalidArgumentError, match="obstore store"):
+        zvf.open(object())  # type: ignore[arg-type]
+
+
+def test_storage_options_typeddict_names_every_accepted_key():
+    from zvf.io import store
+
+    assert set(zvf.StorageOptions.__annotations__) == store._ALL_KEYS | set(store._ALIASES)
+
+
+def test_interrupt_cancels_the_coroutine_and_waits_for_it():
+    """KeyboardInterrupt while blocked: the coroutine is cancelled and has unwound before the call raises."""
+    import signal
+    import time
+
+    import anyio
+
+    from zvf.api.sync import _call
+
+    unwound: list[float] = []
+
+    async def slow() -> None:
+        try:
+            await anyio.sleep(30)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)  # cleanup that itself awaits
+            unwound.append(time.monotonic())
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            _call(slow)
+        returned = time.monotonic()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert unwound and unwound[0] <= returned < start + 5
+
+
+def test_coroutine_errors_propagate_unchanged():
+    from zvf.api.sync import _call
+
+    async def fails() -> None:
+        raise TimeoutError("from the coroutine")
+
+    with pytest.raises(TimeoutError, match="from the coroutine"):
+        _call(fails)
+
+
+def test_every_public_name_resolves_and_is_declared_for_type_checkers():
+    import ast
+
+    for name in zvf.__all__:
+        assert getattr(zvf, name) is not None
+    tree = ast.parse(Path(zvf.__file__).read_text())
+    declared = {alias.asname for node in ast.walk(tree) if isinstance(node, ast.If)
+                for imp in node.body if isinstance(imp, ast.ImportFrom) for alias in imp.names}
+    assert set(zvf._LAZY) <= declared, set(zvf._LAZY) - declared  # else mypy sees zvf.<name> as missing

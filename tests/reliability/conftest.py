@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REF_FIXTURES as SHARED
+
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "RELIABILITY.md"
-SHARED = Path(os.environ.get("ZVF_REF_FIXTURES", "/work/shared/fixtures/ref-0.9.2"))
 
 RESULTS: dict[str, str] = {}
 FUZZ_COUNTS: collections.Counter = collections.Counter()

@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,7 +285,8 @@ def c_group_member_unknown(e: Edit) -> str:
 
 
 CORRUPTIONS = [
-    Corruption("fragment blob truncated", "points3d", "last 9 bytes of a stored fragment cell cut", c_truncate_fragment),
+    Corruption("fragment blob truncated", "points3d", "last 9 bytes of a stored fragment cell cut",
+               c_truncate_fragment),
     Corruption("fragment bad magic", "points3d", "magic GFVZ -> XXXX", c_bad_magic),
     Corruption("fragment range past rows", "points3d", "last range count + 5", c_fragment_past_rows),
     Corruption("fragments do not tile", "points3d", "a row no fragment covers (fragments_tile set)",
@@ -327,7 +327,7 @@ def _ref_validate(path: Path, level: int = 5):
 
     try:
         r = ref(str(path), level=level)
-    except Exception as e:  # noqa: BLE001 - the reference raising counts as flagging
+    except Exception as e:
         return False, 1, f"raised {type(e).__name__}: {e}"[:120]
     return r.ok, len(r.errors), (r.errors[0][:120] if r.errors else "")
 
@@ -471,7 +471,7 @@ def test_memory_store_through_executor(memory_url):
 
     from zvf.io.executor import Executor
     from zvf.io.store import StoreHandle
-    from zvf.io.transport import MemoryTransport
+    from zvf.testing import MemoryTransport
     from zvf.validation.checks import Validator
 
     zvf.write_points(memory_url, np.random.default_rng(0).uniform(0, 100, (500, 3)), chunk_shape=(25,) * 3,
@@ -490,12 +490,10 @@ def test_memory_store_through_executor(memory_url):
             data[m["path"]] = bytes(obstore.get(store, m["path"]).bytes())
     t = MemoryTransport(data, latency=0.005)
     ex = Executor(StoreHandle.for_transport(t, concurrency=6))
-    t0 = time.perf_counter()
     rep2 = anyio.run(lambda: Validator(ex, "mem", 5).run())
-    dt = time.perf_counter() - t0
     assert rep2.ok, rep2.summary()
     assert 1 < t.max_inflight <= 6
-    assert dt < 0.005 * t.requests()  # faster than one request after another
+    assert t.round_trips() < t.requests() / 2  # requests overlap instead of one after another
 
 
 def test_zvf_written_stores_validate(tmp_path):
@@ -545,12 +543,13 @@ def test_zvf_written_object_stores_validate(kind, tmp_path):
         edges = np.stack([np.arange(39), np.arange(1, 40)], 1)
         edges = edges[oids[edges[:, 0]] == oids[edges[:, 1]]]
         extra = {"compression": "zstd", "shard_shape": 2} if kind == "graph_sharded" else {}
-        zvf.write_graph(target, pos, edges, object_ids=oids, link_attributes={"w": np.arange(len(edges), dtype=np.float32)},
+        zvf.write_graph(target, pos, edges, object_ids=oids,
+                        link_attributes={"w": np.arange(len(edges), dtype=np.float32)},
                         attributes={"v": np.arange(40, dtype=np.float32)}, **extra, **box)
     elif kind == "skeleton":
         parent = np.r_[-1, np.arange(39) // 2]  # a binary tree rooted at 0
         edges = np.stack([np.arange(1, 40), parent[1:]], 1)
-        zvf.write_graph(target, pos, edges, kind="skeleton", **box)
+        zvf.write_graph(target, pos, edges, geometry_type="skeleton", **box)
     else:
         faces = np.stack([np.arange(28), np.arange(1, 29), np.arange(2, 30)], 1)
         zvf.write_mesh(target, pos[:30], faces, **box)

@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from ..io.store import StorageOptions, Target
 from ..read.dataset import AsyncDataset
+from ..read.query import AsyncQuery
 from ..read.selection import Selection
 from ..validation import validate
 
+if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checkers see the real functions
+    from ..converters import convert
+    from ..lifecycle.pyramid import build_pyramid
+    from ..lifecycle.rechunk import rechunk
+    from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
+    from ..write.points import write_points
+
 # Writers load on first use: a reader (a serverless cold start) never pays for them.
-_WRITERS = {"write_points": "points", "write_polylines": "objects", "write_lines": "objects",
-            "write_graph": "objects", "write_mesh": "objects"}
+_WRITERS = {"write_points": "..write.points", "write_polylines": "..write.objects", "write_lines": "..write.objects",
+            "write_graph": "..write.objects", "write_mesh": "..write.objects",
+            "build_pyramid": "..lifecycle.pyramid", "rechunk": "..lifecycle.rechunk", "convert": "..converters"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _WRITERS:
         import importlib
 
-        return getattr(importlib.import_module(f"..write.{_WRITERS[name]}", __package__), name)
+        return getattr(importlib.import_module(_WRITERS[name], __package__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AsyncDataset",
+    "AsyncQuery",
     "Selection",
+    "build_pyramid",
+    "convert",
     "open",
+    "rechunk",
     "validate",
     "write_graph",
     "write_lines",
@@ -31,6 +47,31 @@ __all__ = [
 ]
 
 
-async def open(target, *, mode: str = "r", storage_options=None) -> AsyncDataset:  # noqa: A001
-    """Open a ZVF store (local path, file://, memory://, s3://, gs://, az://, http(s)://)."""
+async def open(
+    target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None
+) -> AsyncDataset:
+    """Open a ZVF store for reading (two round trips: root and level documents, object index).
+
+    Parameters
+    ----------
+    target:
+        Where the store is: a local path or ``file://`` URL, ``memory://name``,
+        ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix``,
+        ``http(s)://host/path`` (read-only), or an obstore store built by the caller.
+    mode:
+        ``"r"`` (default) to read; ``"a"`` to append objects or points to the store
+        (``append_points``, ``append_polylines``, ...).
+    storage_options:
+        Store and client settings, see :class:`zvf.StorageOptions`: ``endpoint``,
+        ``region``, ``access_key_id``/``secret_access_key``, ``skip_signature``,
+        ``allow_http``, ``timeout``, retry settings (``max_retries``, ...) and zvf's
+        ``concurrency`` (requests in flight).  Whatever is not given comes from the
+        environment as obstore reads it (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``).
+
+    Returns a dataset (``zvf.Dataset``, or ``zvf.aio.AsyncDataset`` here) with
+    ``query``, ``select``, ``read_object(s)``, ``iter_chunks``, ``info`` ... and
+    ``stats`` (requests, bytes); use it as a context manager to close it.
+    Raises ``StoreNotFoundError`` when nothing is at ``target`` and
+    ``InvalidArgumentError`` for an unknown option.
+    """
     return await AsyncDataset.open(target, mode=mode, storage_options=storage_options)

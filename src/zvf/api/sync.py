@@ -5,6 +5,14 @@ anyio blocking portal).  That makes the facade safe to call from code that
 already runs a loop -- a notebook cell, an async test, a web handler -- where
 ``asyncio.run`` would refuse, and it keeps one dataset's connections and
 caches on one loop for its whole life.
+
+A blocking call is the coroutine's lifetime: if the caller is interrupted
+(Ctrl-C) while it waits, the coroutine is cancelled on the loop and the call
+returns only once it has stopped, so an interrupted write uploads nothing
+more and never publishes its root.
+
+The twins are made by typed wrappers (``_blocking``, ``_method``, ...), so
+type checkers see each async signature with its blocking return type.
 """
 
 from __future__ import annotations
@@ -12,28 +20,44 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import signal
 import threading
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
+from ..read.context import RootFacts
+from ..read.dataset import AsyncDataset
+from ..read.query import AsyncQuery
 from . import aio
 
+if TYPE_CHECKING:
+    from anyio.from_thread import BlockingPortal
+
+    from ..format.metadata import RootMeta
+    from ..io.executor import Stats
+    from ..read.export import BatchStream
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
 _lock = threading.Lock()
-_portal = None
-_portal_cm = None
+_portal: BlockingPortal | None = None
+_portal_cm: AbstractContextManager[BlockingPortal] | None = None
 
 
-def _call(fn, *args, **kwargs) -> Any:
-    """Run ``await fn(*args, **kwargs)`` on the facade's loop and return its result."""
+def _loop_portal() -> BlockingPortal:
+    """The facade's portal, started on first use and stopped at interpreter exit."""
     global _portal, _portal_cm
-    if _portal is None:
-        with _lock:
-            if _portal is None:
-                from anyio.from_thread import start_blocking_portal
+    with _lock:
+        if _portal is None:
+            from anyio.from_thread import start_blocking_portal
 
-                _portal_cm = start_blocking_portal(backend="asyncio")
-                _portal = _portal_cm.__enter__()
-                atexit.register(_shutdown)
-    return _portal.call(lambda: fn(*args, **kwargs))
+            _portal_cm = start_blocking_portal(backend="asyncio")
+            _portal = _portal_cm.__enter__()
+            atexit.register(_shutdown)
+        return _portal
 
 
 def _shutdown() -> None:
@@ -43,110 +67,228 @@ def _shutdown() -> None:
         cm.__exit__(None, None, None)
 
 
-def _blocking(afn):
-    """A blocking twin of coroutine function ``afn`` (same name, docs and signature)."""
+def _call(fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run ``await fn(*args, **kwargs)`` on the facade's loop and return its result.
 
-    @functools.wraps(afn)
-    def run(*args, **kwargs):
+    Whatever interrupts the wait (KeyboardInterrupt, SystemExit from a signal
+    handler) cancels the coroutine and waits until it has stopped before it
+    propagates: nothing keeps running behind the caller's back.
+    """
+    stopped = threading.Event()
+
+    async def run() -> R:
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            stopped.set()
+
+    future = None
+    try:
+        with _sigint_deferred():  # an interrupt while the task is handed over would leave it running unseen
+            future = _loop_portal().start_task_soon(run)
+        _wait(stopped)
+        return future.result()
+    except BaseException:
+        if future is not None and future.cancel():  # False once the coroutine has finished on its own
+            while True:
+                try:
+                    _wait(stopped)
+                    break
+                except KeyboardInterrupt:  # a second Ctrl-C does not abandon the coroutine
+                    continue
+        raise
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold back SIGINT for the block (main thread only), then deliver it to the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)
+
+
+def _wait(event: threading.Event) -> None:
+    """Wait in short slices: a signal that another thread (obstore's, the loop's) received is
+    acted on by the main thread only when its wait returns, so an untimed wait could miss Ctrl-C."""
+    while not event.wait(0.1):
+        pass
+
+
+def _blocking(afn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
+    """The blocking twin of coroutine function ``afn`` (same name, docs and signature)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         return _call(afn, *args, **kwargs)
 
+    functools.update_wrapper(run, afn)
     return run
 
 
-def _method(name: str):
-    """A blocking twin of ``AsyncDataset.<name>`` bound through ``self._inner``."""
-    afn = getattr(aio.AsyncDataset, name)
+def _opening(afn: Callable[P, Awaitable[AsyncDataset]]) -> Callable[P, Dataset]:
+    """The blocking twin of a coroutine function that opens an ``AsyncDataset``: it returns a ``Dataset``."""
 
-    @functools.wraps(afn)
-    def run(self, *args, **kwargs):
+    def run(*args: P.args, **kwargs: P.kwargs) -> Dataset:
+        return Dataset(_call(afn, *args, **kwargs))
+
+    functools.update_wrapper(run, afn)
+    run.__signature__ = inspect.signature(afn).replace(return_annotation=Dataset)  # type: ignore[attr-defined]
+    return run
+
+
+def _method(afn: Callable[Concatenate[AsyncDataset, P], Awaitable[R]]) -> Callable[Concatenate[Dataset, P], R]:
+    """The blocking twin of async method ``AsyncDataset.<name>``, run on ``self.aio``."""
+
+    def run(self: Dataset, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return _call(afn, self._inner, *args, **kwargs)
 
+    functools.update_wrapper(run, afn)
     return run
 
 
-def _iterate(stream):
-    """A blocking iterator over async iterable ``stream``: each step awaited on the facade's loop."""
-    agen = stream.__aiter__()
+def _iter_method(
+    fn: Callable[Concatenate[AsyncDataset, P], BatchStream[T]],
+) -> Callable[Concatenate[Dataset, P], Iterator[T]]:
+    """The blocking iterator twin of ``AsyncDataset.<name>`` (which returns a batch stream)."""
+
+    def run(self: Dataset, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return _iterate(fn(self._inner, *args, **kwargs))
+
+    functools.update_wrapper(run, fn)
+    return run
+
+
+def _iterate(stream: BatchStream[T]) -> Iterator[T]:
+    """Each step of ``stream`` awaited on the facade's loop; leaving the loop early (break, Ctrl-C)
+    stops its prefetching."""
+    items = stream.__aiter__()
     try:
         while True:
             try:
-                yield _call(agen.__anext__)
+                yield _call(items.__anext__)
             except StopAsyncIteration:
                 return
     finally:
-        _call(agen.aclose)
+        _call(stream.aclose)
 
 
-def _iter_method(name: str):
-    """A blocking iterator twin of ``AsyncDataset.<name>`` (which returns an async iterable)."""
-    fn = getattr(aio.AsyncDataset, name)
+class Query:
+    """The blocking twin of ``zvf.aio.AsyncQuery``: immutable, ``select`` narrows, terminals block."""
 
-    @functools.wraps(fn)
-    def run(self, *args, **kwargs):
-        return _iterate(fn(self._inner, *args, **kwargs))
+    def __init__(self, inner: AsyncQuery):
+        self._inner = inner
 
-    return run
+    def __repr__(self) -> str:
+        return repr(self._inner).replace("AsyncQuery", "Query", 1)
+
+    @property
+    def aio(self) -> AsyncQuery:
+        return self._inner
+
+    @functools.wraps(AsyncQuery.select)
+    def select(self, **kw: Any) -> Query:
+        return Query(self._inner.select(**kw))
+
+    @functools.wraps(AsyncQuery.iter)
+    def iter(self, **kw: Any) -> Iterator[Any]:
+        return _iterate(self._inner.iter(**kw))
+
+    read = _method(AsyncQuery.read)  # type: ignore[arg-type]
+    count = _method(AsyncQuery.count)  # type: ignore[arg-type]
+    object_ids = _method(AsyncQuery.object_ids)  # type: ignore[arg-type]
+    plan = _method(AsyncQuery.plan)  # type: ignore[arg-type]
+    explain = _method(AsyncQuery.explain)  # type: ignore[arg-type]
 
 
-def _property(name: str):
-    return property(lambda self: getattr(self._inner, name), doc=getattr(aio.AsyncDataset, name).__doc__)
+class Dataset(RootFacts):
+    """A ZVF store opened through the blocking facade; see ``zvf.aio.AsyncDataset``.
 
+    ``with zvf.open(...) as ds:`` closes it; a closed dataset refuses reads
+    (DatasetClosedError).
+    """
 
-class Dataset:
-    """A ZVF store opened through the blocking facade; see ``zvf.aio.AsyncDataset``."""
-
-    def __init__(self, inner: aio.AsyncDataset):
+    def __init__(self, inner: AsyncDataset):
         self._inner = inner
 
     def __repr__(self) -> str:
         return repr(self._inner).replace("AsyncDataset", "Dataset", 1)
 
-    def __enter__(self) -> Dataset:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def aio(self) -> aio.AsyncDataset:
+    def aio(self) -> AsyncDataset:
         """The async dataset underneath, bound to the facade's event loop."""
         return self._inner
 
-    levels = _property("levels")
-    bounds = _property("bounds")
-    ndim = _property("ndim")
-    geometry_type = _property("geometry_type")
-    chunk_shape = _property("chunk_shape")
-    stats = _property("stats")
+    @property
+    def root(self) -> RootMeta:
+        return self._inner.root
 
-    info = _method("info")
-    query = _method("query")
-    read_all = _method("read_all")
-    object_ids = _method("object_ids")
-    object_attribute = _method("object_attribute")
-    read_object = _method("read_object")
-    read_objects = _method("read_objects")
-    group = _method("group")
-    groups = _method("groups")
-    group_attribute = _method("group_attribute")
-    close = _method("close")
-    iter_chunks = _iter_method("iter_chunks")
-    iter_objects = _iter_method("iter_objects")
+    @property
+    def url(self) -> str:
+        return self._inner.url
+
+    @property
+    def levels(self) -> list[int]:
+        return self._inner.levels
+
+    @property
+    def stats(self) -> Stats:
+        return self._inner.stats
+
+    info = _method(AsyncDataset.info)
+
+    @functools.wraps(AsyncDataset.select)
+    def select(self, **kw: Any) -> Query:
+        return Query(self._inner.select(**kw))
+
+    query = _method(AsyncDataset.query)
+    read_all = _method(AsyncDataset.read_all)
+    object_ids = _method(AsyncDataset.object_ids)
+    object_attribute = _method(AsyncDataset.object_attribute)
+    fragment_attribute = _method(AsyncDataset.fragment_attribute)
+    read_object = _method(AsyncDataset.read_object)
+    read_objects = _method(AsyncDataset.read_objects)
+    group = _method(AsyncDataset.group)
+    groups = _method(AsyncDataset.groups)
+    group_attribute = _method(AsyncDataset.group_attribute)
+    close = _method(AsyncDataset.close)
+    iter_chunks = _iter_method(AsyncDataset.iter_chunks)
+    iter_objects = _iter_method(AsyncDataset.iter_objects)
+    append_points = _method(AsyncDataset.append_points)
+    append_polylines = _method(AsyncDataset.append_polylines)
+    append_lines = _method(AsyncDataset.append_lines)
+    append_graph = _method(AsyncDataset.append_graph)
+    append_mesh = _method(AsyncDataset.append_mesh)
 
 
-@functools.wraps(aio.open)
-def open(*args, **kwargs) -> Dataset:  # noqa: A001 - mirrors zvf.aio.open
-    return Dataset(_call(aio.open, *args, **kwargs))
-
-
-open.__signature__ = inspect.signature(aio.open).replace(return_annotation=Dataset)
-
-
+open = _opening(aio.open)
 validate = _blocking(aio.validate)
 
+if TYPE_CHECKING:  # made on first use at run time (importing writers costs a reader's cold start)
+    write_points = _blocking(aio.write_points)
+    write_polylines = _blocking(aio.write_polylines)
+    write_lines = _blocking(aio.write_lines)
+    write_graph = _blocking(aio.write_graph)
+    write_mesh = _blocking(aio.write_mesh)
+    build_pyramid = _blocking(aio.build_pyramid)
+    rechunk = _blocking(aio.rechunk)
+    convert = _blocking(aio.convert)
 
-def __getattr__(name: str):
-    """Blocking writers, made on first use (importing them costs a reader's cold start)."""
+
+def __getattr__(name: str) -> Any:
+    """Blocking writers, made on first use."""
     if name in aio._WRITERS:
         fn = _blocking(getattr(aio, name))
         globals()[name] = fn

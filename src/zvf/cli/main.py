@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from ..errors import ZvfError
+from .progress import ProgressBar
 
 
 def _options(pairs: list[str] | None) -> dict | None:
@@ -30,74 +30,47 @@ def _options(pairs: list[str] | None) -> dict | None:
     return out
 
 
-def _point(text: str, what: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"zvf: {what} must be comma-separated numbers like 10,20,5 (got {text!r})") from None
-
-
 def cmd_info(args) -> int:
+    """The store summary plus one line per level: vertices, stored chunks and objects."""
+    import anyio
+
     import zvf
 
-    with zvf.open(args.target, storage_options=_options(args.option)) as ds:
-        info = ds.info()
+    async def run() -> dict:
+        async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
+            info = await ds.info()
+            rows = []
+            for index in ds.levels:
+                lvl = await ds.level(index)
+                objects = None
+                if ds.has_objects(index):
+                    objects = (lvl.groups.get("object_index") or {}).get("num_objects")
+                    if not isinstance(objects, int):
+                        objects = len(await ds.object_ids(level=index))
+                rows.append({"level": index, "vertices": lvl.meta.vertex_count,
+                             "chunks": len(lvl.nonempty_chunks), "objects": objects})
+            info["level_summary"] = rows
+            return info
+
+    info = anyio.run(run, backend="asyncio")
     if args.json:
         print(json.dumps(info, indent=2))
-    else:
-        for key, value in info.items():
+        return 0
+    for key, value in info.items():
+        if key != "level_summary":
             print(f"{key:18} {value}")
+    print(f"{'level':>5} {'vertices':>14} {'chunks':>9} {'objects':>11}")
+    for row in info["level_summary"]:
+        objects = "-" if row["objects"] is None else f"{row['objects']:,}"
+        print(f"{row['level']:>5} {row['vertices']:>14,} {row['chunks']:>9,} {objects:>11}")
     return 0
-
-
-def cmd_query(args) -> int:
-    import numpy as np
-
-    import zvf
-
-    lo, hi = _point(args.bbox[0], "bbox LO"), _point(args.bbox[1], "bbox HI")
-    t0 = time.perf_counter()
-    with zvf.open(args.target, storage_options=_options(args.option)) as ds:
-        sel = ds.query((lo, hi), level=args.level)
-        stats = ds.stats.snapshot()
-    elapsed = time.perf_counter() - t0
-    if args.out:
-        columns = {"positions": sel.positions, **{f"attr_{k}": v for k, v in sel.attributes.items()}}
-        if sel.object_ids is not None:
-            columns["object_ids"] = sel.object_ids
-        if args.out.endswith(".npz"):
-            np.savez(args.out, **columns)
-        elif args.out.endswith(".csv"):
-            write_csv(args.out, sel)
-        else:
-            raise SystemExit("zvf: --out must end in .npz or .csv")
-    print(f"{len(sel)} vertices in {elapsed * 1000:.1f} ms, {stats['requests']} requests, "
-          f"{stats['bytes']} bytes" + (f" -> {args.out}" if args.out else ""))
-    return 0
-
-
-def write_csv(path: str, sel) -> None:
-    """One row per vertex: coordinates, object id, then every attribute channel."""
-    import numpy as np
-
-    ndim = sel.positions.shape[1]
-    names = ["x", "y", "z", "w"][:ndim] if ndim <= 4 else [f"d{i}" for i in range(ndim)]
-    cols = [sel.positions.astype(np.float64)]
-    if sel.object_ids is not None:
-        names.append("object_id")
-        cols.append(sel.object_ids.reshape(-1, 1).astype(np.float64))
-    for name, values in sel.attributes.items():
-        values = values.reshape(len(sel), -1)
-        names += [name] if values.shape[1] == 1 else [f"{name}_{i}" for i in range(values.shape[1])]
-        cols.append(values.astype(np.float64))
-    table = np.hstack(cols) if cols else np.zeros((0, 0))
-    np.savetxt(path, table, delimiter=",", header=",".join(names), comments="", fmt="%.9g")
 
 
 def cmd_validate(args) -> int:
     import zvf
 
-    report = zvf.validate(args.target, level=args.level, storage_options=_options(args.option))
+    with ProgressBar("validate", quiet=args.quiet) as bar, bar.ticking():
+        report = zvf.validate(args.target, level=args.level, storage_options=_options(args.option))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -106,30 +79,35 @@ def cmd_validate(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """Every vertex of a level to npz/csv/parquet, streamed batch by batch, with a progress bar."""
+    """A level to npz/csv/parquet, streamed batch by batch (objects with their order and links)."""
     import anyio
 
     import zvf
 
-    from ..read.export import ProgressBar, export, format_of
+    from ..read.export import export
+    from ..read.writers import check_out, format_of
 
+    if args.workers or args.scheduler:  # on Dask: OUT is a directory, one file per partition
+        from .ingest import cmd_export_dask
+
+        return cmd_export_dask(args)
     fmt = format_of(args.out, args.format)  # before any request: unknown suffix, missing pyarrow
-    bar = None if args.quiet else ProgressBar(sys.stderr)
+    check_out(args.out)
+    bar = ProgressBar("export", quiet=args.quiet)
+
+    def progress(s: dict) -> None:
+        bar.unit = s["unit"]
+        bar.update(s["done"], s["total"], f"{s['vertices']:,} vertices {s['mb_per_s']:.1f} MB/s")
 
     async def run() -> dict:
-        ds = await zvf.aio.open(args.target, storage_options=_options(args.option))
-        try:
+        async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
             return await export(ds, args.out, level=args.level, fmt=fmt, prefetch=args.prefetch,
-                                batch_chunks=args.batch_chunks, progress=bar)
-        finally:
-            await ds.close()
+                                batch_chunks=args.batch_chunks, batch_objects=args.batch_objects, progress=progress)
 
-    try:
+    with bar:
         s = anyio.run(run, backend="asyncio")
-    finally:
-        if bar is not None:
-            bar.close()
-    print(f"exported {s['vertices']:,} vertices from {s['chunks']} chunks -> {s['out']} ({s['format']}): "
+    unit = s["unit"]
+    print(f"exported {s['vertices']:,} vertices from {s[unit]:,} {unit} -> {', '.join(s['files'])} ({s['format']}): "
           f"{s['requests']} requests, {s['bytes']:,} bytes, {s['seconds']:.2f} s, {s['mb_per_s']:.1f} MB/s")
     return 0
 
@@ -137,11 +115,40 @@ def cmd_export(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(args.target, n_points=args.points, storage_options=_options(args.option))
+    return run_demo(args.target, n_points=args.points, n_objects=args.objects, quiet=args.quiet,
+                    storage_options=_options(args.option))
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {n}")
+        return n
+
+    return parse
+
+
+_count, _positive = _at_least(0), _at_least(1)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line on stderr and exit 2 (no usage block, no traceback)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zvf", description="Read, write and check Zarr Vectors (ZVF) stores.")
+    from .. import __version__
+
+    parser = _Parser(prog="zvf", description="Read, write and check Zarr Vectors (ZVF) stores.")
+    parser.add_argument("--version", action="version", version=f"zvf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def target(p, optional=False):
@@ -155,43 +162,78 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("query", help="vertices inside a closed bounding box")
-    target(p)
-    p.add_argument("--bbox", nargs=2, required=True, metavar=("LO", "HI"), help="corners, e.g. 10,20,5 60,70,55")
-    p.add_argument("--level", type=int, default=0)
-    p.add_argument("--out", help="write the result to FILE.npz or FILE.csv")
-    p.set_defaults(func=cmd_query)
+    from .query import register as register_query
+
+    register_query(sub, target)
 
     p = sub.add_parser("validate", help="check a store against the format (levels 1-5)")
     target(p)
     p.add_argument("--level", type=int, default=3, choices=range(1, 6))
     p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("export", help="write every vertex of a level to .npz, .csv or .parquet (streamed)")
+    p = sub.add_parser("export", help="write a level to .npz, .csv or .parquet (streamed); objects keep their "
+                                      "vertex order, edges and faces (OUT.edges.csv / OUT.faces.parquet)")
     target(p)
     p.add_argument("out", help="output file; its suffix picks the format unless --format is given")
-    p.add_argument("--level", type=int, default=0)
+    p.add_argument("--level", type=_count, default=0)
     p.add_argument("--format", choices=("npz", "csv", "parquet"), help="default: from OUT's suffix")
-    p.add_argument("--prefetch", type=int, default=4, help="batches fetched ahead (default 4)")
-    p.add_argument("--batch-chunks", type=int, default=16, help="chunks per batch (default 16)")
+    p.add_argument("--prefetch", type=_positive, default=4, help="batches fetched ahead (default 4)")
+    p.add_argument("--batch-chunks", type=_positive, default=16, help="chunks per batch, point clouds (default 16)")
+    p.add_argument("--batch-objects", type=_positive, default=1024, help="objects per batch, object geometries "
+                                                                        "(default 1024)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    from .ingest import add_cluster_flags
+
+    add_cluster_flags(p)
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("demo", help="write a demo point cloud and query it (in-process S3 when no target)")
+    p = sub.add_parser("demo", help="write a demo point cloud and streamlines, query and read them "
+                                    "(in-process S3 when no target)")
     target(p, optional=True)
-    p.add_argument("--points", type=int, default=1_000_000)
+    p.add_argument("--points", type=_positive, default=1_000_000, help="points in the cloud (default 1,000,000)")
+    p.add_argument("--objects", type=_positive, default=2_000, help="streamlines (default 2,000)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_demo)
+
+    from .pyramid import register as register_pyramid
+
+    register_pyramid(sub, target)
+    from .rechunk import register as register_rechunk
+
+    register_rechunk(sub, target)
+    from .convert import register as register_convert
+
+    register_convert(sub, target)
+    from .ingest import register as register_ingest
+
+    register_ingest(sub, target)
+    from .neuroglancer import register as register_neuroglancer
+
+    register_neuroglancer(sub, target)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; errors a user can act on end in one line on stderr, never a traceback."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ZvfError as exc:
         print(f"zvf: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # the commands' own argument checks: SystemExit("zvf: ...")
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 2
+        raise
+    except KeyboardInterrupt:
+        print("zvf: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # a local file the command reads or writes
+        print(f"zvf: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

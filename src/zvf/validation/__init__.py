@@ -17,12 +17,17 @@ raise :class:`~zvf.errors.InvalidArgumentError`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .report import ERROR, LEVEL_NAMES, WARNING, Issue, Report
+
+if TYPE_CHECKING:
+    from ..io.store import StorageOptions, Target
 
 __all__ = ["ERROR", "LEVEL_NAMES", "WARNING", "Issue", "Report", "validate"]
 
 
-async def validate(target, *, level: int = 3, storage_options=None) -> Report:
+async def validate(target: Target, *, level: int = 3, storage_options: StorageOptions | None = None) -> Report:
     """Validate the store at ``target`` up to ``level`` (1..5); returns a :class:`Report`."""
     from ..errors import InvalidArgumentError, StoreNotFoundError
     from ..io.executor import Executor

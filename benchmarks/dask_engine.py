@@ -1,0 +1,118 @@
+"""zvf.dask on this machine: ingest and export with 1 and 2 Dask worker processes, against the serial writers.
+
+    .venv/bin/python benchmarks/dask_engine.py                       # 8 M points in 16 .npy files
+    .venv/bin/python benchmarks/dask_engine.py --points 1e6 --files 8
+
+Each row is the median of ``--reps`` runs on a local directory store, the
+cluster started beforehand (its start-up is not timed).  The load average is
+printed with the table: on a shared machine the speed-up says as much about
+the neighbours as about zvf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+
+def timed(fn, reps: int) -> float:
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=float, default=8e6)
+    ap.add_argument("--files", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--chunk", type=float, default=100.0, help="chunk edge (coordinates are uniform in 0..1000)")
+    args = ap.parse_args()
+
+    from distributed import Client, LocalCluster
+
+    import zvf
+    import zvf.dask as zd
+
+    n, k = int(args.points), args.files
+    tmp = tempfile.mkdtemp(prefix="zvf-dask-bench-")
+    rng = np.random.default_rng(0)
+    files, parts = [], []
+    for i in range(k):
+        p = rng.uniform(0, 1000, (n // k, 3)).astype(np.float32)
+        parts.append(p)
+        files.append(os.path.join(tmp, f"in{i:03d}.npy"))
+        np.save(files[-1], p)
+    chunk = (args.chunk,) * 3
+    rows = []
+
+    def fresh(name: str) -> str:
+        path = os.path.join(tmp, name, "cloud")
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def serial_write():
+        zvf.write_points(fresh("serial"), np.concatenate([np.load(f) for f in files]), chunk_shape=chunk)
+
+    rows.append(("write_points, serial (in-memory)", timed(serial_write, args.reps)))
+    stream = ({"positions": np.load(f)} for f in files)
+    t0 = time.perf_counter()
+    zvf.write_points(fresh("stream"), stream, chunk_shape=chunk)
+    rows.append(("write_points, serial (streamed batches), 1 run", time.perf_counter() - t0))
+    zvf.write_points(fresh("pts"), np.concatenate(parts), chunk_shape=chunk)
+    src = os.path.join(tmp, "pts", "cloud")
+
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None,
+                          host="127.0.0.1") as cluster, Client(cluster) as client:
+            def ingest(workers=workers):
+                zd.write_points(fresh(f"dask{workers}"), files, chunk_shape=chunk, client=client,
+                                rows_per_task=max(1, n // (4 * k) * 4))
+
+            def export():
+                shutil.rmtree(os.path.join(tmp, "out"), ignore_errors=True)
+                zd.export(src, os.path.join(tmp, "out"), batch_chunks=64, client=client)
+
+            rows.append((f"zvf.dask.write_points, {workers} worker(s)", timed(ingest, args.reps)))
+            rows.append((f"zvf.dask.export parquet, {workers} worker(s)", timed(export, args.reps)))
+
+    t_serial_export = timed(lambda: zvf_export(src, os.path.join(tmp, "serial.parquet")), args.reps)
+    rows.append(("zvf export parquet, serial", t_serial_export))
+    load = os.getloadavg()
+    print(f"\n{n:,} points in {k} files, chunk {args.chunk:g} (~{int((1000 / args.chunk) ** 3):,} chunks), "
+          f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, "
+          f"median of {args.reps}\n")
+    print("| run | seconds | M points/s |\n|---|---:|---:|")
+    for name, s in rows:
+        print(f"| {name} | {s:.2f} | {n / s / 1e6:.2f} |")
+    by = dict(rows)
+    for what in ("write_points", "export parquet"):
+        one, two = by[f"zvf.dask.{what}, 1 worker(s)"], by[f"zvf.dask.{what}, 2 worker(s)"]
+        print(f"\nspeed-up of 2 workers over 1, {what}: {one / two:.2f}x")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def zvf_export(src: str, out: str) -> None:
+    import anyio
+
+    import zvf
+    from zvf.read.export import export
+
+    async def run():
+        async with await zvf.aio.open(src) as ds:
+            await export(ds, out, batch_chunks=64)
+
+    anyio.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""Object reads and cold opens: zvf against the floor of fetching exactly what is needed.
+
+    .venv/bin/python benchmarks/read_objects.py                      # every row (~5 min on 2 quiet cores)
+    .venv/bin/python benchmarks/read_objects.py --rows local --lines 20000 --reps 1   # quick
+
+Rows (medians of ``--reps``):
+
+* ``local``: 200 k streamlines (10 M vertices) written by zvf to a local directory; a full
+  read (``read_all``: positions + object ids), a pass of ``iter_chunks`` (the chunk-order
+  stream behind bulk exports) and ``export`` to ``.npz`` (by object, one run), each after a
+  fresh open, against the floor: GET every vertices cell and concatenate the rows (obstore).
+* ``seaweed``: the same store uploaded to SeaweedFS (``weed`` from the ``bench`` extra,
+  started here on 127.0.0.1, as in ``benchmarks/write.py``), zvf over S3 against the same floor.
+* ``cold``: open + one 8-chunk box on a 1 M-point cloud (one attribute) on moto behind the
+  latency proxy of ``benchmarks/run.py`` at ``--latency`` ms: zvf's default store (consolidated
+  root) and its ``object_index_layout="reference"`` store (0.9.2's bytes, no consolidated
+  section), each against the floor's 2 waves (the documents, then the cells).  ``RT`` is wall
+  time / latency; ``waves`` is zvf's own count of dependent round trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workloads as w  # noqa: E402  (the latency proxy, moto, data generators)
+
+LINES = w.Sizes("objects", n_points=1_000_000, grid=8, bins_per_axis=2, n_lines=200_000, line_len=50,
+                n_queries=0, query_side=0.3, n_objects=0, ingest_points=0, ingest_batch=1)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def median_of(reps: int, fn) -> tuple[float, object]:
+    """Median wall time of ``reps`` runs of the coroutine function ``fn`` and its last result."""
+    secs, out = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = asyncio.run(fn())
+        secs.append(time.perf_counter() - t0)
+    return statistics.median(secs), out
+
+
+async def floor_read(store, keys: list[str]) -> int:
+    """GET every cell (64 in flight) and concatenate the rows: what any reader must at least do."""
+    import obstore
+
+    sem = asyncio.Semaphore(w.FLOOR_CONCURRENCY)
+
+    async def one(k: str):
+        async with sem:
+            return await (await obstore.get_async(store, k)).bytes_async()
+
+    blobs = await asyncio.gather(*(one(k) for k in keys))
+    rows = np.concatenate([np.frombuffer(b, np.float32)[2:] for b in blobs])  # after the 8-byte vlen header
+    return rows.size // 3
+
+
+def vertex_keys(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in (root / "0" / "vertices" / "c").rglob("*") if p.is_file())
+
+
+def object_rows(url: str, opts: dict | None, keys: list[str], floor_store, reps: int, out_dir: Path,
+                truth: int, export_too: bool) -> list[dict]:
+    import zvf.aio
+
+    async def read():
+        ds = await zvf.aio.open(url, storage_options=opts)
+        sel = await ds.read_all()
+        assert len(sel) == truth and sel.object_ids is not None and (sel.object_ids >= 0).all()
+        return ds.stats.snapshot()
+
+    async def stream():
+        ds = await zvf.aio.open(url, storage_options=opts)
+        n = 0
+        async for sel in ds.iter_chunks():
+            n += len(sel)
+        assert n == truth
+        return ds.stats.snapshot()
+
+    async def export():
+        from zvf.read.export import export as export_level
+
+        ds = await zvf.aio.open(url, storage_options=opts)
+        s = await export_level(ds, str(out_dir / "out.npz"))
+        assert s["vertices"] == truth
+        return ds.stats.snapshot()
+
+    async def floor():
+        assert await floor_read(floor_store, keys) == truth
+        return None
+
+    out = []
+    jobs = [("floor", floor), ("read_all", read), ("iter_chunks", stream)] + [("export npz", export)] * export_too
+    for what, fn in jobs:
+        secs, stats = median_of(1 if what == "export npz" else reps, fn)  # export: one run (slow, see RESULTS)
+        out.append({"what": what, "seconds": secs, "stats": stats})
+        log(f"  {what:10} {secs:7.3f} s" + (f"  requests {stats['requests']}, max in flight "
+                                             f"{stats['max_inflight']}" if stats else ""))
+    return out
+
+
+def build_lines(root: Path, n_lines: int) -> int:
+    import zvf
+
+    sizes = LINES if n_lines == LINES.n_lines else w.Sizes(**{**LINES.__dict__, "n_lines": n_lines})
+    lines = w.make_streamlines(sizes)
+    t0 = time.perf_counter()
+    zvf.write_polylines(str(root), lines, chunk_shape=(sizes.chunk,) * 3, bounds=sizes.bounds,
+                        geometry_type="streamline", overwrite=True)
+    n = sum(len(v) for v in lines)
+    log(f"wrote {len(lines):,} streamlines ({n:,} vertices) in {time.perf_counter() - t0:.1f} s")
+    return n
+
+
+def cold_rows(tmp: Path, latency_ms: float, reps: int) -> list[dict]:
+    """Open + one 8-chunk box on S3 behind the latency proxy: zvf's store and 0.9.2's layout."""
+    import zvf
+    import zvf.aio
+
+    sizes = LINES
+    pos, attrs = w.make_points(sizes)
+    lo, hi = w.eight_chunk_box(sizes)
+    truth = w.count_in_box(pos, lo, hi)
+    servers = w.Servers()
+    try:
+        out = []
+        for layout in ("sharded", "reference"):
+            local = tmp / f"points-{layout}"
+            zvf.write_points(str(local), pos, chunk_shape=(sizes.chunk,) * 3, bin_shape=(sizes.bin,) * 3,
+                             bounds=sizes.bounds, attributes=attrs, object_index_layout=layout, overwrite=True)
+            prefix = f"points-{layout}"
+            asyncio.run(w.upload_dir(servers.obstore(prefix, direct=True), local))
+            needed_docs = ["zarr.json"] if layout == "sharded" else w.point_meta_keys(list(attrs))
+            cells = w.point_cell_keys(w.chunk_range(sizes, lo, hi), list(attrs),
+                                      set(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()))
+            servers.set_latency(latency_ms / 1000)
+            opts = servers.zvf_options()
+
+            async def zvf_run(prefix=prefix, opts=opts):  # bound now: run within this iteration
+                ds = await zvf.aio.open(servers.url(prefix), storage_options=opts)
+                sel = await ds.query((lo, hi))
+                assert len(sel) == truth
+                return ds.stats.snapshot()
+
+            async def floor_run(prefix=prefix, needed_docs=needed_docs, cells=cells):
+                store = servers.obstore(prefix)
+                await w.fetch_all(store, needed_docs)
+                await w.fetch_all(store, cells)
+
+            for impl, fn in (("zvf", zvf_run), ("floor", floor_run)):
+                servers.reset()
+                secs, stats = median_of(reps, fn)
+                counts = {k: v / reps for k, v in servers.counts().items() if isinstance(v, (int, float))}
+                waves = stats["round_trips"] if stats else 2
+                out.append({"layout": layout, "impl": impl, "seconds": secs, "waves": waves,
+                            "rt": secs / (latency_ms / 1000), "counts": counts})
+                log(f"  cold {layout:9} {impl:5} {secs:6.3f} s  {secs / (latency_ms / 1000):5.1f} RT  waves {waves}")
+            servers.set_latency(0)
+        return out
+    finally:
+        servers.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="local,seaweed,cold")
+    ap.add_argument("--lines", type=int, default=LINES.n_lines)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--latency", type=float, default=20.0)
+    ap.add_argument("--markdown", help="append the table to this file")
+    ap.add_argument("--no-export", action="store_true", help="skip the (slow, by-object) export rows")
+    args = ap.parse_args()
+    rows = args.rows.split(",")
+    load0 = os.getloadavg()[0]
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="zvf-read-objects-") as tmp:
+        tmp = Path(tmp)
+        store = tmp / "lines.zarrvectors"
+        truth = build_lines(store, args.lines) if {"local", "seaweed"} & set(rows) else 0
+        keys = vertex_keys(store) if truth else []
+        table = ["| row | what | time s | floor / time | requests |", "|---|---|---|---|---|"]
+
+        def add(where: str, res: list[dict]) -> None:
+            floor = res[0]["seconds"]
+            for r in res:
+                req = r["stats"]["requests"] if r["stats"] else len(keys)
+                table.append(f"| {where} | {r['what']} | {r['seconds']:.3f} | {floor / r['seconds']:.2f} | {req} |")
+
+        if "local" in rows:
+            from obstore.store import LocalStore
+
+            log("local:")
+            add("local", object_rows(str(store), None, keys, LocalStore(str(store)), args.reps, tmp, truth,
+                                     not args.no_export))
+        if "seaweed" in rows:
+            import write as wb  # the SeaweedFS server of the write benchmark
+            from obstore.store import S3Store
+
+            log("SeaweedFS:")
+            weed = wb.Seaweed(tmp)
+            try:
+                prefix = "read-objects"
+                s3 = S3Store("zvf-write", prefix=prefix, endpoint=weed.endpoint, virtual_hosted_style_request=False,
+                             client_options={"allow_http": True, "timeout": "120s"}, **wb.S3_KEYS)
+                asyncio.run(w.upload_dir(s3, store))
+                opts = {"endpoint": weed.endpoint, "allow_http": True, **wb.S3_KEYS}
+                add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, s3, args.reps, tmp, truth,
+                                         not args.no_export))
+            finally:
+                weed.stop()
+        if "cold" in rows:
+            log(f"cold open + first box at {args.latency:g} ms:")
+            cold = cold_rows(tmp, args.latency, args.reps)
+            table += ["", f"| open + 8-chunk box, S3 (moto) at {args.latency:g} ms | impl | time s | RT | waves "
+                          "| GETs | LISTs |", "|---|---|---|---|---|---|---|"]
+            for r in cold:
+                c = r["counts"]
+                table.append(f"| {'zvf default (consolidated root)' if r['layout'] == 'sharded' else '0.9.2 layout'} "
+                             f"| {r['impl']} | {r['seconds']:.3f} | {r['rt']:.1f} | {r['waves']} "
+                             f"| {c.get('GET', 0):g} | {c.get('LIST', 0):g} |")
+    load1 = os.getloadavg()[0]
+    head = (f"`benchmarks/read_objects.py --rows {args.rows} --lines {args.lines} --reps {args.reps}"
+            f"{' --no-export' if args.no_export else ''}` "
+            f"({time.perf_counter() - t_start:.0f} s; load average {load0:.1f} -> {load1:.1f} on "
+            f"{os.cpu_count()} cores)")
+    text = head + "\n\n" + "\n".join(table) + "\n"
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "a") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""``zvf convert IN OUT``: a file into a ZVF store, or a store into a file (formats: README "Conversions")."""
+
+from __future__ import annotations
+
+from .progress import ProgressBar
+
+
+def _value(text: str):
+    """A ``--set`` value: a number, a boolean, comma-separated numbers, or the text itself."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        parts = [float(v) if any(c in v for c in ".eE") else int(v) for v in text.split(",")]
+    except ValueError:
+        return text
+    return parts if "," in text else parts[0]
+
+
+def cmd_convert(args) -> int:
+    import zvf
+
+    from .main import _options
+    from .rechunk import _shape
+
+    extra = {}
+    for pair in args.set or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"zvf: --set expects key=value, got {pair!r}")
+        extra[key.replace("-", "_")] = _value(value)
+    kw = {}
+    if args.shard_shape is not None:
+        kw["shard_shape"] = [int(v) for v in args.shard_shape.split(",")]
+    with ProgressBar("convert", quiet=args.quiet) as bar, bar.ticking():
+        s = zvf.convert(args.src, args.dst, from_=args.from_, to=args.to, chunk_shape=_shape(args.chunk_shape),
+                        bin_shape=_shape(args.bin_shape), compression=args.compression, overwrite=args.overwrite,
+                        storage_options=_options(args.option), **kw, **extra)
+    counts = ", ".join(f"{s[k]:,} {k}" for k in ("vertices", "objects", "faces", "edges") if k in s)
+    print(f"{s['src']} ({s['from']}) -> {s['dst']} ({s['to']}): {counts} in {s['seconds']:.2f} s")
+    return 0
+
+
+def register(sub, target) -> None:
+    from ..converters import FORMATS
+
+    names = [*sorted(FORMATS), "zvf"]
+    p = sub.add_parser("convert", help="convert a LAS/LAZ, PLY, OBJ, STL, SWC, TRK, TCK, TRX, CSV, Parquet or "
+                                       "GraphML file into a ZVF store, or a store into such a file")
+    p.add_argument("src", help="input: a file, or a ZVF store (path or URL)")
+    p.add_argument("dst", help="output: a ZVF store (path or URL), or a file")
+    p.add_argument("--from", dest="from_", choices=names, help="format of SRC (default: from its suffix)")
+    p.add_argument("--to", choices=names, help="format of DST (default: from its suffix)")
+    p.add_argument("--chunk-shape", default="auto", help="store chunk shape: 'auto' or numbers per axis")
+    p.add_argument("--bin-shape", help="store bin shape: numbers per axis")
+    p.add_argument("--compression", help="store compression: zstd, blosc or gzip")
+    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4")
+    p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="storage option of the store side")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a format option, e.g. level=1, batch_rows=500000, ascii=true, scale=0.01")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store or file")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_convert)

@@ -1,0 +1,133 @@
+"""``zvf query TARGET``: compose a selection (box, ball, ids, groups, predicates) and read, count or explain it."""
+
+from __future__ import annotations
+
+import re
+import time
+
+# Coordinates such as ``-10,-10,-10`` are values, not options (argparse only knows plain negative numbers).
+_NEGATIVE = re.compile(r"^-(\d|\.\d)[\d.,eE+-]*$")
+
+
+def _numbers(text: str, what: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"zvf: {what} must be comma-separated numbers like 10,-20,5 (got {text!r})") from None
+
+
+def _ids(text: str, what: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"zvf: {what} must be comma-separated integers like 1,5,9 (got {text!r})") from None
+
+
+def _value(text: str, what: str) -> float | int:
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise SystemExit(f"zvf: {what}: {text!r} is not a number") from None
+
+
+def parse_where(items: list[str] | None) -> dict | None:
+    """``NAME=LO:HI`` (closed; a side may be empty), ``NAME=V`` or ``NAME=V1,V2,...``; NAME may be ``rgb[1]``."""
+    if not items:
+        return None
+    out: dict = {}
+    for item in items:
+        name, sep, cond = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"zvf: --where expects NAME=LO:HI, NAME=VALUE or NAME=V1,V2 (got {item!r})")
+        what = f"--where {name}"
+        if ":" in cond:
+            lo, _, hi = cond.partition(":")
+            out[name] = (_value(lo, what) if lo else None, _value(hi, what) if hi else None)
+        elif "," in cond:
+            out[name] = [_value(v, what) for v in cond.split(",")]
+        else:
+            out[name] = _value(cond, what)
+    return out
+
+
+def selection_args(args) -> dict:
+    """The ``select(...)`` keywords the flags ask for."""
+    kw: dict = {"level": "auto" if args.max_vertices is not None else args.level, "clip": args.clip,
+                "limit": args.limit, "max_vertices": args.max_vertices, "where": parse_where(args.where)}
+    if args.bbox:
+        kw["bbox"] = (_numbers(args.bbox[0], "--bbox LO"), _numbers(args.bbox[1], "--bbox HI"))
+    if args.near:
+        kw["near"] = (_numbers(args.near[0], "--near CENTER"), _value(args.near[1], "--near R"))
+    if args.objects:
+        kw["objects"] = _ids(args.objects, "--objects")
+    if args.groups:
+        kw["groups"] = _ids(args.groups, "--groups")
+    return kw
+
+
+def cmd_query(args) -> int:
+    import zvf
+
+    from ..read.writers import check_out, format_of, link_table, open_writer
+    from .main import _options
+
+    kw = selection_args(args)
+    fmt = None
+    if args.out:  # before any request: bad suffix, missing pyarrow, no such directory
+        fmt = format_of(args.out, None)
+        check_out(args.out)
+    t0 = time.perf_counter()
+    with zvf.open(args.target, storage_options=_options(args.option)) as ds:
+        q = ds.select(**kw)
+        if args.explain:
+            print(q.explain())
+            return 0
+        if args.count:
+            n = q.count()
+            stats = ds.stats.snapshot()
+            print(f"{n} vertices (counted in {(time.perf_counter() - t0) * 1000:.1f} ms, {stats['requests']} requests, "
+                  f"{stats['bytes']} bytes)")
+            return 0
+        sel = q.read()
+        stats = ds.stats.snapshot()
+        geometry = ds.geometry_type
+    elapsed = time.perf_counter() - t0
+    files = []
+    if args.out:
+        writer = open_writer(args.out, fmt, sel, link_table(geometry, clip=args.clip))
+        try:
+            writer.write(sel)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+        files = writer.files()
+    extra = f", {len(sel.objects)} objects" if sel.objects is not None else ""
+    print(f"{len(sel)} vertices{extra} in {elapsed * 1000:.1f} ms, {stats['requests']} requests, "
+          f"{stats['bytes']} bytes" + (f" -> {', '.join(files)}" if files else ""))
+    return 0
+
+
+def register(sub, target) -> None:
+    p = sub.add_parser("query", help="read, count or explain a selection (box, ball, objects, groups, where)")
+    p._negative_number_matcher = _NEGATIVE  # let --bbox -10,-10,-10 5,5,5 parse
+    target(p)
+    p.add_argument("--bbox", nargs=2, metavar=("LO", "HI"), help="closed box corners, e.g. -10,20,5 60,70,55")
+    p.add_argument("--near", nargs=2, metavar=("X,Y,Z", "R"), help="closed ball: center and radius")
+    p.add_argument("--where", action="append", metavar="NAME=LO:HI",
+                   help="vertex/object attribute predicate: NAME=LO:HI, NAME=V or NAME=V1,V2; rgb[1]=0:10 "
+                        "picks a channel (repeatable; all must hold)")
+    p.add_argument("--objects", metavar="ID,ID,...", help="only these object ids")
+    p.add_argument("--groups", metavar="G,G,...", help="only objects of these groups")
+    p.add_argument("--clip", action="store_true", help="polylines: only the matching vertices, not whole objects")
+    p.add_argument("--limit", type=int, help="at most N vertices (point clouds) or N objects")
+    p.add_argument("--level", type=int, default=0)
+    p.add_argument("--max-vertices", type=int, help="pick the finest level whose estimate fits N (level auto)")
+    p.add_argument("--count", action="store_true", help="print the count only (from indexes where possible)")
+    p.add_argument("--explain", action="store_true", help="print the read plan and read nothing")
+    p.add_argument("--out", help="write the result to FILE.npz, FILE.csv or FILE.parquet (objects: with "
+                                 "vertex_index, and FILE.edges/faces.csv|parquet as for zvf export)")
+    p.set_defaults(func=cmd_query)

@@ -1,0 +1,48 @@
+"""``zvf rechunk SRC DST --chunk-shape 10,10,10 --compression zstd``: copy a store with a new layout."""
+
+from __future__ import annotations
+
+from .progress import ProgressBar
+
+
+def _shape(text: str | None):
+    """``auto``, ``none`` or comma-separated numbers (``10,10,5``)."""
+    if text is None or text in ("auto", "none"):
+        return None if text == "none" else text
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"zvf: a shape must be 'auto' or numbers like 10,10,5, got {text!r}") from None
+
+
+def cmd_rechunk(args) -> int:
+    import zvf
+
+    from .main import _options
+
+    kw = {}
+    if args.compression is not None:
+        kw["compression"] = None if args.compression == "none" else args.compression
+    if args.shard_shape is not None:
+        kw["shard_shape"] = None if args.shard_shape == "none" else [int(v) for v in args.shard_shape.split(",")]
+    with ProgressBar("rechunk", quiet=args.quiet) as bar, bar.ticking():
+        summary = zvf.rechunk(args.target, args.dst, chunk_shape=_shape(args.chunk_shape),
+                              bin_shape=_shape(args.bin_shape), overwrite=args.overwrite,
+                              storage_options=_options(args.option), target_storage_options=_options(args.dst_option),
+                              **kw)
+    print(f"{args.dst}: {summary.vertex_count} vertices in {summary.chunk_count} chunks")
+    return 0
+
+
+def register(sub, target) -> None:
+    p = sub.add_parser("rechunk", help="copy a store with another chunk/bin shape, compression or sharding")
+    target(p)
+    p.add_argument("dst", help="the new store")
+    p.add_argument("--chunk-shape", help="'auto' or numbers per axis, e.g. 10,10,10 (default: the source's)")
+    p.add_argument("--bin-shape", help="'auto', 'none' or numbers per axis (default: the source's)")
+    p.add_argument("--compression", help="none, zstd, blosc or gzip (default: the source's)")
+    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, or none (default: the source's)")
+    p.add_argument("--dst-option", action="append", metavar="KEY=VALUE", help="storage option of DST")
+    p.add_argument("--overwrite", action="store_true", help="replace a store at DST")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=cmd_rechunk)

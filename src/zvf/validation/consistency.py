@@ -1,0 +1,293 @@
+"""Level 3, consistency (driver, cells, vertices, dense arrays): every cell decodes and
+fragments, attributes and counts agree with each other and with the listing.
+Links and objects have their own passes (:mod:`.link_pass`, :mod:`.object_pass`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError, ZvfError
+from ..format.fragments import FragmentIndex, decode_fragment_index
+from ..format.grid import Grid
+from ..format.keys import format_chunk_id
+from ..format.shard import decode_shard_index, index_nbytes
+from .link_pass import LinkChecks
+from .model import FAILED, ArrayInfo, LevelInfo, strip_key
+from .object_pass import ObjectChecks
+
+
+class ConsistencyChecks(LinkChecks, ObjectChecks):
+    """Level 3 checks of :class:`zvf.validation.checks.Validator`: the driver, cells and vertices
+    (links and the object index in their own passes)."""
+
+    async def _consistency(self) -> None:
+        for n in sorted(self.levels):
+            lv = self.levels[n]
+            if lv.meta is None:
+                continue
+            await self._presence(lv)
+        for n in sorted(self.levels):
+            lv = self.levels[n]
+            if lv.meta is not None and lv.array("vertices") is not None:
+                await self._vertex_pass(lv)
+        for n in sorted(self.levels):
+            lv = self.levels[n]
+            if lv.meta is not None:
+                await self._link_pass(lv)
+                await self._object_pass(lv)
+                await self._dense_pass(lv)
+
+    async def _shard_index(self, info: ArrayInfo, shard_key: str) -> Any:
+        """(offsets, nbytes) of one shard, FAILED (reported) or None if absent."""
+        if shard_key in self._shard_cache:
+            return self._shard_cache[shard_key]
+        n_inner = int(np.prod(info.codec.shard))
+        size = self.sizes.get(shard_key)
+        if size is None:
+            return None
+        try:
+            tail = await self.ex.get_suffix(shard_key, index_nbytes(n_inner))
+            if tail is None:
+                res: Any = None
+            else:
+                res = decode_shard_index(tail, n_inner, key=shard_key, shard_size=size)
+        except ZvfError as e:
+            self.error(3, shard_key, strip_key(str(e), shard_key), kind="shard")
+            res = FAILED
+        self._shard_cache[shard_key] = res
+        return res
+
+    async def _presence(self, lv: LevelInfo) -> None:
+        """Stored cells of every spatial array vs its nonempty_chunks."""
+        spatial = {id(a) for a in lv.spatial}
+        for info in lv.arrays.values():
+            if not info.usable or info.codec is None:
+                continue
+            ndim = info.meta.ndim
+            prefix = len(info.path) + 1
+            shape = np.asarray(info.meta.shape, dtype=np.int64)
+            per = np.asarray(info.meta.chunk_shape, dtype=np.int64)
+            n_grid = -(-shape // per)
+            for k in info.stored:
+                try:
+                    g = info.keys.parse(k[prefix:], ndim)
+                except FormatError:
+                    self.error(3, k, f"not a chunk key of {info.path} (stray object inside the array)", kind="stray")
+                    continue
+                if any(x < 0 or x >= m for x, m in zip(g, n_grid.tolist())):
+                    self.error(3, k, f"cell {format_chunk_id(g)} lies outside the grid {n_grid.tolist()} "
+                                     f"of {info.path}", kind="outside")
+                    continue
+                info.grid_cells[g] = k
+            if id(info) not in spatial:
+                continue
+            present: set[tuple[int, ...]] = set()
+            org = info.origin.tolist()
+            if info.codec.shard is None:
+                present = {tuple(a + o for a, o in zip(g, org)) for g in info.grid_cells}
+            else:
+                idx = await self.ex.gather([self._shard_index(info, k) for k in info.grid_cells.values()])
+                for g, res in zip(info.grid_cells, idx):
+                    if res is None or res is FAILED:
+                        continue
+                    offsets, _ = res
+                    inner = np.flatnonzero(offsets != np.uint64(2**64 - 1))
+                    if inner.size:
+                        local = np.stack(np.unravel_index(inner, tuple(per.tolist())), axis=1)
+                        cells = local + np.asarray(g, dtype=np.int64) * per
+                        inside = np.all(cells < shape, axis=1)
+                        for c in (cells[inside] + info.origin).tolist():
+                            present.add(tuple(c))
+            info.present = present
+            self.counts["cells"] += len(present)
+            missing = sorted(info.listed - present)
+            extra = sorted(present - info.listed)
+            for c in missing:
+                self.error(3, info.cell_key(c), f"listed in {info.path} nonempty_chunks (chunk {format_chunk_id(c)}) "
+                                                "but the cell does not exist", kind="missing-cell")
+            for c in extra:
+                self.error(3, info.cell_key(c), f"cell of chunk {format_chunk_id(c)} is stored but not listed in "
+                                                f"{info.path} nonempty_chunks (leftover of an interrupted or "
+                                                "failed write?)", kind="unlisted-cell")
+
+    async def _payload(self, info: ArrayInfo | None, chunk: tuple[int, ...]) -> Any:
+        """Decoded payload of a stored cell; None when not stored; FAILED when broken (reported)."""
+        if info is None or not info.usable or info.present is None or chunk not in info.present:
+            return None
+        key = info.cell_key(chunk)
+        try:
+            if info.codec.shard is None:
+                raw = await self.ex.get(key)
+                if raw is None:
+                    self.error(3, key, "cell vanished while validating", kind="read")
+                    return FAILED
+                return info.codec.decode(raw, key=key)
+            grid = tuple(int(c) - int(o) for c, o in zip(chunk, info.origin))
+            per = info.codec.shard
+            shard = tuple(g // s for g, s in zip(grid, per))
+            skey = info.keys.key(info.path, shard)
+            res = await self._shard_index(info, skey)
+            if res is None or res is FAILED:
+                return FAILED
+            offsets, nbytes = res
+            slot = int(np.ravel_multi_index(tuple(g - s * p for g, s, p in zip(grid, shard, per)), per))
+            start, n = int(offsets[slot]), int(nbytes[slot])
+            raw = await self.ex.get_range(skey, start, start + n)
+            if raw is None or len(raw) != n:
+                self.error(3, key, "inner chunk shorter than its shard index says", kind="decode")
+                return FAILED
+            return info.codec.decode(raw, key=key)
+        except ZvfError as e:
+            self.error(3, key, f"cell does not decode: {strip_key(str(e), key)}", kind="decode")
+            return FAILED
+
+    async def _vertex_pass(self, lv: LevelInfo) -> None:
+        vert = lv.array("vertices")
+        frag = lv.array("vertex_fragments")
+        attrs = [lv.arrays[f"vertex_attributes/{a}"] for a in lv.named("vertex_attributes")]
+        fattrs = [lv.arrays[f"fragment_attributes/{a}"] for a in lv.named("fragment_attributes")]
+        group = [a for a in [vert, frag, *attrs, *fattrs] if a is not None and a.present is not None]
+        chunks: set[tuple[int, ...]] = set()
+        for a in group:
+            chunks |= a.present
+        if not vert.usable or vert.present is None:
+            lv.vertex_total_known = False
+            return
+        bins = self._bin_rule(lv)
+
+        async def one(chunk: tuple[int, ...]) -> None:
+            pay = await self.ex.gather([self._payload(a, chunk) for a in group])
+            self._check_vertex_chunk(lv, chunk, dict(zip([a.path for a in group], pay)), vert, frag, attrs,
+                                     fattrs, bins)
+
+        await self.ex.map(one, sorted(chunks))
+        self.counts["chunks"] += len(chunks)
+        key = lv.doc_key
+        if lv.vertex_total_known and lv.meta.vertex_count != lv.vertex_total:
+            self.error(3, key, f"vertex_count is {lv.meta.vertex_count} but the cells hold {lv.vertex_total} "
+                               "vertices")
+
+    def _bin_rule(self, lv: LevelInfo) -> Grid | None:
+        """The level's grid when level-0 point-cloud fragments must tile bins."""
+        if (self.max_level < 4 or self.geometry != "point_cloud" or lv.index != 0 or lv.meta.chunk_dims
+                or "object_index" in lv.groups or not lv.meta.fragments_tile):
+            return None
+        cs = lv.chunk_shape or self.root.chunk_shape
+        bs = self.root.bin_shape
+        return Grid(tuple(float(c) for c in cs), None if bs is None else tuple(float(b) for b in bs))
+
+    def _check_vertex_chunk(self, lv, chunk, pay, vert, frag, attrs, fattrs, bins) -> None:
+        cid = format_chunk_id(chunk)
+        vp = pay[vert.path]
+        if vp is FAILED:
+            lv.bad_chunks.add(chunk)
+            lv.vertex_total_known = False
+            return
+        dt, width = self._row_layout(vert)
+        row_bytes = dt.itemsize * width
+        if vp is None:
+            positions = None
+            n = 0
+            if chunk not in vert.listed:
+                have = [a.path for a in (frag, *attrs, *fattrs) if a is not None and pay.get(a.path) is not None]
+                if have:
+                    self.error(3, have[0] if frag is None else frag.cell_key(chunk),
+                               f"chunk {cid} has cells in {', '.join(have)} but no vertices (orphan cells)",
+                               kind="orphan-cell")
+                return
+        else:
+            nb = memoryview(vp).nbytes
+            if nb % row_bytes:
+                self.error(3, vert.cell_key(chunk), f"{nb} bytes is not a whole number of {row_bytes}-byte "
+                                                   f"vertex rows ({width} x {dt.name})", kind="rows")
+                lv.bad_chunks.add(chunk)
+                lv.vertex_total_known = False
+                return
+            n = nb // row_bytes
+            positions = np.frombuffer(vp, dtype=dt).reshape(n, width)
+            if n and not np.isfinite(positions).all():
+                self.warn(3, vert.cell_key(chunk), "vertices include NaN or infinite coordinates", kind="nan")
+        lv.n_rows[chunk] = n
+        lv.vertex_total += n
+        self.counts["vertices"] += n
+
+        fi = None
+        if frag is not None and frag.usable:
+            fp = pay.get(frag.path)
+            if fp is None:
+                if n:
+                    self.error(3, frag.cell_key(chunk), f"chunk {cid} has {n} vertices but no fragment index",
+                               kind="no-fragments")
+            elif fp is not FAILED:
+                try:
+                    fi = decode_fragment_index(fp, key=frag.cell_key(chunk), n_rows=n)
+                except ZvfError as e:
+                    self.error(3, frag.cell_key(chunk), f"fragment index invalid: "
+                                                        f"{strip_key(str(e), frag.cell_key(chunk))}", kind="fragments")
+        if fi is not None:
+            lv.n_frags[chunk] = fi.num_fragments
+            self.counts["fragments"] += fi.num_fragments
+            if lv.meta.fragments_tile and not fi.tiles(n):
+                self.error(3, frag.cell_key(chunk), f"fragments_tile is set on {lv.doc_key} but the fragments of "
+                                                    f"chunk {cid} do not tile its {n} rows", kind="tile")
+            if bins is not None and positions is not None:
+                self._check_bins(frag.cell_key(chunk), chunk, positions, fi, bins)
+
+        for a in attrs:
+            if not a.usable:
+                continue
+            ap = pay.get(a.path)
+            if ap is FAILED:
+                continue
+            if ap is None:
+                if n:
+                    self.error(3, a.cell_key(chunk), f"chunk {cid} has {n} vertices but no {a.path} cell",
+                               kind="attr-missing")
+                continue
+            adt, aw = self._row_layout(a)
+            nb = memoryview(ap).nbytes
+            if not a.attrs.get("row_shape") and n and nb % (adt.itemsize * n) == 0:
+                # 0.9.2 labels multi-channel attributes ``row_shape: []`` too: C is read off the cells.
+                width = nb // (adt.itemsize * n)
+                if a.channels is None:
+                    a.channels = width
+                if width != a.channels:
+                    self.error(3, a.cell_key(chunk), f"{width} values per vertex, other cells of {a.path} "
+                                                     f"hold {a.channels}", kind="attr-rows")
+                continue
+            if nb % (adt.itemsize * aw) or nb // (adt.itemsize * aw) != n:
+                rows = nb / (adt.itemsize * aw)
+                self.error(3, a.cell_key(chunk), f"{rows:g} attribute rows for the chunk's {n} vertices "
+                                                 f"(not row-aligned with {vert.cell_key(chunk)})", kind="attr-rows")
+        for a in fattrs:
+            ap = pay.get(a.path)
+            if ap is FAILED or ap is None or fi is None or not a.usable:
+                continue
+            adt, aw = self._row_layout(a)
+            nb = memoryview(ap).nbytes
+            if nb % (adt.itemsize * aw) or nb // (adt.itemsize * aw) != fi.num_fragments:
+                self.error(3, a.cell_key(chunk), f"{nb / (adt.itemsize * aw):g} fragment-attribute rows for "
+                                                 f"{fi.num_fragments} fragments", kind="fattr-rows")
+
+    def _check_bins(self, key: str, chunk, positions: np.ndarray, fi: FragmentIndex, grid: Grid) -> None:
+        """Level 4: a point cloud's fragment f holds exactly the rows of bin f (C order), placed by
+        the writers' own rule (:meth:`Grid.bin_of`)."""
+        nb = grid.bins_in_chunk
+        if fi.num_fragments != nb:
+            self.error(4, key, f"{fi.num_fragments} fragments but a chunk has {nb} bins "
+                               "(one range fragment per bin, empty ones included)", kind="bins")
+            return
+        if not len(positions):
+            return
+        chunks, flat = grid.bin_of(positions)
+        local = chunks - np.asarray(chunk, dtype=np.int64)  # zero when the row's bin is in this chunk
+        rows, lengths = fi.gather(np.arange(nb))
+        want = np.repeat(np.arange(nb), lengths)
+        got = np.full(len(positions), -1, dtype=np.int64)
+        got[rows] = want
+        bad = int(np.count_nonzero((got != flat) | np.any(local != 0, axis=1)))
+        if bad:
+            self.warn(4, key, f"{bad} vertex row(s) are not in the fragment of their bin", kind="bins")

@@ -1,0 +1,78 @@
+"""Checked by mypy (tests/typing/test_types.py), never run: what a type checker sees of zvf's public API.
+
+``assert_type`` fails the mypy run when a name's type drifts (to ``Any``
+above all); every ``# E`` line must be rejected and no other; each
+``# R:`` line's revealed type must contain the text after the marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import assert_type, reveal_type
+
+import numpy as np
+from obstore.store import MemoryStore
+
+import zvf
+import zvf.aio
+from zvf.aio import AsyncDataset
+from zvf.errors import DatasetClosedError
+
+pos = np.zeros((4, 3), dtype=np.float32)
+opts: zvf.StorageOptions = {"endpoint": "http://127.0.0.1:9000", "concurrency": 8, "timeout": "5s"}
+
+
+def blocking() -> None:
+    assert_type(zvf.open("s.zarrvectors"), zvf.Dataset)
+    assert_type(zvf.open(MemoryStore(), storage_options={"concurrency": 2}), zvf.Dataset)
+    summary = zvf.write_points("s3://b/s", pos, chunk_shape=(10.0, 10.0, 10.0), storage_options=opts)
+    assert_type(summary, zvf.WriteSummary)
+    assert_type(summary.vertex_count, int)
+    assert_type(summary.link_count, int | None)
+    assert_type(zvf.write_polylines("p", [pos], chunk_shape=(5.0, 5.0, 5.0)), zvf.WriteSummary)
+    assert_type(zvf.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    assert_type(zvf.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5), geometry_type="skeleton"), zvf.WriteSummary)
+    assert_type(zvf.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    with zvf.open("s") as ds:
+        assert_type(ds, zvf.Dataset)
+        assert_type(ds.query(([0, 0, 0], [1, 1, 1])), zvf.Selection)
+        assert_type(ds.query(([0, 0, 0], [1, 1, 1]), level=1, attributes=["v"], clip=True), zvf.Selection)
+        assert_type(ds.read_objects([1, 2]), list[zvf.Selection])
+        assert_type(ds.read_objects([1, 2], combined=True), zvf.Selection)
+        assert_type(ds.read_object(3), zvf.Selection)
+        assert_type(ds.read_all(), zvf.Selection)
+        assert_type(ds.object_ids(), np.ndarray)
+        assert_type(ds.iter_chunks(prefetch=2), Iterator[zvf.Selection])
+        assert_type(ds.iter_objects([1]), Iterator[zvf.Selection])
+        assert_type(ds.levels, list[int])
+        assert_type(ds.aio, AsyncDataset)
+        assert_type(ds.close(), None)
+    reveal_type(zvf.open)  # R: mode: str =, storage_options: TypedDict(zvf.io.store.StorageOptions
+    reveal_type(zvf.Dataset.query)  # R: *, level: int =, attributes: str | typing.Sequence[str] | None =
+    reveal_type(zvf.write_points)  # R: chunk_shape: typing.Sequence[float] | Literal['auto'], bin_shape:
+    assert_type(zvf.validate("s", level=2).ok, bool)
+    assert issubclass(DatasetClosedError, zvf.errors.ZvfError)
+
+
+async def asynchronous() -> None:
+    async with await zvf.aio.open("s", storage_options=opts) as ads:
+        assert_type(ads, AsyncDataset)
+        assert_type(await ads.query(([0, 0, 0], [1, 1, 1])), zvf.Selection)
+        assert_type(await ads.read_objects([1]), list[zvf.Selection])
+        assert_type(await ads.read_objects([1], combined=True), zvf.Selection)
+        async for sel in ads.iter_chunks():
+            assert_type(sel, zvf.Selection)
+    assert_type(await zvf.aio.write_points("s", pos, chunk_shape=(10.0, 10.0, 10.0)), zvf.WriteSummary)
+    assert_type(await zvf.aio.write_polylines("p", [pos], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    assert_type(await zvf.aio.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    assert_type(await zvf.aio.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    assert_type(await zvf.aio.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    reveal_type(zvf.aio.open)  # R: -> typing.Coroutine[Any, Any, zvf.read.dataset.AsyncDataset]
+
+
+def rejected(ds: zvf.Dataset) -> None:
+    ds.query(([0, 0, 0], [1, 1, 1]), levle=1)  # E: unexpected keyword
+    zvf.write_points("s", pos)  # E: chunk_shape is required
+    zvf.write_points("s", pos, chunk_shape=5.0)  # E: one edge per axis
+    zvf.open("s", storage_options={"concurency": 3})  # E: unknown storage option
+    zvf.open("s", mode=1)  # E: mode is a str
