@@ -137,18 +137,20 @@ async def _write_paths(target, pos: np.ndarray, lens: np.ndarray, *, geometry: s
     num = len(lens)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
     obj_of = np.repeat(np.arange(num, dtype=np.int64), lens)
-    chunks = grid.chunk_of(pos) if n else np.zeros((0, ndim), np.int64)
-    lay = Layout.by_runs(pos, chunks, run_starts(chunks, starts))
+    cc = grid.cell_codes(pos, by_bin=False)  # each row's C-order chunk number
+    codes = cc.codes
+    run_start = run_starts(codes, starts)
+    lay = Layout.by_runs(pos, run_start, codes[run_start], cc.chunk_coords)
     layout.check_cells(n, len(lay.part.chunks), chunk_shape, *bounds)
     # bridges: vertex i-1 -> i where a path crosses into another chunk
     is_start = np.zeros(n, dtype=bool)
     is_start[starts[lens > 0]] = True
-    cross = (np.flatnonzero(~is_start[1:] & np.any(chunks[1:] != chunks[:-1], axis=1)) + 1 if n
-             else np.zeros(0, np.int64))
+    cross = np.flatnonzero(~is_start[1:] & (codes[1:] != codes[:-1])) + 1 if n else np.zeros(0, np.int64)
     ends = np.stack([cross - 1, cross], axis=1)
+    frag, local = lay.locate(ends)
     # 0.9.2 write_lines: chunk-local fragment index, not vertex index
-    vi = lay.frag_local[lay.sorted_frag[lay.read_idx[ends]]] if fragment_index_links else lay.local[ends]
-    cells = place_records(lay.chunks[ends], vi)
+    vi = lay.frag_local[frag] if fragment_index_links else local
+    cells = place_records(cc.chunk_coords(codes[ends].reshape(-1)).reshape(len(ends), 2, ndim), vi)
 
     handle = open_store(target, mode="w", storage_options=storage_options)
     ex = Executor(handle)
