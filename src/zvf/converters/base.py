@@ -170,6 +170,10 @@ async def object_attribute_names(ds: Any, level: int = 0) -> list[str]:
     return lvl.named("object_attributes")
 
 
+async def vertex_attribute_names(ds: Any, level: int = 0) -> list[str]:
+    return (await ds.level(level)).named("vertex_attributes")
+
+
 async def object_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:
     """Every object attribute of a level, (O,) or (O, C), rows in ``ds.object_ids`` order."""
     return {name: await ds.object_attribute(name, level=level) for name in await object_attribute_names(ds, level)}

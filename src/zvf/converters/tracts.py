@@ -6,11 +6,15 @@ groups become ZVF groups (names in the ``zvf_source`` record).  The voxel-to-RAS
 the volume dimensions, voxel sizes and order are recorded, so a file written back lands in
 the same space.  Reading streams: TRK/TCK through nibabel's lazy loading, TRX through its
 memory maps, in batches of streamlines handed straight to the streaming polyline writer.
+Writing streams TRK/TCK too (nibabel saves a lazy tractogram fed batch by batch); TRX is
+assembled whole, as trx-python builds its file from whole arrays.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ from .base import (
     source_record,
     stamp,
     take_options,
+    vertex_attribute_names,
     write_batches,
 )
 
@@ -145,48 +150,102 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
 
 async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0})
-    nib = _nib()
-    from nibabel.streamlines import ArraySequence, Tractogram
-
     level = opts["level"]
     if ds.ndim != 3:
         raise InvalidArgumentError(f"{ds.url}: {fmt.upper()} streamlines are 3-D, the store is {ds.ndim}-D")
     rec = source_record(ds)
+    dps = {k: v.reshape(len(v), -1) for k, v in (await object_attributes(ds, level)).items()}
+    affine = np.asarray(rec.get("affine", np.eye(4)), dtype=np.float64)
+    dims = rec.get("dimensions", [1, 1, 1])
+    if fmt == "trx":
+        return await _save_trx(ds, dst, level, rec, dps, affine, dims)
+    return await _save_nibabel(fmt, ds, dst, level, rec, dps, affine, dims)
+
+
+async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict, affine, dims) -> dict:
+    """TRK/TCK written as the store is read: nibabel saves a lazy tractogram in one pass, so only
+    one batch of objects is held at a time (a worker thread pulls the batches from the event loop)."""
+    import anyio.from_thread
+    import anyio.to_thread
+
+    nib = _nib()
+    from nibabel.streamlines import LazyTractogram
+
+    batches = object_batches(ds, level)
+    counts = {"vertices": 0, "objects": 0}
+    per_point = fmt == "trk"  # TCK holds positions only
+    point_names = await vertex_attribute_names(ds, level) if per_point else []
+    # nibabel zips one generator per field; the positions' generator reads the store and leaves each
+    # streamline's other fields in these queues, which the other generators take in step.
+    queues: dict[str, deque] = {k: deque() for k in [*(f"s:{k}" for k in dps if per_point),
+                                                    *(f"p:{k}" for k in point_names)]}
+
+    async def next_batch() -> tuple[int, Any] | None:
+        try:
+            return await batches.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def positions() -> Iterator[np.ndarray]:
+        while (got := anyio.from_thread.run(next_batch)) is not None:
+            lo, sel = got
+            bounds = sel.offsets.tolist()
+            counts["vertices"] += len(sel.positions)
+            counts["objects"] += len(bounds) - 1
+            points = {k: v.reshape(len(v), -1) for k, v in sel.attributes.items() if f"p:{k}" in queues}
+            for i, (a, b) in enumerate(pairwise(bounds)):
+                for k, v in points.items():
+                    queues[f"p:{k}"].append(v[a:b])
+                for k in dps if per_point else ():
+                    queues[f"s:{k}"].append(dps[k][lo + i])
+                yield sel.positions[a:b]
+
+    def taker(key: str):
+        def take() -> Iterator[np.ndarray]:
+            q = queues[key]
+            while True:
+                yield q.popleft()
+        return take
+
+    tract = LazyTractogram(positions, {k: taker(f"s:{k}") for k in dps} if per_point else {},
+                           {k: taker(f"p:{k}") for k in point_names}, affine_to_rasmm=np.eye(4))
+    F = nib.streamlines.Field
+    header = {F.VOXEL_TO_RASMM: affine}
+    if fmt == "trk":
+        header.update({F.DIMENSIONS: np.asarray(dims, dtype=np.int16),
+                       F.VOXEL_SIZES: np.asarray(rec.get("voxel_sizes", [1, 1, 1]), dtype=np.float32),
+                       F.VOXEL_ORDER: rec.get("voxel_order", "RAS")})
+    try:
+        await anyio.to_thread.run_sync(lambda: nib.streamlines.save(tract, dst, header=header))
+    finally:
+        await batches.aclose()
+    return counts
+
+
+async def _save_trx(ds, dst: str, level: int, rec: dict, dps: dict, affine, dims) -> dict:
+    """TRX: trx-python builds its file from whole arrays, so the tractogram is assembled first."""
+    from nibabel.streamlines import ArraySequence, Tractogram
+
     lines: list[np.ndarray] = []
     dpp: dict[str, list[np.ndarray]] = {}
-    async for _, sel in object_batches(ds, level):  # whole tractogram: nibabel and trx save whole arrays
+    async for _, sel in object_batches(ds, level):
         cuts = sel.offsets[1:-1]
         lines += np.split(sel.positions, cuts)
         for k, v in sel.attributes.items():
             dpp.setdefault(k, []).extend(np.split(v.reshape(len(v), -1), cuts))
-    dps = {k: v.reshape(len(v), -1) for k, v in (await object_attributes(ds, level)).items()}
-    affine = np.asarray(rec.get("affine", np.eye(4)), dtype=np.float64)
-    dims = rec.get("dimensions", [1, 1, 1])
     tract = Tractogram(ArraySequence(lines), data_per_point={k: ArraySequence(v) for k, v in dpp.items()},
                        data_per_streamline=dps, affine_to_rasmm=np.eye(4))
-    if fmt == "trx":
-        tmm = _trx()
-        ref = {"NB_VERTICES": 0, "VOXEL_TO_RASMM": affine, "DIMENSIONS": np.asarray(dims, dtype=np.uint16)}
-        trx = tmm.TrxFile.from_tractogram(tract, reference=ref, dtype_dict={
-            "positions": lines[0].dtype if lines else np.float32, "offsets": np.uint32,
-            "dpv": {k: v[0].dtype for k, v in dpp.items()}, "dps": {k: v.dtype for k, v in dps.items()}})
-        try:
-            names = rec.get("groups") if rec.get("format") == "trx" else None
-            for g, members in enumerate(await ds.groups(level=level)):
-                name = names[g] if names and g < len(names) else f"group_{g}"
-                trx.groups[name] = np.asarray(members, dtype=np.uint32)
-            tmm.save(trx, dst)
-        finally:
-            trx.close()
-    else:
-        F = nib.streamlines.Field
-        header = {F.VOXEL_TO_RASMM: affine}
-        if fmt == "trk":
-            header.update({F.DIMENSIONS: np.asarray(dims, dtype=np.int16),
-                           F.VOXEL_SIZES: np.asarray(rec.get("voxel_sizes", [1, 1, 1]), dtype=np.float32),
-                           F.VOXEL_ORDER: rec.get("voxel_order", "RAS")})
-        else:
-            tract = Tractogram(tract.streamlines, affine_to_rasmm=np.eye(4))  # TCK holds positions only
-        nib.streamlines.save(tract, dst, header=header)
+    tmm = _trx()
+    ref = {"NB_VERTICES": 0, "VOXEL_TO_RASMM": affine, "DIMENSIONS": np.asarray(dims, dtype=np.uint16)}
+    trx = tmm.TrxFile.from_tractogram(tract, reference=ref, dtype_dict={
+        "positions": lines[0].dtype if lines else np.float32, "offsets": np.uint32,
+        "dpv": {k: v[0].dtype for k, v in dpp.items()}, "dps": {k: v.dtype for k, v in dps.items()}})
+    try:
+        names = rec.get("groups") if rec.get("format") == "trx" else None
+        for g, members in enumerate(await ds.groups(level=level)):
+            name = names[g] if names and g < len(names) else f"group_{g}"
+            trx.groups[name] = np.asarray(members, dtype=np.uint32)
+        tmm.save(trx, dst)
+    finally:
+        trx.close()
     return {"vertices": int(sum(len(x) for x in lines)), "objects": len(lines)}
-
