@@ -1,11 +1,11 @@
 """Rewriting a store with another layout: chunk/bin shape, compression, sharding.
 
-A store is turned back into the input of its writer (:func:`level_input`)
-and written again; rows come out in stored order, which the writers' stable
-sort maps to the same layout as the original input would.  Point clouds
-stream chunk batches into the spilling writer, so memory stays bounded by
-the batch, not the store; object geometries are gathered whole (their
-writers take whole objects) -- see docs/LIFECYCLE.md.
+A store is turned back into the input of its writer and written again;
+rows come out in stored order, which the writers' stable sort maps to the
+same layout as the original input would.  Both kinds stream into the
+spilling writers, so memory stays bounded by a batch, not the store: point
+clouds a batch of source chunks at a time, object geometries a batch of
+whole objects at a time (:func:`object_batches`) -- see docs/LIFECYCLE.md.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ async def _tables(ds) -> dict:
 
 
 async def level_input(ds) -> tuple[str, tuple, dict]:
-    """(writer name, positional args, keywords) that rewrite level 0 of ``ds`` as it is, in memory."""
+    """(writer name, positional args, keywords) that rewrite level 0 of ``ds`` as it is, in memory (appends)."""
     geometry = ds.geometry_type
     if geometry not in WRITERS:
         raise InvalidArgumentError(f"geometry {geometry!r} of {ds.url} cannot be rewritten")
@@ -84,14 +84,40 @@ async def level_input(ds) -> tuple[str, tuple, dict]:
     return "write_graph", (sel.positions, sel.edges), {**kw, "geometry_type": geometry}
 
 
+OBJECT_BATCH = 4096  # whole objects per batch handed to the streaming writer
+
+
+async def object_batches(ds, ids: np.ndarray, batch: int = OBJECT_BATCH):
+    """Level 0 of an object store as batches of its streaming writer's input, ``batch`` objects each."""
+    geometry = ds.geometry_type
+    for lo in range(0, len(ids), batch):
+        part = ids[lo:lo + batch]
+        sel = await ds.read_objects(part, attributes=None, combined=True)
+        if geometry == "line":
+            m = len(part)
+            yield {"endpoints": sel.positions.reshape(m, 2, -1),
+                   "attributes": {n: a.reshape(m, 2, *a.shape[1:]) for n, a in sel.attributes.items()}}
+        elif geometry in ("polyline", "streamline"):
+            cuts = sel.offsets[1:-1]
+            yield {"polylines": np.split(sel.positions, cuts),
+                   "attributes": {n: np.split(a, cuts) for n, a in sel.attributes.items()}}
+        elif geometry == "mesh":
+            yield {"positions": sel.positions, "faces": sel.faces, "object_ids": sel.object_ids,
+                   "attributes": sel.attributes}
+        else:
+            yield {"positions": sel.positions, "edges": sel.edges, "object_ids": sel.object_ids,
+                   "attributes": sel.attributes, "link_attributes": sel.link_attributes}
+
+
 async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attribute=None, compression=...,
                   shard_shape=..., object_index_layout=..., overwrite: bool = False, storage_options=None,
                   target_storage_options=None, batch_chunks: int = 64) -> dict:
     """Copy ``source`` to ``target`` with a new layout; unnamed options keep the source's.
 
     ``chunk_shape`` / ``bin_shape`` may be ``"auto"``.  Point clouds stream
-    ``batch_chunks`` source chunks at a time; object geometries are read whole.
-    ``by_attribute`` (attribute-chunked stores) is not supported yet.
+    ``batch_chunks`` source chunks at a time, object geometries
+    :data:`OBJECT_BATCH` whole objects at a time.  ``by_attribute``
+    (attribute-chunked stores) is not supported yet.
     """
     from ..api import aio
 
@@ -116,10 +142,28 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
         write_kw = dict(opts, overwrite=overwrite, storage_options=target_storage_options)
         if ds.geometry_type == "point_cloud":
             return await _rechunk_points(ds, target, write_kw, batch_chunks)
-        name, args, kw = await level_input(ds)
-        return await getattr(aio, name)(target, *args, **kw, **write_kw)
+        return await _rechunk_objects(ds, target, write_kw)
     finally:
         await ds.close()
+
+
+async def _rechunk_objects(ds, target, write_kw: dict) -> dict:
+    """An object store through its streaming writer, whole objects a batch at a time."""
+    from ..api import aio
+
+    geometry = ds.geometry_type
+    if geometry not in WRITERS:
+        raise InvalidArgumentError(f"geometry {geometry!r} of {ds.url} cannot be rewritten")
+    ids = await ds.object_ids()
+    if geometry in ("polyline", "streamline", "line") and not np.array_equal(ids, np.arange(len(ids))):
+        raise InvalidArgumentError(f"{ds.url}: {geometry} object ids are not 0..P-1; cannot rewrite")
+    kw = await _tables(ds)
+    if geometry in ("polyline", "streamline", "graph", "skeleton"):
+        kw["geometry_type"] = geometry
+    lo, hi = ds.bounds
+    return await getattr(aio, WRITERS[geometry])(target, object_batches(ds, ids, OBJECT_BATCH),
+                                                 bounds=(lo.tolist(), hi.tolist()),
+                                                 **kw, **write_kw)
 
 
 async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int) -> dict:
