@@ -24,7 +24,16 @@ from .rowops import expand_ranges, match_rows
 if TYPE_CHECKING:
     from .context import ReadContext
 
+LINK_CACHE = "link_cells"  # executor cache of decoded link cells, shared by the reads of a dataset
 EMPTY_FI = FragmentIndex(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def required_array(level, name: str, why: str = "") -> CellArray:
+    """``level.array(name)``, or a FormatError naming it: the read cannot go on without it."""
+    arr = level.array(name)
+    if arr is None:
+        raise FormatError(f"{level.index}/{name}: missing{why}")
+    return arr
 
 
 def is_draco(lvl) -> bool:
@@ -52,11 +61,8 @@ class ChunkSet:
         self.level = level
         self.names = names
         self.links = links
-        self.incoming = incoming
-        self.vert = level.array("vertices")
+        self.vert = required_array(level, "vertices")
         self.frag = level.array("vertex_fragments")
-        if self.vert is None:
-            raise FormatError(f"{level.index}/vertices: missing")
         self.draco = is_draco(level)
         self.dtype = np.dtype(self.vert.meta.attributes.get("dtype", "float32"))
         self.ndim = rc.ndim
@@ -74,7 +80,12 @@ class ChunkSet:
         self.has_attrs: list[bool] = []
         self._channels: dict[str, int] = {}  # inferred channels of attributes stored with row_shape []
         self.intra: list[tuple[int, np.ndarray, dict]] = []  # (slot, rows local, link attribute rows)
-        self.cross: dict[tuple[int, tuple], tuple] = {}  # (array idx, source) -> (rows, perm, key, attrs)
+        self.cross: dict[tuple[int, tuple], tuple | None] = {}  # (array idx, source) -> (rows, perm, key, attrs)
+        # a cross-chunk link row counts when all its endpoints are held; skeletons (and ``incoming``)
+        # take rows with any endpoint held: a stored parent outside still replaces the implicit one
+        self.any_end = incoming or rc.geometry_type == "skeleton"
+        self._taken: np.ndarray | None = None  # listed cross cells (CrossCells indices) planned already
+        self.ex = rc.ex
         self._cat = None
 
     # ------------------------------------------------------------- loading
@@ -99,16 +110,22 @@ class ChunkSet:
         if want_attrs:
             for n, arr in self.attr_arrays.items():
                 jobs[f"a/{n}"] = (arr, want_attrs)
-        if self.links is not None and new and not self.draco:  # Draco: faces come from the bitstream
-            for i, la in enumerate(self.links.arrays):
-                if la.intra:
-                    src = la.sources(new, False)
+        # Draco: faces come from the bitstream
+        link_cells = self._link_cells(new) if self.links is not None and new and not self.draco else []
+        hits: dict[tuple[int, tuple], tuple] = {}
+        for i, cells in link_cells:
+            la = self.links.arrays[i]
+            miss = []
+            for c in cells:  # per cell: decoded cells of earlier reads are reused
+                hit = self.ex.get_cached(LINK_CACHE, self._link_ckey(la, c))
+                if hit is None:
+                    miss.append(c)
                 else:
-                    src = [s for s in la.sources(new, self.incoming) if (i, s) not in self.cross]
-                if src:
-                    jobs[f"l/{i}"] = (la.arr, src)
-                    for an, arr in la.attributes.items():
-                        jobs[f"la/{i}/{an}"] = (arr, src)
+                    hits[(i, c)] = hit
+            if miss:
+                jobs[f"l/{i}"] = (la.arr, miss)
+                for an, arr in la.attributes.items():
+                    jobs[f"la/{i}/{an}"] = (arr, miss)
         # executor.gather raises the first failure itself (a ZvfError naming its key), not a group
         fetched = await self.vert.executor.gather([arr.payloads(cs) for arr, cs in jobs.values()])
         results: dict[str, list] = dict(zip(jobs, fetched))
@@ -146,38 +163,63 @@ class ChunkSet:
                 akey = arr.key_of(arr.cell_coords(c))
                 self.attrs[n][s] = attribute_rows(n, arr, results[f"a/{n}"][i], self.counts[s], akey, self._channels)
             self.has_attrs[s] = True
-        if self.links is not None:
-            self._decode_links(results, jobs)
+        if link_cells:
+            self._decode_links(link_cells, hits, results, jobs)
         self._cat = None
+
+    # ------------------------------------------------------------- link cells
+    def _link_cells(self, new: list[tuple]) -> list[tuple[int, list[tuple]]]:
+        """(array index, cells) of the link cells the ``new`` chunks bring into use (:meth:`Links.plan`)."""
+        if self._taken is None:
+            self._taken = np.zeros(len(self.links.cells), dtype=bool)
+        return self.links.plan(self.coords + new, new, self.any_end, self._taken, self.cross)
+
+    @staticmethod
+    def _link_ckey(la: LinkArray, c: tuple) -> tuple:
+        return ("link", la.arr.key_of(la.arr.cell_coords(c)), c)
 
     def _fkey(self, c) -> str:
         arr = self.frag if self.frag is not None else self.vert
         name = arr.key_of(arr.cell_coords(c))
         return name if self.frag is not None else name.replace("/vertices/", "/vertex_fragments/", 1)
 
-    def _decode_links(self, results: dict, jobs: dict) -> None:
-        for i, la in enumerate(self.links.arrays):
+    def _decode_links(self, link_cells: list, hits: dict, results: dict, jobs: dict) -> None:
+        """Decode fetched link cells (caching them for later reads) and file every planned one, in plan order."""
+        for i, cells in link_cells:
+            la = self.links.arrays[i]
             name = f"l/{i}"
-            if name not in results:
-                continue
-            cells = jobs[name][1]
-            for k, (c, payload) in enumerate(zip(cells, results[name])):
-                key = la.arr.key_of(la.arr.cell_coords(c))
-                if la.intra:
-                    if payload is None:
+            fetched = dict(zip(jobs[name][1], range(len(jobs[name][1])))) if name in jobs else {}
+            for c in cells:  # per cell
+                val = hits.get((i, c))
+                if val is None:
+                    val = self._decode_cell(la, i, fetched[c], c, results)
+                    if val is None:
                         continue
-                    s = self.slot[c]
-                    if not self.present[s]:  # the chunk's vertices are missing: nothing to link
-                        continue
-                    rows = decode_intra_links(payload, la.width, key=key, dtype=la.dtype, n_rows=self.counts[s])
-                    if len(rows):
-                        self.intra.append((s, rows, self._link_attrs(la, i, k, c, len(rows), results)))
-                else:
-                    if payload is None:
-                        self.cross[(i, c)] = None
-                        continue
-                    rows, perm = decode_ragged_links(payload, la.width, la.has_perm, key=key, dtype=la.dtype)
-                    self.cross[(i, c)] = (rows, perm, key, self._link_attrs(la, i, k, c, len(rows), results))
+                if not la.intra:
+                    self.cross[(i, c)] = val or None
+                elif val and len(val[0]):
+                    self.intra.append((self.slot[c], val[0], val[1]))
+
+    def _decode_cell(self, la: LinkArray, i: int, k: int, c: tuple, results: dict) -> tuple | None:
+        """The k-th fetched cell of array ``i``: intra (rows, attrs) or cross (rows, perm, key, attrs),
+        ``()`` for an absent cell; None where nothing can be linked (no vertices)."""
+        payload = results[f"l/{i}"][k]
+        key = la.arr.key_of(la.arr.cell_coords(c))
+        if payload is None:
+            val: tuple = ()
+        elif la.intra:
+            s = self.slot[c]
+            if not self.present[s]:  # the chunk's vertices are missing: nothing to link
+                return None
+            rows = decode_intra_links(payload, la.width, key=key, dtype=la.dtype, n_rows=self.counts[s])
+            val = (rows, self._link_attrs(la, i, k, c, len(rows), results))
+        else:
+            rows, perm = decode_ragged_links(payload, la.width, la.has_perm, key=key, dtype=la.dtype)
+            val = (rows, perm, key, self._link_attrs(la, i, k, c, len(rows), results))
+        arrays = [v for v in val if isinstance(v, np.ndarray)] + [a for v in val if isinstance(v, dict)
+                                                                   for a in v.values()]
+        self.ex.put_cached(LINK_CACHE, self._link_ckey(la, c), val, nbytes=64 + sum(a.nbytes for a in arrays))
+        return val
 
     @staticmethod
     def _link_attrs(la: LinkArray, i: int, k: int, c: tuple, n_rows: int, results: dict) -> dict[str, np.ndarray]:
@@ -192,7 +234,7 @@ class ChunkSet:
                     vals = vals.reshape(n_rows, -1)  # multi-channel rows labelled row_shape []
                 else:
                     raise FormatError(f"{key}: {len(vals)} link attribute rows for {n_rows} links")
-            out[an] = vals
+            out[an] = vals.copy()  # cached with the cell: keep the rows, not the payload they view
         return out
 
     async def learn_widths(self) -> None:
