@@ -15,7 +15,8 @@ API (each documented: ``help(zvf.<name>)``):
   ``read_all``, ``read_object(s)``, ``iter_chunks``, ``iter_objects``, ``object_attribute``,
   ``groups``, ``info``, ``stats``, ``append_*`` (``mode="a"``).
 * writers: ``write_points``, ``write_polylines`` (streamlines), ``write_lines``,
-  ``write_graph`` (graphs, skeletons), ``write_mesh`` -> :class:`WriteSummary`.
+  ``write_graph`` (graphs, skeletons), ``write_mesh`` -> :class:`WriteSummary`; their common
+  keywords (``bin_shape``, ``compression``, ``dtype``, ``overwrite``...) are :class:`WriteOptions`.
 * store operations: ``validate``, ``build_pyramid``, ``rechunk``, ``convert`` (LAS, PLY,
   OBJ/STL, SWC, TRK/TCK/TRX, CSV, Parquet, GraphML).
 * :class:`Selection` (what reads return), :class:`StorageOptions` (``storage_options`` keys),
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import write_polylines as write_polylines
     from .io.store import StorageOptions as StorageOptions
     from .read.selection import Selection as Selection
+    from .write.types import WriteOptions as WriteOptions
     from .write.types import WriteSummary as WriteSummary
 
 # public name -> module that defines it
@@ -61,6 +63,7 @@ _LAZY = {
     "Selection": ".read.selection",
     "StorageOptions": ".io.store",
     "WriteSummary": ".write.types",
+    "WriteOptions": ".write.types",
 }
 
 __all__ = ["__version__", "aio", "errors", *_LAZY]

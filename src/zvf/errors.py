@@ -17,6 +17,10 @@ class InvalidArgumentError(ZvfError, ValueError):
     """A caller passed an argument zvf cannot use (wrong shape, range, name)."""
 
 
+class UnknownArgumentError(InvalidArgumentError, TypeError):
+    """A keyword the call does not take: also a ``TypeError``, which Python raises for any unexpected keyword."""
+
+
 class StoreNotFoundError(ZvfError, FileNotFoundError):
     """The target holds no store at all."""
 

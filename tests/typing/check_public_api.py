@@ -49,7 +49,14 @@ def blocking() -> None:
         assert_type(ds.close(), None)
     reveal_type(zvf.open)  # R: mode: str =, storage_options: TypedDict(zvf.io.store.StorageOptions
     reveal_type(zvf.Dataset.query)  # R: *, level: int =, attributes: str | typing.Sequence[str] | None =
-    reveal_type(zvf.write_points)  # R: chunk_shape: typing.Sequence[float] | Literal['auto'], bin_shape:
+    reveal_type(zvf.write_points)  # R: chunk_shape: typing.Sequence[float] | Literal['auto'], attributes:
+    reveal_type(zvf.write_mesh)  # R: compression: str | None =, shard_shape: int | typing.Sequence[int] | None =
+    reveal_type(zvf.aio.write_graph)  # R: **options: **TypedDict(zvf.write.types.ObjectWriteOptions, {'bin_shape'?:
+    wopts: zvf.WriteOptions = {"compression": "zstd", "dtype": "float64", "overwrite": True}
+    assert_type(zvf.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5), **wopts), zvf.WriteSummary)
+    assert_type(zvf.write_polylines("p", [pos], chunk_shape=(5, 5, 5), bin_shape=(1, 1, 1), bounds=([0] * 3, [9] * 3),
+                                    groups={0: [0]}, shard_shape=2, object_index_layout="reference",
+                                    fragment_attributes=None, storage_options=opts), zvf.WriteSummary)
     assert_type(zvf.validate("s", level=2).ok, bool)
     assert issubclass(DatasetClosedError, zvf.errors.ZvfError)
 
@@ -67,6 +74,7 @@ async def asynchronous() -> None:
     assert_type(await zvf.aio.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
+    await zvf.aio.write_polylines("p", [pos], chunk_shape=(5, 5, 5), overwirte=True)  # E: misspelled writer keyword
     reveal_type(zvf.aio.open)  # R: -> typing.Coroutine[Any, Any, zvf.read.dataset.AsyncDataset]
 
 
@@ -76,3 +84,8 @@ def rejected(ds: zvf.Dataset) -> None:
     zvf.write_points("s", pos, chunk_shape=5.0)  # E: one edge per axis
     zvf.open("s", storage_options={"concurency": 3})  # E: unknown storage option
     zvf.open("s", mode=1)  # E: mode is a str
+    zvf.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5), dtyp="float32")  # E: misspelled writer keyword
+    zvf.write_points("s", pos, chunk_shape=(5, 5, 5), fragment_attributes=None)  # E: object writers only
+    zvf.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5), overwrite="yes")  # E: overwrite is a bool
+    bad: zvf.WriteOptions = {"compresion": "zstd"}  # E: unknown writer option
+    zvf.write_points("s", pos, chunk_shape=(5, 5, 5), **bad)

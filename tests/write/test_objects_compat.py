@@ -68,7 +68,7 @@ class Case:
     def zvf_write(self, path, **extra):
         fn = {"line": zvf.write_lines, "graph": zvf.write_graph, "skeleton": zvf.write_graph,
               "mesh": zvf.write_mesh}.get(self.geometry, zvf.write_polylines)
-        kw = dict(self.kwargs, **extra)
+        kw = {"dtype": "float32", **self.kwargs, **extra}  # 0.9.2's default (zvf keeps float64 input)
         if self.geometry in ("polyline", "streamline"):
             kw["geometry_type"] = self.geometry
         if self.geometry in ("graph", "skeleton"):

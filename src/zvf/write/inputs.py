@@ -6,12 +6,17 @@ so a bad call fails fast and leaves nothing behind.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, UnknownArgumentError
 from ..format.grid import extremes
+from .object_index import check_layout
+from .types import WriteConfig
 
 # Names become path segments: keep them to one safe segment.
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
@@ -36,6 +41,21 @@ def check_name(name, what: str) -> str:
 POSITION_DTYPES = ("float16", "float32", "float64")
 
 
+def checked_dtype(dtype) -> np.dtype | None:
+    """``dtype=`` as a numpy float dtype a store may hold, or None (keep the input's)."""
+    return None if dtype is None else _float_dtype(dtype)
+
+
+def _float_dtype(dtype) -> np.dtype:
+    try:
+        out = np.dtype(dtype)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"dtype {dtype!r} is not a numpy dtype") from exc
+    if out.name not in POSITION_DTYPES:
+        raise InvalidArgumentError(f"dtype must be a float type (float16, float32, float64), got {dtype!r}")
+    return out
+
+
 def position_dtype(given: np.dtype, dtype) -> np.dtype:
     """The stored dtype: ``dtype`` when given, else the input's own float dtype.
 
@@ -44,21 +64,54 @@ def position_dtype(given: np.dtype, dtype) -> np.dtype:
     """
     if dtype is None:
         return given if given.name in POSITION_DTYPES else np.dtype(np.float32)
+    return _float_dtype(dtype)
+
+
+def batch_dtype(given: np.dtype, fixed: np.dtype | None, explicit: bool, what: str) -> np.dtype | None:
+    """The dtype a streamed batch is stored in (None: its own, for the first batch).
+
+    Without ``dtype=`` the first batch with rows fixes it and later batches are
+    cast to it; a later float batch that the cast would narrow (float64 after
+    float32) is refused rather than silently rounded: the rows already spilled
+    cannot be widened.
+    """
+    if explicit or fixed is None:
+        return fixed
+    if given.kind == "f" and not np.can_cast(given, fixed, "safe"):
+        raise InvalidArgumentError(
+            f"{what} is {given} but the first batch fixed the stored dtype to {fixed}: pass dtype='{given}' to "
+            f"keep every batch's precision, or dtype='{fixed}' to narrow")
+    return fixed
+
+
+_OPTIONS = frozenset(f.name for f in dataclasses.fields(WriteConfig)) - {"chunk_shape"}
+
+
+def write_config(chunk_shape, options: Mapping[str, object]) -> WriteConfig:
+    """A writer's common keywords (:class:`.types.WriteOptions`) checked once, naming the bad one."""
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise UnknownArgumentError(
+            f"unexpected keyword argument {unknown[0]!r} (writer options: {', '.join(sorted(_OPTIONS))})")
+    check_layout(options.get("object_index_layout", "sharded"))
+    overwrite = options.get("overwrite", False)
+    if not isinstance(overwrite, (bool, np.bool_)):
+        raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
+    checked: dict[str, Any] = {**options, "dtype": checked_dtype(options.get("dtype")), "overwrite": bool(overwrite)}
+    return WriteConfig(chunk_shape=chunk_shape, **checked)
+
+
+def as_numeric(values, name: str) -> np.ndarray:
+    """``np.asarray(values)``, a ragged or odd input refused with its argument's name."""
     try:
-        out = np.dtype(dtype)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"dtype must be one of {POSITION_DTYPES}, got {dtype!r}") from exc
-    if out.name not in POSITION_DTYPES:
-        raise InvalidArgumentError(f"dtype must be one of {POSITION_DTYPES}, got {dtype!r}")
-    return out
+        return np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{name} must be an (N, ndim) numeric array") from exc
 
 
 def positions_array(positions, dtype, name: str = "positions") -> np.ndarray:
     """(N, ndim) positions in the stored dtype (see :func:`position_dtype`; ``dtype`` None keeps it)."""
-    try:
-        arr = np.asarray(positions)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"{name} must be an (N, ndim) numeric array") from exc
+    arr = as_numeric(positions, name)
     if arr.ndim != 2 or arr.shape[1] < 1:
         raise InvalidArgumentError(f"{name} must be an (N, ndim) array, got shape {arr.shape}")
     if arr.dtype.kind not in "iuf":

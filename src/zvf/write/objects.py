@@ -37,7 +37,8 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, cast
 
 import numpy as np
 
@@ -51,39 +52,35 @@ from . import inputs, quirks
 from .engine import (
     StoreWriter,
     add_level0_documents,
-    empty_group,
 )
 from .fragment_attributes import FragmentAttributes
 from .level import Layout, LevelWriter, put_rows, run_starts
 from .links import place_records, put_links
 from .object_index import (
-    check_layout,
     put_groups,
     put_object_attributes,
     put_object_index,
 )
 from .object_inputs import (
     as_given,
-    float_dtype,
     graph_input,
     grid_and_codec,
-    group_attributes_table,
     lines_input,
     mesh_input,
     named_bounds,
-    object_attributes_table,
     object_tables,
     polyline_input,
 )
 from .partition import Partition
+from .stream import level0, store_writer
 from .stream_objects import is_object_stream, write_connected_stream, write_paths_stream
-from .types import WriteSummary
+from .types import WriteConfig, WriteSummary
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike, DTypeLike
+    from numpy.typing import ArrayLike
 
-    from ..io.store import StorageOptions, Target
-    from .types import Bounds, Columns, FragmentColumns, Groups, ObjectBatches, Shape
+    from ..io.store import Target
+    from .types import Columns, ObjectBatches, ObjectWriteOptions, Shape
 
 __all__ = ["write_graph", "write_lines", "write_mesh", "write_polylines"]
 
@@ -101,17 +98,64 @@ def _attribute_docs(attrs: dict[str, np.ndarray], quirk_row_shape: bool) -> dict
             for n, a in attrs.items()}
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What an object write derives from its options and vertices before any upload."""
+
+    cfg: WriteConfig
+    grid: Grid
+    codec: CellCodec
+    bounds: tuple[list, list]
+    chunk_shape: list  # as given: 0.9.2 records ints as ints
+    bin_shape: list | None
+
+    @classmethod
+    def of(cls, cfg: WriteConfig, pos: np.ndarray, name: str) -> _Setup:
+        """``pos``: the vertices the bounds are checked on (as given, as 0.9.2 does); ``name``: their argument."""
+        ndim = pos.shape[1]
+        lo, hi = bounds = named_bounds(pos, cfg.bounds, ndim, name)
+        chunk_shape, bin_shape = layout.resolve(cfg.chunk_shape, cfg.bin_shape, lo, hi, len(pos))
+        grid, codec = grid_and_codec(cfg.compression, cfg.shard_shape, ndim, chunk_shape, bin_shape)
+        return cls(cfg, grid, codec, bounds, as_given(chunk_shape, "chunk_shape"),
+                   None if bin_shape is None else as_given(bin_shape, "bin_shape"))
+
+    def writer(self, target) -> tuple[str, StoreWriter]:
+        """(url, writer) of the store to publish."""
+        handle = open_store(target, mode="w", storage_options=self.cfg.storage_options)
+        return handle.url, store_writer(Executor(handle), self.cfg)
+
+    async def put_vertices(self, writer: StoreWriter, lay: Layout, attrs: dict, quirk_row_shape: bool) -> LevelWriter:
+        """Level 0's writer with every vertex row (and vertex attribute) of ``lay`` uploaded."""
+        level = level0(writer, *self.grid.layout(self.bounds[0], self.bounds[1]), self.codec, bool(attrs))
+        await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
+        return level
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Checked object attributes, groups and fragment attributes of a write."""
+
+    obj_attrs: dict[str, np.ndarray]
+    group_rows: list[np.ndarray]
+    grp_attrs: dict[str, np.ndarray]
+    frag_attrs: FragmentAttributes
+
+    @classmethod
+    def of(cls, oids: np.ndarray, cfg: WriteConfig, fragment_attributes, ndim: int) -> _Tables:
+        obj_attrs, group_rows, grp_attrs = object_tables(oids, cfg.object_attributes, cfg.groups, cfg.group_attributes)
+        return cls(obj_attrs, group_rows, grp_attrs, FragmentAttributes(fragment_attributes, ndim))
+
+
 async def _put_object_data(writer: StoreWriter, lay: Layout, frag_object: np.ndarray, frag_order: np.ndarray,
-                           object_ids: np.ndarray, ndim: int, obj_attrs: dict, group_rows: list, grp_attrs: dict,
-                           compression, layout: str) -> None:
+                           object_ids: np.ndarray, ndim: int, tables: _Tables, cfg: WriteConfig) -> None:
     """Object index (each object's fragments sorted by ``frag_order``), object attributes, groups."""
     part = lay.part
     order = np.lexsort((frag_order, frag_object))
     await put_object_index(writer, 0, frag_object[order], part.chunks[part.frag_chunk[order]], lay.frag_local[order],
-                           object_ids, ndim, compression=compression, layout=layout)
-    codec = CellCodec.for_writing(compression)  # unlike write_points, these writers follow the compressor
-    await put_object_attributes(writer, 0, obj_attrs, codec)
-    await put_groups(writer, group_rows, grp_attrs, codec)
+                           object_ids, ndim, compression=cfg.compression, layout=cfg.object_index_layout)
+    codec = CellCodec.for_writing(cfg.compression)  # unlike write_points, these writers follow the compressor
+    await put_object_attributes(writer, 0, tables.obj_attrs, codec)
+    await put_groups(writer, tables.group_rows, tables.grp_attrs, codec)
 
 
 async def _put_fragment_attributes(level: LevelWriter, part: Partition, frag_attrs: FragmentAttributes,
@@ -128,11 +172,11 @@ async def _put_fragment_attributes(level: LevelWriter, part: Partition, frag_att
 # polylines and lines
 
 
-async def _write_paths(target, pos: np.ndarray, lens: np.ndarray, *, geometry: str, grid: Grid, codec: CellCodec,
-                       bounds, chunk_shape, bin_shape, attrs, obj_attrs, group_rows, grp_attrs, frag_attrs,
-                       compression, overwrite, storage_options, arrays_present, quirk_row_shape: bool,
-                       fragment_index_links: bool, object_index_layout: str) -> WriteSummary:
+async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, geometry: str, attrs,
+                       tables: _Tables, arrays_present, quirk_row_shape: bool,
+                       fragment_index_links: bool) -> WriteSummary:
     """Shared body of polylines and lines: every object is an ordered path of vertices."""
+    grid, bounds = s.grid, s.bounds
     n, ndim = pos.shape
     num = len(lens)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
@@ -141,7 +185,7 @@ async def _write_paths(target, pos: np.ndarray, lens: np.ndarray, *, geometry: s
     codes = cc.codes
     run_start = run_starts(codes, starts)
     lay = Layout.by_runs(pos, run_start, codes[run_start], cc.chunk_coords)
-    layout.check_cells(n, len(lay.part.chunks), chunk_shape, *bounds)
+    layout.check_cells(n, len(lay.part.chunks), s.chunk_shape, *bounds)
     # bridges: vertex i-1 -> i where a path crosses into another chunk
     is_start = np.zeros(n, dtype=bool)
     is_start[starts[lens > 0]] = True
@@ -152,26 +196,22 @@ async def _write_paths(target, pos: np.ndarray, lens: np.ndarray, *, geometry: s
     vi = lay.frag_local[frag] if fragment_index_links else local
     cells = place_records(cc.chunk_coords(codes[ends].reshape(-1)).reshape(len(ends), 2, ndim), vi)
 
-    handle = open_store(target, mode="w", storage_options=storage_options)
-    ex = Executor(handle)
-    async with StoreWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
-        level = LevelWriter(writer, 0, *grid.layout(bounds[0], bounds[1]), codec)
-        if attrs:
-            empty_group(writer, "0/vertex_attributes")
-        await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
-        await _put_fragment_attributes(level, lay.part, frag_attrs, arrays_present)
+    url, out = s.writer(target)
+    async with out as writer:
+        level = await s.put_vertices(writer, lay, attrs, quirk_row_shape)
+        await _put_fragment_attributes(level, lay.part, tables.frag_attrs, arrays_present)
         await put_links(level, cells, ndim=ndim, link_attributes={}, intra_array=False, link_fragments=False)
         await level.finish()
         part = lay.part
         frag_object = obj_of[part.order[lay.frag_first]] if n else np.zeros(0, np.int64)
         await _put_object_data(writer, lay, frag_object, part.frag_keys, np.arange(num, dtype=np.int64), ndim,
-                               obj_attrs, group_rows, grp_attrs, compression, object_index_layout)
-        add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
-                             chunk_shape=chunk_shape, bounds=bounds, bin_shape=bin_shape)
+                               tables, s.cfg)
+        add_level0_documents(writer, url, geometry=geometry, n=n, arrays_present=arrays_present,
+                             chunk_shape=s.chunk_shape, bounds=bounds, bin_shape=s.bin_shape)
     return WriteSummary.of(
         writer, geometry, object_count=int(num), vertex_count=int(n), chunk_count=len(lay.part.chunks),
         fragment_count=len(lay.part.frag_chunk), cross_chunk_link_count=int(cells.num_links),
-        group_count=len(group_rows))
+        group_count=len(tables.group_rows))
 
 
 def _renamed(**old_to_new: str) -> Callable[[F], F]:
@@ -208,29 +248,20 @@ async def write_polylines(
     polylines: Sequence[ArrayLike] | ObjectBatches,
     *,
     chunk_shape: Shape,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
     geometry_type: str = "polyline",
     attributes: Columns | None = None,
-    object_attributes: Columns | None = None,
-    fragment_attributes: FragmentColumns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype: DTypeLike = "float32",
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
+    **options: Unpack[ObjectWriteOptions],
 ) -> WriteSummary:
     """Write polylines (or streamlines): one object per polyline, ids 0..P-1.
 
     ``polylines``: a sequence of (N_k, ndim) arrays (empty ones allowed: they
     get an empty manifest).  ``attributes``: per-vertex, ``{name: [array per
-    polyline]}`` or ``{name: (N,) / (N, C) concatenated}``.
-    ``object_attributes``: ``{name: (P,) / (P, C)}``.  ``groups``:
-    ``{group_id: [polyline indices]}``.  ``fragment_attributes``: ``{name:
-    {chunk coords: (F_c,) / (F_c, C)}}``, one row per fragment of the chunk.
+    polyline]}`` or ``{name: (N,) / (N, C) concatenated}``.  ``options``: the
+    writers' common keywords (:class:`zvf.WriteOptions`; ``dtype`` None keeps
+    the vertices' float dtype) and ``fragment_attributes``: ``{name: {chunk
+    coords: (F_c,) / (F_c, C)}}``, one row per fragment of the chunk.
+    ``object_attributes``: ``{name: (P,) / (P, C)}``; ``groups``:
+    ``{group_id: [polyline indices]}``.
 
     ``polylines`` may also be an iterable or async iterable of batches (a
     generator, or a list of batches): each batch a sequence of polylines or
@@ -240,35 +271,18 @@ async def write_polylines(
     """
     if is_object_stream(polylines, "polylines"):
         _streamed("polylines", {"attributes": attributes})
-        return await write_paths_stream(
-            target, polylines, geometry=geometry_type, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
-            object_attributes=object_attributes, fragment_attributes=fragment_attributes, groups=groups,
-            group_attributes=group_attributes, compression=compression, shard_shape=shard_shape, dtype=dtype,
-            overwrite=overwrite, object_index_layout=object_index_layout, storage_options=storage_options)
-    check_layout(object_index_layout)
+        return await write_paths_stream(target, polylines, geometry=geometry_type, chunk_shape=chunk_shape, **options)
     if geometry_type not in ("polyline", "streamline"):
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry_type!r}")
-    dt = float_dtype(dtype)
-    raw64, pos, lens, attrs = polyline_input(polylines, attributes, dt)
-    ndim = pos.shape[1]
-    bounds_lh = named_bounds(raw64, bounds, ndim, "polylines")
-    del raw64
-    chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, *bounds_lh, len(pos))
-    grid, codec = grid_and_codec(compression, shard_shape, ndim, chunk_shape, bin_shape)
-    chunk_given = as_given(chunk_shape, "chunk_shape")
-    bin_given = None if bin_shape is None else as_given(bin_shape, "bin_shape")
-    num = len(lens)
-    obj_attrs = object_attributes_table(object_attributes, num)
-    group_rows = inputs.groups_table(groups, np.arange(num, dtype=np.int64))
-    grp_attrs = group_attributes_table(group_attributes, group_rows)
+    frag_columns = options.pop("fragment_attributes", None)
+    cfg = inputs.write_config(chunk_shape, options)
+    raw, pos, lens, attrs = polyline_input(polylines, attributes, cfg.dtype)
+    s = _Setup.of(cfg, raw, "polylines")
+    del raw
     return await _write_paths(
-        target, pos, lens, geometry=geometry_type, grid=grid, codec=codec, bounds=bounds_lh,
-        chunk_shape=chunk_given, bin_shape=bin_given, attrs=attrs, obj_attrs=obj_attrs, group_rows=group_rows,
-        grp_attrs=grp_attrs, frag_attrs=FragmentAttributes(fragment_attributes, ndim), compression=compression,
-        overwrite=overwrite, storage_options=storage_options,
-        arrays_present=["vertices", "object_index"], quirk_row_shape=quirks.active(),
-        fragment_index_links=False, object_index_layout=object_index_layout,
-    )
+        target, s, pos, lens, geometry=geometry_type, attrs=attrs,
+        tables=_Tables.of(np.arange(len(lens), dtype=np.int64), cfg, frag_columns, pos.shape[1]),
+        arrays_present=["vertices", "object_index"], quirk_row_shape=quirks.active(), fragment_index_links=False)
 
 
 async def write_lines(
@@ -276,25 +290,14 @@ async def write_lines(
     endpoints: ArrayLike | ObjectBatches,
     *,
     chunk_shape: Shape,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
     attributes: Columns | None = None,
-    object_attributes: Columns | None = None,
-    fragment_attributes: FragmentColumns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype: DTypeLike = "float32",
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
+    **options: Unpack[ObjectWriteOptions],
 ) -> WriteSummary:
     """Write M line segments ``endpoints`` (M, 2, ndim): one 2-vertex object per line.
 
     ``attributes``: per endpoint, ``{name: (M, 2) / (M, 2, C)}``;
-    ``object_attributes``: per line, ``{name: (M,) / (M, C)}``;
-    ``fragment_attributes`` as for :func:`write_polylines`.
+    ``object_attributes``: per line, ``{name: (M,) / (M, C)}``; the other
+    options as for :func:`write_polylines`.
 
     ``endpoints`` may also be an iterable or async iterable of batches, each
     an (m, 2, ndim) array or ``{"endpoints", "attributes", "object_attributes"}``
@@ -302,45 +305,29 @@ async def write_lines(
     """
     if is_object_stream(endpoints, "lines"):
         _streamed("lines", {"attributes": attributes})
-        return await write_paths_stream(
-            target, endpoints, geometry="line", chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
-            object_attributes=object_attributes, fragment_attributes=fragment_attributes, groups=groups,
-            group_attributes=group_attributes, compression=compression, shard_shape=shard_shape, dtype=dtype,
-            overwrite=overwrite, object_index_layout=object_index_layout, storage_options=storage_options)
-    check_layout(object_index_layout)
-    dt = float_dtype(dtype)
-    pos, m, attrs = lines_input(endpoints, attributes, dt)
-    ndim = pos.shape[1]
-    bounds_lh = named_bounds(pos.astype(np.float64), bounds, ndim, "endpoints")
-    chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, *bounds_lh, len(pos))
-    grid, codec = grid_and_codec(compression, shard_shape, ndim, chunk_shape, bin_shape)
-    chunk_given = as_given(chunk_shape, "chunk_shape")
-    bin_given = None if bin_shape is None else as_given(bin_shape, "bin_shape")
-    obj_attrs = object_attributes_table(object_attributes, m)
-    group_rows = inputs.groups_table(groups, np.arange(m, dtype=np.int64))
-    grp_attrs = group_attributes_table(group_attributes, group_rows)
+        return await write_paths_stream(target, endpoints, geometry="line", chunk_shape=chunk_shape, **options)
+    frag_columns = options.pop("fragment_attributes", None)
+    cfg = inputs.write_config(chunk_shape, options)
+    pos, m, attrs = lines_input(endpoints, attributes, cfg.dtype)
     return await _write_paths(
-        target, pos, np.full(m, 2, dtype=np.int64), geometry="line", grid=grid, codec=codec, bounds=bounds_lh,
-        chunk_shape=chunk_given, bin_shape=bin_given, attrs=attrs, obj_attrs=obj_attrs, group_rows=group_rows,
-        grp_attrs=grp_attrs, frag_attrs=FragmentAttributes(fragment_attributes, ndim), compression=compression,
-        overwrite=overwrite, storage_options=storage_options,
+        target, _Setup.of(cfg, pos, "endpoints"), pos, np.full(m, 2, dtype=np.int64), geometry="line", attrs=attrs,
+        tables=_Tables.of(np.arange(m, dtype=np.int64), cfg, frag_columns, pos.shape[1]),
         arrays_present=["vertices", "object_index"] + (["vertex_attributes"] if attrs else []),
-        quirk_row_shape=False, fragment_index_links=quirks.active(), object_index_layout=object_index_layout,
-    )
+        quirk_row_shape=False, fragment_index_links=quirks.active())
 
 
 # ---------------------------------------------------------------------------
 # graphs, skeletons, meshes
 
 
-async def _write_connected(target, pos: np.ndarray, oids: np.ndarray, records: np.ndarray, *, geometry: str,
-                           grid: Grid, codec: CellCodec, bounds, chunk_shape, bin_shape, attrs, link_attrs, obj_attrs,
-                           group_rows, grp_attrs, frag_attrs, compression, overwrite, storage_options,
-                           quirk_row_shape: bool, skeleton: bool, object_index_layout: str) -> WriteSummary:
+async def _write_connected(target, s: _Setup, pos: np.ndarray, oids: np.ndarray, records: np.ndarray, *,
+                           geometry: str, attrs, link_attrs, tables: _Tables, quirk_row_shape: bool,
+                           skeleton: bool) -> WriteSummary:
     """Shared body of graphs, skeletons and meshes: one fragment per (object, chunk), explicit links."""
     n, ndim = pos.shape
+    grid, bounds = s.grid, s.bounds
     lay = Layout.by_key(grid, pos, oids)
-    layout.check_cells(len(pos), len(lay.part.chunks), chunk_shape, *bounds)
+    layout.check_cells(len(pos), len(lay.part.chunks), s.chunk_shape, *bounds)
     part = lay.part
     uniq = np.unique(oids)
     if skeleton and len(records):
@@ -355,60 +342,33 @@ async def _write_connected(target, pos: np.ndarray, oids: np.ndarray, records: n
     cells = place_records(lay.chunks[rec], lay.local[rec])
     link_attrs = {k: v[stored] for k, v in link_attrs.items()}
 
-    handle = open_store(target, mode="w", storage_options=storage_options)
-    ex = Executor(handle)
-    async with StoreWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
-        level = LevelWriter(writer, 0, *grid.layout(bounds[0], bounds[1]), codec)
-        if attrs:
-            empty_group(writer, "0/vertex_attributes")
-        await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
+    url, out = s.writer(target)
+    async with out as writer:
+        level = await s.put_vertices(writer, lay, attrs, quirk_row_shape)
         arrays_present = ["vertices", "links", "object_index"]
-        await _put_fragment_attributes(level, part, frag_attrs, arrays_present)
+        await _put_fragment_attributes(level, part, tables.frag_attrs, arrays_present)
         await put_links(level, cells, ndim=ndim, link_attributes=link_attrs, intra_array=True, link_fragments=True)
         await level.finish()
         frag_object = np.searchsorted(uniq, part.frag_keys)
-        await _put_object_data(writer, lay, frag_object, part.frag_chunk, uniq, ndim, obj_attrs, group_rows,
-                               grp_attrs, compression, object_index_layout)
-        add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
-                             chunk_shape=chunk_shape, bounds=bounds, bin_shape=bin_shape)
+        await _put_object_data(writer, lay, frag_object, part.frag_chunk, uniq, ndim, tables, s.cfg)
+        add_level0_documents(writer, url, geometry=geometry, n=n, arrays_present=arrays_present,
+                             chunk_shape=s.chunk_shape, bounds=bounds, bin_shape=s.bin_shape)
     return WriteSummary.of(
         writer, geometry, object_count=len(uniq), vertex_count=int(n), link_count=len(records),
         stored_link_count=int(cells.num_links), chunk_count=len(part.chunks), fragment_count=len(part.frag_chunk),
-        group_count=len(group_rows))
-
-
-def _vertex_setup(pos, chunk_shape, bin_shape, bounds, compression, shard_shape, name: str):
-    ndim = pos.shape[1]
-    bounds_lh = named_bounds(pos, bounds, ndim, name)
-    chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, *bounds_lh, len(pos))
-    grid, codec = grid_and_codec(compression, shard_shape, ndim, chunk_shape, bin_shape)
-    return grid, codec, bounds_lh, as_given(chunk_shape, "chunk_shape"), (
-        None if bin_shape is None else as_given(bin_shape, "bin_shape"))
+        group_count=len(tables.group_rows))
 
 
 @_renamed(kind="geometry_type")
 async def write_graph(
-    target: Target,
-    positions: ArrayLike | ObjectBatches,
-    edges: ArrayLike | None = None,
+    target: Target, positions: ArrayLike | ObjectBatches, edges: ArrayLike | None = None,
     *,
     chunk_shape: Shape,
     geometry_type: str = "graph",
     object_ids: ArrayLike | None = None,
     attributes: Columns | None = None,
     link_attributes: Columns | None = None,
-    object_attributes: Columns | None = None,
-    fragment_attributes: FragmentColumns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype: DTypeLike = "float32",
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
+    **options: Unpack[ObjectWriteOptions],
 ) -> WriteSummary:
     """Write a graph (every edge explicit) or a skeleton (``geometry_type="skeleton"``: edges are
     (child, parent) rows of a forest with one root per object; vertices are stored in
@@ -416,7 +376,7 @@ async def write_graph(
 
     ``object_ids`` (N,) >= 0 (default: one object 0); object attributes and groups
     refer to the sorted distinct ids.  ``link_attributes``: ``{name: (M,) / (M, C)}``;
-    ``fragment_attributes`` as for :func:`write_polylines`.
+    the other options as for :func:`write_polylines`.
 
     ``positions`` may also be an iterable or async iterable of batches
     ``{"positions", "edges", "object_ids", "attributes", "link_attributes"}``
@@ -429,55 +389,35 @@ async def write_graph(
     if is_object_stream(positions, "graph"):
         _streamed("graphs", {"edges": edges, "object_ids": object_ids, "attributes": attributes,
                              "link_attributes": link_attributes})
-        return await write_connected_stream(
-            target, positions, geometry=geometry_type, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
-            object_attributes=object_attributes, fragment_attributes=fragment_attributes, groups=groups,
-            group_attributes=group_attributes, compression=compression, shard_shape=shard_shape, dtype=dtype,
-            overwrite=overwrite, object_index_layout=object_index_layout, storage_options=storage_options)
+        return await write_connected_stream(target, positions, geometry=geometry_type, chunk_shape=chunk_shape,
+                                            **options)
     if edges is None:
         raise InvalidArgumentError("edges are required (an (M, 2) integer array), unless positions are batches")
-    check_layout(object_index_layout)
+    frag_columns = options.pop("fragment_attributes", None)
+    cfg = inputs.write_config(chunk_shape, options)
     skeleton = geometry_type == "skeleton"
     pos, oids, e, attrs, link_attrs = graph_input(positions, edges, object_ids, attributes, link_attributes,
-                                                  float_dtype(dtype), skeleton=skeleton, reference=quirks.active())
-    grid, codec, bounds_lh, chunk_given, bin_given = _vertex_setup(
-        pos, chunk_shape, bin_shape, bounds, compression, shard_shape, "positions")
-    obj_attrs, group_rows, grp_attrs = object_tables(oids, object_attributes, groups, group_attributes)
+                                                  cfg.dtype, skeleton=skeleton, reference=quirks.active())
     return await _write_connected(
-        target, pos, oids, e, geometry=geometry_type, grid=grid, codec=codec, bounds=bounds_lh, chunk_shape=chunk_given,
-        bin_shape=bin_given, attrs=attrs, link_attrs=link_attrs, obj_attrs=obj_attrs, group_rows=group_rows,
-        grp_attrs=grp_attrs, frag_attrs=FragmentAttributes(fragment_attributes, pos.shape[1]),
-        compression=compression, overwrite=overwrite, storage_options=storage_options,
-        quirk_row_shape=quirks.active(), skeleton=skeleton, object_index_layout=object_index_layout,
-    )
+        target, _Setup.of(cfg, pos, "positions"), pos, oids, e, geometry=geometry_type, attrs=attrs,
+        link_attrs=link_attrs, tables=_Tables.of(oids, cfg, frag_columns, pos.shape[1]),
+        quirk_row_shape=quirks.active(), skeleton=skeleton)
 
 
 @_renamed(vertices="positions")
 async def write_mesh(
-    target: Target,
-    positions: ArrayLike | ObjectBatches,
-    faces: ArrayLike | None = None,
+    target: Target, positions: ArrayLike | ObjectBatches, faces: ArrayLike | None = None,
     *,
     chunk_shape: Shape,
     object_ids: ArrayLike | None = None,
     attributes: Columns | None = None,
-    object_attributes: Columns | None = None,
-    fragment_attributes: FragmentColumns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype: DTypeLike = "float32",
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
+    **options: Unpack[ObjectWriteOptions],
 ) -> WriteSummary:
     """Write a mesh: ``faces`` (F, L) vertex indices, L >= 3 (triangles, quads...).
 
     Every face is a link record; winding survives the canonical sort through
-    the perm column.  ``object_ids`` as for :func:`write_graph`.
+    the perm column.  ``object_ids`` as for :func:`write_graph`, the other
+    options as for :func:`write_polylines`.
 
     ``positions`` (N, ndim) are the vertices (``vertices=`` is the deprecated
     name).  They may also be an iterable or async iterable of batches
@@ -487,22 +427,12 @@ async def write_mesh(
     """
     if is_object_stream(positions, "mesh"):
         _streamed("meshes", {"faces": faces, "object_ids": object_ids, "attributes": attributes})
-        return await write_connected_stream(
-            target, positions, geometry="mesh", chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
-            object_attributes=object_attributes, fragment_attributes=fragment_attributes, groups=groups,
-            group_attributes=group_attributes, compression=compression, shard_shape=shard_shape, dtype=dtype,
-            overwrite=overwrite, object_index_layout=object_index_layout, storage_options=storage_options)
+        return await write_connected_stream(target, positions, geometry="mesh", chunk_shape=chunk_shape, **options)
     if faces is None:
         raise InvalidArgumentError("faces are required (an (F, L) integer array), unless positions are batches")
-    check_layout(object_index_layout)
-    pos, oids, f, attrs = mesh_input(positions, faces, object_ids, attributes, float_dtype(dtype))
-    grid, codec, bounds_lh, chunk_given, bin_given = _vertex_setup(
-        pos, chunk_shape, bin_shape, bounds, compression, shard_shape, "positions")
-    obj_attrs, group_rows, grp_attrs = object_tables(oids, object_attributes, groups, group_attributes)
+    frag_columns = options.pop("fragment_attributes", None)
+    cfg = inputs.write_config(chunk_shape, options)
+    pos, oids, f, attrs = mesh_input(positions, faces, object_ids, attributes, cfg.dtype)
     return await _write_connected(
-        target, pos, oids, f, geometry="mesh", grid=grid, codec=codec, bounds=bounds_lh, chunk_shape=chunk_given,
-        bin_shape=bin_given, attrs=attrs, link_attrs={}, obj_attrs=obj_attrs, group_rows=group_rows,
-        grp_attrs=grp_attrs, frag_attrs=FragmentAttributes(fragment_attributes, pos.shape[1]),
-        compression=compression, overwrite=overwrite, storage_options=storage_options,
-        quirk_row_shape=quirks.active(), skeleton=False, object_index_layout=object_index_layout,
-    )
+        target, _Setup.of(cfg, pos, "positions"), pos, oids, f, geometry="mesh", attrs=attrs, link_attrs={},
+        tables=_Tables.of(oids, cfg, frag_columns, pos.shape[1]), quirk_row_shape=quirks.active(), skeleton=False)

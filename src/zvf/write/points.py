@@ -7,7 +7,7 @@ included) with rows sorted by bin; with object ids one fragment per
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import numpy as np
 
@@ -19,20 +19,17 @@ from ..io.executor import Executor
 from ..io.store import open_store
 from ..lifecycle import layout
 from . import inputs
-from .engine import StoreWriter, empty_group
-from .level import LevelWriter, put_rows, shard_tuple
+from .level import put_rows, shard_tuple
 from .partition import partition_codes
 from .point_level import PointExtras, manifest_rows, publish_level
-from .stream import is_batch_stream, write_points_stream
+from .stream import is_batch_stream, level0, store_writer, write_points_stream
 from .types import WriteSummary
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from numpy.typing import ArrayLike
 
-    from numpy.typing import ArrayLike, DTypeLike
-
-    from ..io.store import StorageOptions, Target
-    from .types import Bounds, Columns, Groups, PointBatches, Shape
+    from ..io.store import Target
+    from .types import Columns, PointBatches, Shape, WriteOptions
 
 
 async def write_points(
@@ -40,22 +37,14 @@ async def write_points(
     positions: ArrayLike | PointBatches,
     *,
     chunk_shape: Shape,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
     attributes: Columns | None = None,
     object_ids: ArrayLike | None = None,
-    object_attributes: Columns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype: DTypeLike = None,
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
+    **options: Unpack[WriteOptions],
 ) -> WriteSummary:
     """Write a point cloud to ``target``; returns a summary (counts, requests, bytes).
 
+    ``options`` are the writers' common keywords (:class:`zvf.WriteOptions`:
+    ``bin_shape``, ``bounds``, ``compression``, ``dtype``, ``overwrite``...).
     ``dtype`` None stores positions in their own float dtype (float64 stays
     float64); 0.9.2 defaults to float32, so pass ``dtype="float32"`` for its bytes.
     ``object_index_layout="reference"`` writes manifests exactly as 0.9.2 does;
@@ -67,34 +56,29 @@ async def write_points(
     if is_batch_stream(positions):
         if attributes is not None or object_ids is not None:
             raise InvalidArgumentError("with batches, pass attributes and object_ids inside each batch")
-        return await write_points_stream(
-            target, positions, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
-            object_attributes=object_attributes, groups=groups, group_attributes=group_attributes,
-            compression=compression, shard_shape=shard_shape, dtype=dtype, overwrite=overwrite,
-            object_index_layout=object_index_layout, storage_options=storage_options)
-    pos = inputs.positions_array(positions, dtype)
+        return await write_points_stream(target, positions, chunk_shape=chunk_shape, **options)
+    cfg = inputs.write_config(chunk_shape, options)
+    pos = inputs.positions_array(positions, cfg.dtype)
     n, ndim = pos.shape
-    lo, hi = inputs.bounds_for(pos, bounds, ndim)
-    chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, lo, hi, n)
+    lo, hi = inputs.bounds_for(pos, cfg.bounds, ndim)
+    chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n)
     grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
-    codec = CellCodec.for_writing(compression, shard_tuple(shard_shape, ndim))
+    codec = CellCodec.for_writing(cfg.compression, shard_tuple(cfg.shard_shape, ndim))
     attrs = inputs.row_attributes(attributes, n, "attributes")
     oids = None if object_ids is None else inputs.integer_ids(object_ids, n, "object_ids")
-    if groups is not None and oids is None:
+    if cfg.groups is not None and oids is None:
         oids = np.arange(n, dtype=np.int64)  # 0.9.2: with groups but no ids every vertex is an object
     uniq = None if oids is None else np.unique(oids)
-    extras = PointExtras.check(uniq, object_attributes, groups, group_attributes, oids)
+    extras = PointExtras.check(uniq, cfg.object_attributes, cfg.groups, cfg.group_attributes, oids)
 
     origin, grid_shape = grid.layout(lo, hi, by_bin=oids is None)
     part = partition_codes(grid.cell_codes(pos, by_bin=oids is None), oids, all_keys=oids is None)
     layout.check_cells(n, len(part.chunks), chunk_shape, lo, hi)
 
-    handle = open_store(target, mode="w", storage_options=storage_options)
+    handle = open_store(target, mode="w", storage_options=cfg.storage_options)
     ex = Executor(handle)
-    async with StoreWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
-        level = LevelWriter(writer, 0, origin, grid_shape, codec)
-        if attrs:
-            empty_group(writer, "0/vertex_attributes")
+    async with store_writer(ex, cfg) as writer:
+        level = level0(writer, origin, grid_shape, codec, bool(attrs))
 
         def fragments_of(k: int) -> FragmentIndex:
             s = part.chunk_fragments(k)
@@ -108,8 +92,8 @@ async def write_points(
             manifest = manifest_rows(part.frag_chunk, part.frag_keys, part.chunks, uniq)
         await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
                             has_attributes=bool(attrs),
-                            uniq=uniq, manifest=manifest, extras=extras, compression=compression,
-                            object_index_layout=object_index_layout)
+                            uniq=uniq, manifest=manifest, extras=extras, compression=cfg.compression,
+                            object_index_layout=cfg.object_index_layout)
     return WriteSummary.of(
         writer, "point_cloud", vertex_count=int(n), chunk_count=len(part.chunks),
         object_count=0 if uniq is None else len(uniq), group_count=len(extras.group_rows),

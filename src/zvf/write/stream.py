@@ -27,7 +27,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import anyio
 import numpy as np
@@ -42,18 +42,13 @@ from ..io.store import open_store
 from . import inputs
 from .engine import StoreWriter, empty_group
 from .level import LevelWriter, put_rows, shard_tuple
-from .object_index import check_layout
 from .partition import partition
 from .point_level import PointExtras, manifest_rows, publish_level
-from .types import WriteSummary
+from .types import WriteConfig, WriteSummary
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from numpy.typing import DTypeLike
-
-    from ..io.store import StorageOptions, Target
-    from .types import Bounds, Columns, Groups, PointBatches, Shape
+    from ..io.store import Target
+    from .types import PointBatches, Shape, SpillDir, WriteOptions
 
 SPILL_BYTES = 64 << 20  # rows buffered before a sorted run goes to disk
 UPLOAD_BYTES = 64 << 20  # encoded cells queued for upload at once
@@ -260,6 +255,7 @@ class Spill:
         self.ndim = grid.ndim
         self.grid = grid
         self.dtype = dtype  # None: the first batch's float dtype, then every batch is cast to it
+        self.explicit_dtype = dtype is not None
         self.bounds = bounds
         self.with_ids: bool | None = None  # decided by the first batch
         self.explicit_ids: bool | None = None
@@ -287,8 +283,12 @@ class Spill:
             raw_pos, raw_attrs, raw_ids = batch["positions"], batch.get("attributes"), batch.get("object_ids")
         else:
             raw_pos, raw_attrs, raw_ids = batch, None, None
-        pos = inputs.positions_array(raw_pos, self.dtype, f"{what}['positions']")
-        self.dtype = pos.dtype
+        name = f"{what}['positions']"
+        raw_pos = inputs.as_numeric(raw_pos, name)
+        pos = inputs.positions_array(raw_pos, inputs.batch_dtype(raw_pos.dtype, self.dtype, self.explicit_dtype, name),
+                                     name)
+        if len(pos):
+            self.dtype = pos.dtype
         n, ndim = pos.shape
         if ndim != self.ndim:
             raise InvalidArgumentError(f"{what}['positions'] is {ndim}-D but chunk_shape has {self.ndim} values")
@@ -368,11 +368,25 @@ async def batches_of(source):
         raise InvalidArgumentError(f"batches must be an iterable or async iterable, got {type(source).__name__}")
 
 
-async def open_new(target, storage_options, overwrite: bool):
+def store_writer(ex: Executor, cfg: WriteConfig, upload_bytes: int | None = None) -> StoreWriter:
+    """The writer of one store as ``cfg`` asks (overwrite, layout); ``upload_bytes``: its upload budget."""
+    budget = {} if upload_bytes is None else {"max_inflight_bytes": upload_bytes}
+    return StoreWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate, **budget)
+
+
+def level0(writer: StoreWriter, origin, grid_shape, codec: CellCodec, attributes: bool) -> LevelWriter:
+    """Level 0's writer, with the vertex attributes group declared when there are any."""
+    level = LevelWriter(writer, 0, origin, grid_shape, codec)
+    if attributes:
+        empty_group(writer, "0/vertex_attributes")
+    return level
+
+
+async def open_new(target, cfg: WriteConfig):
     """(handle, executor) of the store to write, refused at once if one exists: before spilling, not after."""
-    handle = open_store(target, mode="w", storage_options=storage_options)
+    handle = open_store(target, mode="w", storage_options=cfg.storage_options)
     ex = Executor(handle)
-    if not overwrite and await ex.head("zarr.json") is not None:
+    if not cfg.overwrite and await ex.head("zarr.json") is not None:
         raise StoreExistsError(f"{handle.url}: a store exists here; pass overwrite=True to replace it")
     return handle, ex
 
@@ -392,45 +406,29 @@ class DistinctIds:
         return np.unique(np.concatenate(self._sets)) if self._sets else np.zeros(0, np.int64)
 
 
-async def write_points_stream(
-    target: Target,
-    batches: PointBatches,
-    *,
-    chunk_shape: Shape,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
-    object_attributes: Columns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype: DTypeLike = None,
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
-    spill_dir: str | os.PathLike[str] | None = None,
-    spill_bytes: int = SPILL_BYTES,
-    upload_bytes: int = UPLOAD_BYTES,
-) -> WriteSummary:
+async def write_points_stream(target: Target, batches: PointBatches, *, chunk_shape: Shape, spill_dir: SpillDir = None,
+                              spill_bytes: int = SPILL_BYTES, upload_bytes: int = UPLOAD_BYTES,
+                              **options: Unpack[WriteOptions]) -> WriteSummary:
     """Write a point cloud from batches of unknown total size; same store as ``write_points``.
 
     Each batch is ``{"positions": (n, ndim), "attributes": {name: (n,)|(n, C)},
     "object_ids": (n,)}`` or a bare positions array.  ``spill_dir`` holds the
-    temporary files (default: the system temp dir).
+    temporary files (default: the system temp dir).  Without ``dtype`` the
+    first batch's float dtype is stored (see :func:`.inputs.batch_dtype`).
     """
+    cfg = inputs.write_config(chunk_shape, options)
     if spill_bytes < 1:
         raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
-    check_layout(object_index_layout)
-    grid = Grid.create(chunk_shape, bin_shape)
+    grid = Grid.create(chunk_shape, cfg.bin_shape)
     ndim = grid.ndim
-    codec = CellCodec.for_writing(compression, shard_tuple(shard_shape, ndim))
+    codec = CellCodec.for_writing(cfg.compression, shard_tuple(cfg.shard_shape, ndim))
+    bounds, groups = cfg.bounds, cfg.groups
     if bounds is not None:  # validate the box itself before reading any batch
         inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
-    handle, ex = await open_new(target, storage_options, overwrite)
+    handle, ex = await open_new(target, cfg)
 
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
-        spill = Spill(tmp, grid, dtype, bounds, implicit_ids=groups is not None,
-                      spill_bytes=spill_bytes)
+        spill = Spill(tmp, grid, cfg.dtype, bounds, implicit_ids=groups is not None, spill_bytes=spill_bytes)
         try:
             async for batch in batches_of(batches):
                 await anyio.to_thread.run_sync(spill.add, batch)
@@ -445,7 +443,7 @@ async def write_points_stream(
             origin, grid_shape = grid.layout(lo, hi, by_bin=not spill.with_ids)
             attr_schema = spill.attr_schema or {}
             uniq = spill.object_ids() if spill.with_ids else None
-            extras = PointExtras.check(uniq, object_attributes, groups, group_attributes,
+            extras = PointExtras.check(uniq, cfg.object_attributes, groups, cfg.group_attributes,
                                        uniq if spill.explicit_ids else None)
             for name in attr_schema:
                 inputs.check_name(name, "attribute")
@@ -456,11 +454,8 @@ async def write_points_stream(
             visit, rank, shard_of = spill.chunks.visit_order(origin, codec.shard)
 
             frag_rank, frag_keys = [], []
-            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes,
-                                   consolidate=object_index_layout != "reference") as writer:
-                level = LevelWriter(writer, 0, origin, grid_shape, codec)
-                if attr_schema:
-                    empty_group(writer, "0/vertex_attributes")
+            async with store_writer(ex, cfg, upload_bytes) as writer:
+                level = level0(writer, origin, grid_shape, codec, bool(attr_schema))
                 for i, gid in enumerate(visit.tolist()):
                     pos, attrs, oids = await anyio.to_thread.run_sync(spill.read_chunk, gid)
                     if oids is None:
@@ -495,9 +490,10 @@ async def write_points_stream(
                     fk = np.concatenate(frag_keys) if frag_keys else np.zeros(0, np.int64)
                     by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in a Partition
                     manifest = manifest_rows(fr[by_chunk], fk[by_chunk], coords[np.argsort(rank)], uniq)
-                await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi),
-                                    n=n, has_attributes=bool(attr_schema), uniq=uniq, manifest=manifest, extras=extras,
-                                    compression=compression, object_index_layout=object_index_layout)
+                await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, cfg.bin_shape),
+                                    bounds=(lo, hi), n=n, has_attributes=bool(attr_schema), uniq=uniq,
+                                    manifest=manifest, extras=extras, compression=cfg.compression,
+                                    object_index_layout=cfg.object_index_layout)
         finally:
             spill.close()
     return WriteSummary.of(

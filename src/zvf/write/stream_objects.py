@@ -24,10 +24,9 @@ budget.  ``chunk_shape="auto"`` needs the whole extent up front and is refused.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import AsyncIterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import anyio
 import numpy as np
@@ -38,12 +37,11 @@ from ..format.fragments import FragmentIndex
 from ..format.grid import Grid
 from ..lifecycle import layout
 from . import inputs
-from .engine import StoreWriter, add_level0_documents, empty_group
+from .engine import StoreWriter, add_level0_documents
 from .fragment_attributes import FragmentAttributes
 from .level import Layout, LevelWriter, put_rows, run_starts
 from .links import LinkWriter, place_records
 from .object_index import (
-    check_layout,
     put_groups,
     put_object_attributes,
     put_object_index,
@@ -51,7 +49,6 @@ from .object_index import (
 from .object_inputs import (
     as_given,
     check_dtypes,
-    float_dtype,
     graph_input,
     grid_and_codec,
     group_attributes_table,
@@ -68,16 +65,16 @@ from .stream import (
     RunSpill,
     batches_of,
     describe,
+    level0,
     open_new,
     shard_done,
+    store_writer,
 )
 from .types import WriteSummary
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from ..io.store import StorageOptions, Target
-    from .types import Bounds, Columns, FragmentColumns, Groups, ObjectBatches, Shape
+    from ..io.store import Target
+    from .types import ObjectBatches, ObjectWriteOptions, Shape, SpillDir
 
 # Half the point stream's buffers: flushing a run briefly holds ~3x its buffer, and at these
 # sizes 200 k streamlines peak at ~2x their input (64 MiB buffers: ~3x) at the same speed.
@@ -168,17 +165,47 @@ class _Bounds:
         return self.lo.astype(np.float64).tolist(), self.hi.astype(np.float64).tolist()
 
 
-def _setup(chunk_shape, bin_shape, compression, shard_shape, object_index_layout, spill_bytes):
-    """The grid and codec of a streamed write, checked before any batch is read."""
+def _setup(chunk_shape, options: ObjectWriteOptions, spill_bytes: int):
+    """The checked options, grid, codec, given shapes, dtype and fragment attributes of a streamed
+    write, before any batch is read."""
+    frag_columns = options.pop("fragment_attributes", None)
+    cfg = inputs.write_config(chunk_shape, options)
+    bin_shape = cfg.bin_shape
     if isinstance(chunk_shape, str) or isinstance(bin_shape, str):
         raise InvalidArgumentError("chunk_shape/bin_shape 'auto' needs the whole input: give numbers with batches")
     if spill_bytes < 1:
         raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
-    check_layout(object_index_layout)
     grid = Grid.create(chunk_shape, bin_shape)
-    grid, codec = grid_and_codec(compression, shard_shape, grid.ndim, chunk_shape, bin_shape)
-    return grid, codec, as_given(chunk_shape, "chunk_shape"), None if bin_shape is None else as_given(
-        bin_shape, "bin_shape")
+    grid, codec = grid_and_codec(cfg.compression, cfg.shard_shape, grid.ndim, chunk_shape, bin_shape)
+    bin_given = None if bin_shape is None else as_given(bin_shape, "bin_shape")
+    return (cfg, grid, codec, as_given(chunk_shape, "chunk_shape"), bin_given, _Dtype(cfg.dtype),
+            FragmentAttributes(frag_columns, grid.ndim))
+
+
+async def _spill_all(sp: _Pass1, batches) -> None:
+    """Pass 1: every batch checked and spilled, in a worker thread (numpy and file writes)."""
+    async for batch in batches_of(batches):
+        await anyio.to_thread.run_sync(sp.add, batch)
+    await anyio.to_thread.run_sync(sp.rows.finish, len(sp.chunks))
+
+
+class _Dtype:
+    """The stored position dtype of a stream: ``dtype=``, else fixed by the first batch with rows."""
+
+    def __init__(self, dtype: np.dtype | None):
+        self.dt, self.explicit = dtype, dtype is not None
+
+    def of(self, values, what: str) -> np.dtype | None:
+        """The dtype to cast a batch's ``values`` to (None: its own); refuses a silent narrowing."""
+        given = values.dtype if isinstance(values, np.ndarray) else inputs.as_numeric(values, what).dtype
+        return inputs.batch_dtype(given, self.dt, self.explicit, what)
+
+    def seen(self, pos: np.ndarray) -> None:
+        if len(pos):
+            self.dt = pos.dtype
+
+    def stored(self) -> np.dtype:
+        return inputs.position_dtype(np.dtype(np.float32), self.dt)
 
 
 def _one_chunk(coords, frag_starts, frag_counts, frag_keys, n: int) -> Partition:
@@ -188,9 +215,10 @@ def _one_chunk(coords, frag_starts, frag_counts, frag_keys, n: int) -> Partition
                      np.array([0, n], np.int64), np.zeros(f, np.int64), frag_starts, frag_counts, frag_keys)
 
 
-async def _upload_empty(level: LevelWriter, ndim: int, dt, attr_schema: dict) -> None:
+async def _upload_empty(level: LevelWriter, ndim: int, dt: _Dtype, attr_schema: dict) -> None:
     """No vertex at all: declare the arrays anyway, as the in-memory writers do."""
-    await put_rows(level, partition(np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)), np.zeros((0, ndim), dt),
+    await put_rows(level, partition(np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)),
+                   np.zeros((0, ndim), dt.stored()),
                    {k: np.zeros((0, *rs), adt) for k, (adt, rs) in attr_schema.items()}, None)
 
 
@@ -204,38 +232,55 @@ async def _put_tables(writer: StoreWriter, obj_attrs: dict, group_rows: list, gr
 # polylines, streamlines, lines
 
 
-class _PathSpill:
-    """Pass 1 of a paths write: vertex rows spilled per chunk, runs and objects summarized."""
+class _Pass1:
+    """What pass 1 of every object stream keeps: vertex rows spilled per chunk, extent, dtype, schemas."""
 
-    def __init__(self, directory: str, grid: Grid, dt: np.dtype, bounds, kind: str, spill_bytes: int):
-        self.grid, self.dt, self.kind = grid, dt, kind
+    def __init__(self, directory: str, grid: Grid, dt: _Dtype, bounds, spill_bytes: int):
+        self.grid, self.dt = grid, dt
         self.ndim = grid.ndim
         self.bounds = _Bounds(bounds, grid.ndim)
         self.chunks = ChunkIds(grid.ndim)
         self.rows = RunSpill(directory, "v", spill_bytes)
-        self.state: dict = {}
+        self.state: dict = {}  # the first batch's column schemas
+        self.n_rows = 0
+        self._batches = 0
+
+    def add(self, batch) -> None:
+        raise NotImplementedError
+
+    def _next(self) -> str:
+        """The name of the batch being added, for messages."""
+        self._batches += 1
+        return f"batches[{self._batches - 1}]"
+
+
+class _PathSpill(_Pass1):
+    """Pass 1 of a paths write: vertex rows spilled per chunk, runs and objects summarized."""
+
+    def __init__(self, directory: str, grid: Grid, dt: _Dtype, bounds, kind: str, spill_bytes: int):
+        super().__init__(directory, grid, dt, bounds, spill_bytes)
+        self.kind = kind
         self.run_gid: list[np.ndarray] = []
         self.run_count: list[np.ndarray] = []
         self.obj_runs: list[np.ndarray] = []
         self.obj_attrs: dict[str, list[np.ndarray]] = {}
-        self.n_rows = 0
         self.n_objects = 0
-        self._batches = 0
 
     def add(self, batch) -> None:
-        what = f"batches[{self._batches}]"
-        self._batches += 1
+        what = self._next()
         fields = _fields(batch, self.kind, what)
         try:
             if self.kind == "polylines":
                 main = fields["polylines"]
                 if hasattr(main, "__len__") and len(main) == 0:
-                    pos, lens, attrs = np.zeros((0, self.ndim), self.dt), np.zeros(0, np.int64), None
+                    pos, lens, attrs = np.zeros((0, self.ndim), self.dt.stored()), np.zeros(0, np.int64), None
                     pos64 = pos
                 else:
-                    pos64, pos, lens, attrs = polyline_input(main, fields.get("attributes"), self.dt)
+                    pos64, pos, lens, attrs = polyline_input(main, fields.get("attributes"), self.dt.dt)
+                    self.dt.of(pos64, "polylines")  # refuses a batch the cast to the first one's dtype narrowed
             else:
-                pos, m, attrs = lines_input(fields["endpoints"], fields.get("attributes"), self.dt)
+                ep = fields["endpoints"]
+                pos, m, attrs = lines_input(ep, fields.get("attributes"), self.dt.of(ep, "endpoints"))
                 pos64, lens = pos.astype(np.float64), np.full(m, 2, dtype=np.int64)
             if pos.shape[1] != self.ndim:
                 raise InvalidArgumentError(f"vertices are {pos.shape[1]}-D but chunk_shape has {self.ndim} values")
@@ -251,6 +296,7 @@ class _PathSpill:
                 self.obj_attrs.setdefault(k, []).append(v)
         self.bounds.add(pos64, what)
         del pos64
+        self.dt.seen(pos)
         n = len(pos)
         starts = (np.cumsum(lens) - lens).astype(np.int64)
         chunks = self.grid.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
@@ -268,55 +314,31 @@ class _PathSpill:
         return self.state.get("attributes", {})
 
 
-async def write_paths_stream(
-    target: Target,
-    batches: ObjectBatches,
-    *,
-    geometry: str,
-    chunk_shape: Shape,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
-    object_attributes: Columns | None = None,
-    fragment_attributes: FragmentColumns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype="float32",
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
-    spill_dir: str | os.PathLike[str] | None = None,
-    spill_bytes: int = SPILL_BYTES,
-    upload_bytes: int = UPLOAD_BYTES,
-) -> WriteSummary:
+async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry: str, chunk_shape: Shape,
+                             spill_dir: SpillDir = None, spill_bytes: int = SPILL_BYTES,
+                             upload_bytes: int = UPLOAD_BYTES, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Polylines/streamlines (``geometry``) or lines (``geometry="line"``) from batches; the in-memory bytes."""
     kind = "lines" if geometry == "line" else "polylines"
     if kind == "polylines" and geometry not in ("polyline", "streamline"):
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry!r}")
-    grid, codec, chunk_given, bin_given = _setup(chunk_shape, bin_shape, compression, shard_shape,
-                                                 object_index_layout, spill_bytes)
-    dt = float_dtype(dtype)
+    cfg, grid, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
     ndim = grid.ndim
-    frag_attrs = FragmentAttributes(fragment_attributes, ndim)
-    handle, ex = await open_new(target, storage_options, overwrite)
+    handle, ex = await open_new(target, cfg)
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
-        sp = _PathSpill(tmp, grid, dt, bounds, kind, spill_bytes)
+        sp = _PathSpill(tmp, grid, dt, cfg.bounds, kind, spill_bytes)
         try:
-            async for batch in batches_of(batches):
-                await anyio.to_thread.run_sync(sp.add, batch)
-            await anyio.to_thread.run_sync(sp.rows.finish, len(sp.chunks))
+            await _spill_all(sp, batches)
             num, n = sp.n_objects, sp.n_rows
             if num == 0 and kind == "polylines":
                 raise InvalidArgumentError(f"{kind} is empty: nothing to write (0.9.2 refuses this too)")
             lo, hi = sp.bounds.result()
-            if object_attributes is not None and sp.obj_attrs:
+            if cfg.object_attributes is not None and sp.obj_attrs:
                 raise InvalidArgumentError("object_attributes: give them either per batch or as the argument, not both")
             obj_attrs = object_attributes_table(
-                object_attributes if object_attributes is not None else
+                cfg.object_attributes if cfg.object_attributes is not None else
                 {k: np.concatenate(v) for k, v in sp.obj_attrs.items()}, num)
-            group_rows = inputs.groups_table(groups, np.arange(num, dtype=np.int64))
-            grp_attrs = group_attributes_table(group_attributes, group_rows)
+            group_rows = inputs.groups_table(cfg.groups, np.arange(num, dtype=np.int64))
+            grp_attrs = group_attributes_table(cfg.group_attributes, group_rows)
             coords = sp.chunks.coords()
             layout.check_cells(n, len(coords), chunk_given, lo, hi)
             origin, grid_shape = grid.layout(lo, hi)
@@ -348,12 +370,9 @@ async def write_paths_stream(
             arrays_present = ["vertices", "object_index"]
             if kind == "lines" and attr_schema:
                 arrays_present.append("vertex_attributes")
-            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes,
-                                   consolidate=object_index_layout != "reference") as writer:
-                level = LevelWriter(writer, 0, origin, grid_shape, codec)
+            async with store_writer(ex, cfg, upload_bytes) as writer:
+                level = level0(writer, origin, grid_shape, codec, bool(attr_schema))
                 links = LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
-                if attr_schema:
-                    empty_group(writer, "0/vertex_attributes")
                 for i, gid in enumerate(visit.tolist()):
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos = cols.pop("positions")
@@ -383,9 +402,9 @@ async def write_paths_stream(
                 await level.finish()
                 links.finish()
                 await put_object_index(writer, 0, run_obj, coords[run_gid], frag_local,
-                                       np.arange(num, dtype=np.int64), ndim, compression=compression,
-                                       layout=object_index_layout)
-                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, compression)
+                                       np.arange(num, dtype=np.int64), ndim, compression=cfg.compression,
+                                       layout=cfg.object_index_layout)
+                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
                 add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
                                      chunk_shape=chunk_given, bounds=(lo, hi), bin_shape=bin_given)
         finally:
@@ -416,28 +435,21 @@ def _smallest_endpoint(ends: np.ndarray) -> np.ndarray:
     return best
 
 
-class _ConnectedSpill:
+class _ConnectedSpill(_Pass1):
     """Pass 1 of a graph/skeleton/mesh write: vertex rows and link records spilled per chunk."""
 
-    def __init__(self, directory: str, grid: Grid, dt: np.dtype, bounds, geometry: str, spill_bytes: int):
-        self.grid, self.dt, self.geometry = grid, dt, geometry
-        self.ndim = grid.ndim
-        self.bounds = _Bounds(bounds, grid.ndim)
-        self.chunks = ChunkIds(grid.ndim)
-        self.rows = RunSpill(directory, "v", spill_bytes)
+    def __init__(self, directory: str, grid: Grid, dt: _Dtype, bounds, geometry: str, spill_bytes: int):
+        super().__init__(directory, grid, dt, bounds, spill_bytes)
+        self.geometry = geometry
         self.records = RunSpill(directory, "e", spill_bytes)
-        self.state: dict = {}
         self.width: int | None = None
         self.explicit_ids: bool | None = None
         self.roots: list[np.ndarray] = []  # object id of every skeleton root
         self.ids = DistinctIds()
-        self.n_rows = 0
         self.n_records = 0
-        self._batches = 0
 
     def add(self, batch) -> None:
-        what = f"batches[{self._batches}]"
-        self._batches += 1
+        what = self._next()
         kind = "mesh" if self.geometry == "mesh" else "graph"
         fields = _fields(batch, kind, what)
         has_ids = fields.get("object_ids") is not None
@@ -446,14 +458,16 @@ class _ConnectedSpill:
         elif has_ids != self.explicit_ids:
             raise InvalidArgumentError(f"{what}: either every batch has 'object_ids' or none does")
         try:
+            raw = inputs.as_numeric(fields["positions"], "positions")
+            dt = self.dt.of(raw, "positions")
             if kind == "mesh":
-                pos, oids, rec, attrs = mesh_input(fields["positions"], fields.get("faces", np.zeros((0, 3))),
-                                                   fields.get("object_ids"), fields.get("attributes"), self.dt)
+                pos, oids, rec, attrs = mesh_input(raw, fields.get("faces", np.zeros((0, 3))),
+                                                   fields.get("object_ids"), fields.get("attributes"), dt)
                 link_attrs = {}
             else:
                 pos, oids, rec, attrs, link_attrs = graph_input(
-                    fields["positions"], fields.get("edges", np.zeros((0, 2))), fields.get("object_ids"),
-                    fields.get("attributes"), fields.get("link_attributes"), self.dt,
+                    raw, fields.get("edges", np.zeros((0, 2))), fields.get("object_ids"),
+                    fields.get("attributes"), fields.get("link_attributes"), dt,
                     skeleton=self.geometry == "skeleton")
             if pos.shape[1] != self.ndim:
                 raise InvalidArgumentError(f"vertices are {pos.shape[1]}-D but chunk_shape has {self.ndim} values")
@@ -468,6 +482,7 @@ class _ConnectedSpill:
                                            f"{self.width}")
             _schema_check(self.state, "link_attributes", link_attrs, f"{what}['link_attributes']")
         self.bounds.add(pos.astype(np.float64, copy=False), what)
+        self.dt.seen(pos)
         n, base = len(pos), self.n_rows
         self.ids.add(oids)
         if self.geometry == "skeleton" and len(rec) < n:
@@ -498,43 +513,20 @@ class _ConnectedSpill:
                     "one rooted tree per object -- give each tree its own id, or use geometry_type='graph'")
 
 
-async def write_connected_stream(
-    target: Target,
-    batches: ObjectBatches,
-    *,
-    geometry: str,
-    chunk_shape: Shape,
-    bin_shape: Shape | None = None,
-    bounds: Bounds | None = None,
-    object_attributes: Columns | None = None,
-    fragment_attributes: FragmentColumns | None = None,
-    groups: Groups | None = None,
-    group_attributes: Columns | None = None,
-    compression: str | None = None,
-    shard_shape: int | Sequence[int] | None = None,
-    dtype="float32",
-    overwrite: bool = False,
-    object_index_layout: str = "sharded",
-    storage_options: StorageOptions | None = None,
-    spill_dir: str | os.PathLike[str] | None = None,
-    spill_bytes: int = SPILL_BYTES,
-    upload_bytes: int = UPLOAD_BYTES,
-) -> WriteSummary:
+async def write_connected_stream(target: Target, batches: ObjectBatches, *, geometry: str, chunk_shape: Shape,
+                                 spill_dir: SpillDir = None, spill_bytes: int = SPILL_BYTES,
+                                 upload_bytes: int = UPLOAD_BYTES,
+                                 **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """A graph, skeleton or mesh (``geometry``) from batches; the in-memory writer's bytes."""
-    grid, codec, chunk_given, bin_given = _setup(chunk_shape, bin_shape, compression, shard_shape,
-                                                 object_index_layout, spill_bytes)
-    dt = float_dtype(dtype)
+    cfg, grid, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
     ndim = grid.ndim
     skeleton = geometry == "skeleton"
-    frag_attrs = FragmentAttributes(fragment_attributes, ndim)
-    handle, ex = await open_new(target, storage_options, overwrite)
+    handle, ex = await open_new(target, cfg)
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
-        sp = _ConnectedSpill(tmp, grid, dt, bounds, geometry, spill_bytes)
+        sp = _ConnectedSpill(tmp, grid, dt, cfg.bounds, geometry, spill_bytes)
         try:
-            async for batch in batches_of(batches):
-                await anyio.to_thread.run_sync(sp.add, batch)
+            await _spill_all(sp, batches)
             sp.check_roots()
-            await anyio.to_thread.run_sync(sp.rows.finish, len(sp.chunks))
             await anyio.to_thread.run_sync(sp.records.finish, len(sp.chunks))
             n = sp.n_rows
             lo, hi = sp.bounds.result()
@@ -544,17 +536,15 @@ async def write_connected_stream(
             visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
             attr_schema = sp.state.get("attributes", {})
             uniq = sp.ids.result()
-            obj_attrs, group_rows, grp_attrs = object_tables(uniq, object_attributes, groups, group_attributes)
+            obj_attrs, group_rows, grp_attrs = object_tables(uniq, cfg.object_attributes, cfg.groups,
+                                                             cfg.group_attributes)
             link_names = [k for k in sp.state.get("link_attributes", {})]
             local_of = np.zeros(n, np.int32 if n < 2**31 else np.int64)  # chunk-local row of each vertex
             frag_start = np.zeros(n, bool) if skeleton else None
             frag_oid, frag_rank, frag_local = [], [], []
             arrays_present = ["vertices", "links", "object_index"]
-            async with StoreWriter(ex, overwrite=overwrite, max_inflight_bytes=upload_bytes,
-                                   consolidate=object_index_layout != "reference") as writer:
-                level = LevelWriter(writer, 0, origin, grid_shape, codec)
-                if attr_schema:
-                    empty_group(writer, "0/vertex_attributes")
+            async with store_writer(ex, cfg, upload_bytes) as writer:
+                level = level0(writer, origin, grid_shape, codec, bool(attr_schema))
                 for i, gid in enumerate(visit.tolist()):
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos, oids, vertex = cols.pop("positions"), cols.pop("object_ids"), cols.pop("vertex")
@@ -607,8 +597,8 @@ async def write_connected_stream(
                 frag_object = np.searchsorted(uniq, fo)
                 order = np.lexsort((fr, frag_object))
                 await put_object_index(writer, 0, frag_object[order], coords[np.argsort(rank)][fr[order]], fl[order],
-                                       uniq, ndim, compression=compression, layout=object_index_layout)
-                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, compression)
+                                       uniq, ndim, compression=cfg.compression, layout=cfg.object_index_layout)
+                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
                 add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
                                      chunk_shape=chunk_given, bounds=(lo, hi), bin_shape=bin_given)
         finally:

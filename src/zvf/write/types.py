@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
+    import os
 
+    import numpy as np
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from ..io.store import StorageOptions
     from .engine import StoreWriter
 
 Shape: TypeAlias = "Sequence[float] | Literal['auto']"
@@ -26,6 +30,71 @@ ObjectBatches: TypeAlias = "Iterable[Any] | AsyncIterable[Any]"
 """Batches of a streamed object write: see each writer (a sequence of polylines, an endpoints array, or a dict)."""
 FragmentColumns: TypeAlias = "Mapping[str, Mapping[tuple[int, ...], ArrayLike]]"
 """Per-fragment rows: ``{name: {chunk coords: (F_c,) or (F_c, C)}}``."""
+SpillDir: TypeAlias = "str | os.PathLike[str] | None"
+"""Where a streamed write keeps its temporary files (None: the system temp dir)."""
+
+
+class WriteOptions(TypedDict, total=False):
+    """The keywords every writer takes besides its input and ``chunk_shape``; all optional.
+
+    Spelled out at the call (``write_mesh(..., dtype="float32", overwrite=True)``) or
+    passed as one dict (``write_mesh(..., **opts)``); type checkers see each name.
+
+    * ``bin_shape``: bins inside each chunk (default None: one bin per chunk, none for objects)
+    * ``bounds``: declared extent ``(lo, hi)`` (default None: the data's)
+    * ``object_attributes``, ``groups``, ``group_attributes``: object and group tables (default None)
+    * ``compression``: ``"zstd"``, ``"blosc"``... (default None: uncompressed cells)
+    * ``shard_shape``: chunks per shard, one int or one per axis (default None: unsharded)
+    * ``dtype``: stored position dtype, float16/32/64 (default None: the input's own float
+      dtype, integers as float32; pass ``"float32"`` for zarr-vectors 0.9.2's bytes from float64)
+    * ``overwrite``: replace a store already at the target (default False)
+    * ``object_index_layout``: ``"sharded"`` (default) or ``"reference"`` (0.9.2's manifests)
+    * ``storage_options``: store and client settings, see :class:`zvf.StorageOptions` (default None)
+    """
+
+    bin_shape: Shape | None
+    bounds: Bounds | None
+    object_attributes: Columns | None
+    groups: Groups | None
+    group_attributes: Columns | None
+    compression: str | None
+    shard_shape: int | Sequence[int] | None
+    dtype: DTypeLike
+    overwrite: bool
+    object_index_layout: str
+    storage_options: StorageOptions | None
+
+
+class ObjectWriteOptions(WriteOptions, total=False):
+    """:class:`WriteOptions` and what only the object writers take.
+
+    * ``fragment_attributes``: per-fragment rows (:data:`FragmentColumns`, default None)
+    """
+
+    fragment_attributes: FragmentColumns | None
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    """:class:`WriteOptions` checked once (``inputs.write_config``): what the writers' internals take."""
+
+    chunk_shape: Any
+    bin_shape: Any = None
+    bounds: Any = None
+    object_attributes: Any = None
+    groups: Any = None
+    group_attributes: Any = None
+    compression: Any = None
+    shard_shape: Any = None
+    dtype: np.dtype | None = None  # None: the input's own float dtype
+    overwrite: bool = False
+    object_index_layout: str = "sharded"
+    storage_options: Any = None
+
+    @property
+    def consolidate(self) -> bool:
+        """The root carries every document, except in 0.9.2's reference layout (its bytes)."""
+        return self.object_index_layout != "reference"
 
 
 @dataclass(frozen=True)
