@@ -24,7 +24,7 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
 from ..read.context import RootFacts
 from ..read.dataset import AsyncDataset
@@ -34,8 +34,6 @@ from . import aio
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
 
-    from ..format.metadata import RootMeta
-    from ..io.executor import Stats
     from ..read.export import BatchStream
 
 P = ParamSpec("P")
@@ -207,6 +205,27 @@ class Query:
     explain = _method(AsyncQuery.explain)  # type: ignore[arg-type]
 
 
+class _Forwarded(Generic[T]):
+    """A read-only property of ``Dataset``: the same property of the ``AsyncDataset`` underneath
+    (type and docstring too), as ``_method`` is for methods."""
+
+    def __init__(self, prop: Callable[[AsyncDataset], T]) -> None:
+        self.__doc__ = prop.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Self: ...
+    @overload
+    def __get__(self, obj: Dataset, owner: type | None = None) -> T: ...
+    def __get__(self, obj: Dataset | None, owner: type | None = None) -> T | Self:
+        return self if obj is None else cast(T, getattr(obj._inner, self.name))
+
+    def __set__(self, obj: Dataset, value: object) -> None:
+        raise AttributeError(f"Dataset.{self.name} is read-only")  # as a property's
+
+
 class Dataset(RootFacts):
     """A ZVF store opened through the blocking facade; see ``zvf.aio.AsyncDataset``.
 
@@ -231,22 +250,10 @@ class Dataset(RootFacts):
         """The async dataset underneath, bound to the facade's event loop."""
         return self._inner
 
-    @property
-    def root(self) -> RootMeta:
-        return self._inner.root
-
-    @property
-    def url(self) -> str:
-        return self._inner.url
-
-    @property
-    def levels(self) -> list[int]:
-        return self._inner.levels
-
-    @property
-    def stats(self) -> Stats:
-        return self._inner.stats
-
+    root = _Forwarded(AsyncDataset.root)
+    url = _Forwarded(AsyncDataset.url)
+    levels = _Forwarded(AsyncDataset.levels)
+    stats = _Forwarded(AsyncDataset.stats)
     info = _method(AsyncDataset.info)
 
     @functools.wraps(AsyncDataset.select)

@@ -5,9 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 
 from ..errors import ZvfError
 from .progress import ProgressBar
+
+
+def key_values(items: list[str], usage: str) -> Iterator[tuple[str, str]]:
+    """``KEY=VALUE`` flag arguments split at their first ``=``; one without a key or ``=`` exits
+    with ``zvf: {usage} (got ...)``."""
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"zvf: {usage} (got {item!r})")
+        yield key, value
 
 
 def _options(pairs: list[str] | None) -> dict | None:
@@ -15,10 +26,7 @@ def _options(pairs: list[str] | None) -> dict | None:
     if not pairs:
         return None
     out: dict = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"zvf: -o expects key=value, got {pair!r}")
+    for key, value in key_values(pairs, "-o expects key=value"):
         low = value.lower()
         if low in ("true", "false"):
             out[key] = low == "true"

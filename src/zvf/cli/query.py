@@ -35,13 +35,12 @@ def _value(text: str, what: str) -> float | int:
 
 def parse_where(items: list[str] | None) -> dict | None:
     """``NAME=LO:HI`` (closed; a side may be empty), ``NAME=V`` or ``NAME=V1,V2,...``; NAME may be ``rgb[1]``."""
+    from .main import key_values
+
     if not items:
         return None
     out: dict = {}
-    for item in items:
-        name, sep, cond = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"zvf: --where expects NAME=LO:HI, NAME=VALUE or NAME=V1,V2 (got {item!r})")
+    for name, cond in key_values(items, "--where expects NAME=LO:HI, NAME=VALUE or NAME=V1,V2"):
         what = f"--where {name}"
         if ":" in cond:
             lo, _, hi = cond.partition(":")

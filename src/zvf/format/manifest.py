@@ -187,7 +187,7 @@ def decode_manifests_packed(
     u_nb = nblocks[u_rows]
     u_total = int(u_nb.sum())
     u_obj = np.repeat(u_rows, u_nb)
-    u_blk = np.arange(u_total, dtype=np.int64) - np.repeat(np.cumsum(u_nb) - u_nb, u_nb)
+    u_blk = _within_runs(u_nb)
     u_pos = starts[u_obj] + 4 + u_blk * bs0
     blocks = _strided(u8, _block_dtype(ndim))[u_pos] if u_total else np.zeros(0, _block_dtype(ndim))
     mode_bad = blocks["m"] != 0
@@ -219,6 +219,15 @@ def decode_manifests_packed(
     return ManifestTable(obj, blk, coords, frag, n)
 
 
+def _within_runs(cnt: _I64) -> _I64:
+    """0, 1, ..., cnt[i]-1 for each run i, concatenated: each item's place within its own run."""
+    return np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+
+
+def _first(mask: NDArray[np.bool_]) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
 def _walk(
     u8: NDArray[np.uint8], starts: _I64, ends: _I64, nblocks: _I64, rows: _I64, ndim: int, key: str, max_refs: int
 ) -> tuple[_I64, _I64, _I64, _I64, _I64]:
@@ -227,11 +236,7 @@ def _walk(
     cur = starts[rows] + 4
     end = ends[rows]
     remaining = nblocks[rows].copy()
-    out_obj: list[_I64] = []
-    out_blk: list[_I64] = []
-    out_sub: list[_I64] = []
-    out_coords: list[_I64] = []
-    out_frag: list[_I64] = []
+    found: list[tuple[_I64, _I64, _I64, _I64, _I64]] = []  # (object row, block, place in block, coords, fragment)
     refs = 0
     j = 0
     act = np.flatnonzero(remaining > 0)
@@ -240,78 +245,63 @@ def _walk(
         e = end[act]
         r = rows[act]
 
-        def fail(mask: NDArray[np.bool_], what: str, r: _I64 = r, j: int = j) -> NoReturn:
-            i = int(np.flatnonzero(mask)[0])
+        def fail(i: int, what: str, r: _I64 = r, j: int = j) -> NoReturn:
             raise FormatError(f"{key}: manifest of object row {int(r[i])} block {j}: {what}")
 
         trunc = c + hdr > e
         if trunc.any():
-            fail(trunc, "truncated in the block header")
+            fail(_first(trunc), "truncated in the block header")
         coords = _read_i64(u8, c, ndim)
         mode = u8[c + 8 * ndim].astype(np.int64)
+
+        def take(m: _I64, cnt: _I64, within: _I64, frags: _I64, r: _I64 = r, j: int = j,
+                 coords: _I64 = coords) -> None:
+            """The fragment references of the blocks ``m`` (indices into ``act``), ``cnt`` each."""
+            found.append((np.repeat(r[m], cnt), np.full(within.size, j, np.int64), within,
+                          np.repeat(coords[m], cnt, axis=0), frags))
+
         c = c + hdr
         badm = mode > 2
         if badm.any():
-            i = int(np.flatnonzero(badm)[0])
-            fail(badm, f"unknown mode {int(mode[i])}")
+            i = _first(badm)
+            fail(i, f"unknown mode {int(mode[i])}")
         need = np.where(mode == 0, 8, np.where(mode == 1, 16, 4))
         trunc = c + need > e
         if trunc.any():
-            fail(trunc, "truncated in the block payload")
+            fail(_first(trunc), "truncated in the block payload")
         nxt = c + need
-        # mode 0
+        # mode 0: one fragment
         m0 = np.flatnonzero(mode == 0)
         if m0.size:
-            out_obj.append(r[m0])
-            out_blk.append(np.full(m0.size, j, np.int64))
-            out_sub.append(np.zeros(m0.size, np.int64))
-            out_coords.append(coords[m0])
-            out_frag.append(_read_i64(u8, c[m0], 1).reshape(-1))
-        # mode 1
+            take(m0, np.ones(m0.size, np.int64), np.zeros(m0.size, np.int64), _read_i64(u8, c[m0], 1).reshape(-1))
+        # mode 1: a range of fragments (start, count)
         m1 = np.flatnonzero(mode == 1)
         if m1.size:
             sc = _read_i64(u8, c[m1], 2)
             st, cnt = sc[:, 0], sc[:, 1]
             bad = (st < 0) | (cnt < 0) | (st > _MAX_FRAGMENT) | (cnt > _MAX_FRAGMENT - np.minimum(st, _MAX_FRAGMENT))
             if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise FormatError(
-                    f"{key}: manifest of object row {int(r[m1][i])} block {j}: range "
-                    f"start {int(st[i])} count {int(cnt[i])} is invalid"
-                )
-            tot = int(cnt.sum())
-            refs += tot
+                i = _first(bad)
+                fail(i, f"range start {int(st[i])} count {int(cnt[i])} is invalid", r[m1])
+            refs += int(cnt.sum())
             if refs > max_refs:
                 raise FormatError(
                     f"{key}: manifest ranges expand to more than {max_refs} fragment references "
                     f"(pass max_refs to allow more)"
                 )
-            within = np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            out_obj.append(np.repeat(r[m1], cnt))
-            out_blk.append(np.full(tot, j, np.int64))
-            out_sub.append(within)
-            out_coords.append(np.repeat(coords[m1], cnt, axis=0))
-            out_frag.append(np.repeat(st, cnt) + within)
-        # mode 2
+            within = _within_runs(cnt)
+            take(m1, cnt, within, np.repeat(st, cnt) + within)
+        # mode 2: an explicit list of fragments (u32 count, i64 each)
         m2 = np.flatnonzero(mode == 2)
         if m2.size:
             cnt = _read_u32(u8, c[m2])
             body = c[m2] + 4
             trunc = body + 8 * cnt > e[m2]
             if trunc.any():
-                i = int(np.flatnonzero(trunc)[0])
-                raise FormatError(
-                    f"{key}: manifest of object row {int(r[m2][i])} block {j}: explicit list of "
-                    f"{int(cnt[i])} fragments overruns the manifest"
-                )
-            tot = int(cnt.sum())
-            within = np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            pos = np.repeat(body, cnt) + 8 * within
-            out_obj.append(np.repeat(r[m2], cnt))
-            out_blk.append(np.full(tot, j, np.int64))
-            out_sub.append(within)
-            out_coords.append(np.repeat(coords[m2], cnt, axis=0))
-            out_frag.append(_read_i64(u8, pos, 1).reshape(-1))
+                i = _first(trunc)
+                fail(i, f"explicit list of {int(cnt[i])} fragments overruns the manifest", r[m2])
+            within = _within_runs(cnt)
+            take(m2, cnt, within, _read_i64(u8, np.repeat(body, cnt) + 8 * within, 1).reshape(-1))
             nxt[m2] = body + 8 * cnt
         cur[act] = nxt
         remaining[act] -= 1
@@ -324,16 +314,11 @@ def _walk(
             f"{key}: manifest of object row {int(rows[i])} has {int(end[i] - cur[i])} trailing bytes "
             f"after {int(nblocks[rows[i]])} blocks"
         )
-    if not out_obj:
+    if not found:
         z = np.zeros(0, np.int64)
         return z, z, z, np.zeros((0, ndim), np.int64), z
-    return (
-        np.concatenate(out_obj),
-        np.concatenate(out_blk),
-        np.concatenate(out_sub),
-        np.concatenate(out_coords).reshape(-1, ndim),
-        np.concatenate(out_frag),
-    )
+    obj, blk, sub, coords, frag = (np.concatenate(column) for column in zip(*found))
+    return obj, blk, sub, coords.reshape(-1, ndim), frag
 
 
 # ---------------------------------------------------------------------------
@@ -411,7 +396,7 @@ def _pack(
         cnt = nref[m2]
         tot = int(cnt.sum())
         if tot:
-            within = np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            within = _within_runs(cnt)
             src = np.repeat(ref_off[:-1][m2], cnt) + within
             dst = np.repeat(p[m2] + 4, cnt) + 8 * within
             out[dst[:, None] + np.arange(8)] = refs[src].astype("<i8").view(np.uint8).reshape(-1, 8)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import FormatError, IncompleteStoreError, NotZvfStoreError, StoreNotFoundError
@@ -63,6 +64,14 @@ def _node(doc: Any, key: str, node_type: str) -> dict[str, Any]:
     if nt != node_type:
         raise fail(key, "node_type", f"must be {node_type!r}, got {nt!r}")
     return need_dict(doc.get("attributes", {}), key, "attributes")
+
+
+def _field(block: dict[str, Any], name: str, check: Callable[..., Any], key: str, prefix: str, *,
+           default: Any = None, **limits: Any) -> Any:
+    """``block[name]`` (``default`` where absent) passed through ``check`` (need_int, need_str, ...);
+    a field without a default is optional: None where absent or null."""
+    v = block.get(name, default)
+    return None if v is None and default is None else check(v, key, prefix + name, **limits)
 
 
 def _parse_transforms(
@@ -149,21 +158,15 @@ def parse_root(doc: Any, *, key: str = "zarr.json") -> RootMeta:
             if round(r) < 1 or abs(r - round(r)) > 1e-9 * max(1.0, r):
                 raise fail(key, f + "base_bin_shape", f"[{i}]={b} does not divide chunk_shape[{i}]={c}")
 
-    links = need_str(zv.get("links_convention", "implicit_sequential"), key, f + "links_convention",
-                      allowed=LINKS_CONVENTIONS)
-    oic = need_str(zv.get("object_index_convention", "standard"), key, f + "object_index_convention",
-                    allowed=OBJECT_INDEX_CONVENTIONS)
-    ccs = need_str(zv.get("cross_chunk_strategy", "explicit_links"), key, f + "cross_chunk_strategy",
-                    allowed=CROSS_CHUNK_STRATEGIES)
-    cld = zv.get("cross_level_depth")
-    if cld is not None:
-        cld = need_int(cld, key, f + "cross_level_depth", lo=-1, hi=1 << 16)
-    cls = zv.get("cross_level_storage")
-    if cls is not None:
-        cls = need_str(cls, key, f + "cross_level_storage", allowed=CROSS_LEVEL_STORAGES)
-    specs = zv.get("attribute_specs")
-    if specs is not None:
-        specs = need_dict(specs, key, f + "attribute_specs")
+    links = _field(zv, "links_convention", need_str, key, f, default="implicit_sequential",
+                   allowed=LINKS_CONVENTIONS)
+    oic = _field(zv, "object_index_convention", need_str, key, f, default="standard",
+                 allowed=OBJECT_INDEX_CONVENTIONS)
+    ccs = _field(zv, "cross_chunk_strategy", need_str, key, f, default="explicit_links",
+                 allowed=CROSS_CHUNK_STRATEGIES)
+    cld = _field(zv, "cross_level_depth", need_int, key, f, lo=-1, hi=1 << 16)
+    cls = _field(zv, "cross_level_storage", need_str, key, f, allowed=CROSS_LEVEL_STORAGES)
+    specs = _field(zv, "attribute_specs", need_dict, key, f)
 
     axes, transforms = _parse_transforms(attrs.get("multiscales"), key, ndim)
     name = None
@@ -205,33 +208,21 @@ def parse_level(doc: Any, *, key: str = "0/zarr.json") -> LevelMeta:
     sparsity = lv.get("object_sparsity", 1.0)
     if not is_real(sparsity) or not 0 < sparsity <= 1:
         raise fail(key, f + "object_sparsity", f"must be in (0, 1], got {sparsity!r}")
-    method = need_str(lv.get("coarsening_method", "none"), key, f + "coarsening_method")
+    method = _field(lv, "coarsening_method", need_str, key, f, default="none")
     parent = lv.get("parent_level")
     if parent is not None:
         parent = need_int(parent, key, f + "parent_level", lo=0, hi=1 << 16)
         if parent >= level:
             raise fail(key, f + "parent_level", f"must be below level {level}, got {parent}")
 
-    def opt_reals(name: str) -> tuple[Any, ...] | None:
-        v = lv.get(name)
-        return None if v is None else need_reals(v, key, f + name, positive=True)
-
-    chunk_shape = opt_reals("chunk_shape")
-    bin_shape = opt_reals("bin_shape")
-    if bin_shape is None and lv.get("bin_size") is not None:  # seed-era spelling
-        bin_shape = opt_reals("bin_size")
-    inherited = lv.get("inherited_num_objects")
-    if inherited is not None:
-        inherited = need_int(inherited, key, f + "inherited_num_objects", lo=0)
-    dims = lv.get("chunk_dims")
-    if dims is not None:
-        dims = need_strs(dims, key, f + "chunk_dims")
-    can = lv.get("chunk_attribute_name")
-    if can is not None:
-        can = need_str(can, key, f + "chunk_attribute_name")
-    cav = lv.get("chunk_attribute_values")
-    if cav is not None:
-        cav = tuple(need_list(cav, key, f + "chunk_attribute_values"))
+    chunk_shape = _field(lv, "chunk_shape", need_reals, key, f, positive=True)
+    bin_shape = _field(lv, "bin_shape", need_reals, key, f, positive=True)
+    if bin_shape is None:  # seed-era spelling
+        bin_shape = _field(lv, "bin_size", need_reals, key, f, positive=True)
+    inherited = _field(lv, "inherited_num_objects", need_int, key, f, lo=0)
+    dims = _field(lv, "chunk_dims", need_strs, key, f)
+    can = _field(lv, "chunk_attribute_name", need_str, key, f)
+    cav = _field(lv, "chunk_attribute_values", need_list, key, f)
     return LevelMeta(
         level=level,
         vertex_count=vc,
@@ -239,15 +230,15 @@ def parse_level(doc: Any, *, key: str = "0/zarr.json") -> LevelMeta:
         coarsening_method=method,
         parent_level=parent,
         arrays_present=present,
-        fragments_tile=need_bool(lv.get("fragments_tile", False), key, f + "fragments_tile"),
+        fragments_tile=_field(lv, "fragments_tile", need_bool, key, f, default=False),
         chunk_shape=chunk_shape,
         bin_shape=bin_shape,
-        preserves_object_ids=need_bool(lv.get("preserves_object_ids", False), key, f + "preserves_object_ids"),
+        preserves_object_ids=_field(lv, "preserves_object_ids", need_bool, key, f, default=False),
         inherited_num_objects=inherited,
-        shared_fragments=need_bool(lv.get("shared_fragments", False), key, f + "shared_fragments"),
+        shared_fragments=_field(lv, "shared_fragments", need_bool, key, f, default=False),
         chunk_dims=dims,
         chunk_attribute_name=can,
-        chunk_attribute_values=cav,
+        chunk_attribute_values=None if cav is None else tuple(cav),
         raw=doc,
     )
 

@@ -260,6 +260,7 @@ _ZVF_FLOAT = {
     "latency_hint", "bandwidth_hint", "retry_timeout", "init_backoff", "max_backoff",
     "backoff_base",
 }
+_ZVF_POSITIVE = {"concurrency", "part_size", "multipart_concurrency"}  # 0 would stall a read or write
 _CLIENT = {
     "allow_http", "timeout", "connect_timeout", "read_timeout", "allow_invalid_certificates",
     "proxy_url",
@@ -317,24 +318,25 @@ def _normalise_options(options: Mapping[str, Any] | None, scheme: str, where: st
             )
         if key in out:
             raise InvalidArgumentError(f"storage option {raw_key!r} is given twice (via an alias)")
-        if key in _ZVF_INT:
-            try:
-                value = int(value)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(f"storage option {raw_key!r} must be an integer") from None
-            if value < 0 or (value == 0 and key in ("concurrency", "part_size", "multipart_concurrency")):
-                raise InvalidArgumentError(f"storage option {raw_key!r} must be positive, got {value}")
-        elif key in _ZVF_FLOAT:
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(f"storage option {raw_key!r} must be a number") from None
-            if value < 0:
-                raise InvalidArgumentError(f"storage option {raw_key!r} must be >= 0, got {value}")
+        if key in _ZVF_INT or key in _ZVF_FLOAT:
+            value = _number_option(raw_key, value, integer=key in _ZVF_INT, positive=key in _ZVF_POSITIVE)
         elif key in _DURATIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = timedelta(seconds=float(value))
         out[key] = value
     return out
+
+
+def _number_option(raw_key: str, value: Any, *, integer: bool, positive: bool) -> int | float:
+    """A zvf tuning option as an int (``integer``) or float, never negative; ``positive`` refuses 0 too."""
+    try:
+        number = int(value) if integer else float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"storage option {raw_key!r} must be {'an integer' if integer else 'a number'}") from None
+    if number < 0 or (positive and number == 0):
+        raise InvalidArgumentError(
+            f"storage option {raw_key!r} must be {'positive' if integer else '>= 0'}, got {number}")
+    return number
 
 
 def _split(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

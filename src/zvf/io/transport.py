@@ -167,6 +167,11 @@ def _under_a_file(exc: BaseException) -> bool:
     return "os error 20" in str(exc) or "Not a directory" in str(exc)
 
 
+def _missing(exc: BaseException) -> bool:
+    """A read failed because the key is not there (absent, or below a file): the read answers None."""
+    return isinstance(exc, FileNotFoundError) or _under_a_file(exc)
+
+
 class ObstoreTransport:
     """Transport over an obstore store (S3, GCS, Azure, HTTP, local, memory).
 
@@ -254,6 +259,15 @@ class ObstoreTransport:
             err = RemoteError(f"{op} of {key!r} on {self.label} failed: unexpected range error")
         raise err from None
 
+    def _read_error(self, exc: BaseException, op: str, key: str) -> BaseException | None:
+        """A ranged read's failure as zvf's error (range ones included), or None where the key is missing."""
+        return None if _missing(exc) else self._error(exc, op, key)
+
+    def _raise_unless_missing(self, exc: BaseException, op: str, key: str) -> None:
+        """A whole-object read's failure: returns where the key is missing (the read answers None), else raises."""
+        if not _missing(exc):
+            self._raise(exc, op, key)
+
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, key: str) -> bytes | None:
@@ -262,13 +276,9 @@ class ObstoreTransport:
         try:
             res = await obs.get_async(self.store, self._path(key))
             return bytes(await res.bytes_async())
-        except FileNotFoundError:
-            return None
         except Exception as e:
-            if _under_a_file(e):
-                return None
-            self._raise(e, "get", key)
-            raise  # unreachable
+            self._raise_unless_missing(e, "get", key)
+            return None
 
     async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
         import obstore as obs
@@ -286,12 +296,10 @@ class ObstoreTransport:
                 )
                 return memoryview(await res.bytes_async())
             return memoryview(await obs.get_range_async(self.store, self._path(key), start=start, end=end))
-        except FileNotFoundError:
-            return None
         except Exception as e:
-            if _under_a_file(e):
+            err = self._read_error(e, "get_range", key)
+            if err is None:
                 return None
-            err = self._error(e, "get_range", key)
             if isinstance(err, _RangePastEnd):
                 return b""
             if isinstance(err, _NotPartial):
@@ -317,12 +325,10 @@ class ObstoreTransport:
                 self.store, self._path(key),
                 starts=[starts[i] for i in live], ends=[ends[i] for i in live], coalesce=0,
             )
-        except FileNotFoundError:
-            return None
         except Exception as e:
-            if _under_a_file(e):
+            err = self._read_error(e, "get_ranges", key)
+            if err is None:
                 return None
-            err = self._error(e, "get_ranges", key)
             if not isinstance(err, (_RangePastEnd, _NotPartial)):
                 raise err from None
             one_by_one: list[bytes | memoryview] = []
@@ -344,17 +350,15 @@ class ObstoreTransport:
         try:
             res = await obs.get_async(self.store, self._path(key), options={"range": {"suffix": nbytes}})
             return memoryview(await res.bytes_async())
-        except FileNotFoundError:
-            return None
         except Exception as e:
-            if _under_a_file(e):
-                return None
             from obstore.exceptions import NotSupportedError
 
+            err = self._read_error(e, "get_suffix", key)
+            if err is None:
+                return None
             if isinstance(e, NotSupportedError):  # Azure has no suffix ranges: size, then range
                 size = await self.head(key)
                 return None if size is None else await self.get_range(key, max(0, size - nbytes), size)
-            err = self._error(e, "get_suffix", key)
             if isinstance(err, _RangePastEnd):  # empty object
                 return b""
             if isinstance(err, _NotPartial):
@@ -368,13 +372,9 @@ class ObstoreTransport:
         try:
             meta = await obs.head_async(self.store, self._path(key))
             return int(meta["size"])
-        except FileNotFoundError:
-            return None
         except Exception as e:
-            if _under_a_file(e):
-                return None
-            self._raise(e, "head", key)
-            raise
+            self._raise_unless_missing(e, "head", key)
+            return None
 
     async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None:
         """The object and its tag for a later ``put(key, data, mode=tag)`` (a compare-and-swap); the
@@ -385,13 +385,9 @@ class ObstoreTransport:
         try:
             res = await obs.get_async(self.store, self._path(key))
             data = bytes(await res.bytes_async())
-        except FileNotFoundError:
-            return None
         except Exception as e:
-            if _under_a_file(e):
-                return None
-            self._raise(e, "get", key)
-            raise
+            self._raise_unless_missing(e, "get", key)
+            return None
         e_tag, version = res.meta.get("e_tag"), res.meta.get("version")
         if isinstance(self.store, LocalStore) or not e_tag:
             return data, None

@@ -37,9 +37,10 @@ from ..write.engine import CLAIM_KEY
 
 LOCK_KEY = CLAIM_KEY
 TAKEOVER = LOCK_KEY + ".takeover."
+STALE_AFTER = 3600.0  # seconds after which a lock's holder is presumed dead and the lock may be taken over
 
 
-def _holder(body: bytes | None) -> dict:
+def holder_record(body: bytes | None) -> dict:
     """The holder's record; ``{}`` for a body zvf did not write as JSON (a store creation's claim)."""
     try:
         rec = json.loads(body)
@@ -51,7 +52,7 @@ def _holder(body: bytes | None) -> dict:
 class StoreLock:
     """``async with StoreLock(ex, url, purpose=...)``: hold the store's lock for one change."""
 
-    def __init__(self, ex, url: str, *, purpose: str, timeout: float = 60.0, stale_after: float = 3600.0):
+    def __init__(self, ex, url: str, *, purpose: str, timeout: float = 60.0, stale_after: float = STALE_AFTER):
         self.ex, self.url, self.purpose = ex, url, purpose
         self.timeout, self.stale_after = float(timeout), float(stale_after)
         self.owner = uuid.uuid4().hex
@@ -77,7 +78,7 @@ class StoreLock:
             except StoreExistsError:
                 pass
             held = await self.ex.get(LOCK_KEY)
-            rec = _holder(held)
+            rec = holder_record(held)
             if held is not None and rec and time.time() - rec["time"] > self.stale_after \
                     and await self._take_over(held, str(rec.get("owner"))):
                 return

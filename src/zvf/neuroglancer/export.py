@@ -49,6 +49,20 @@ def dimensions(ds, unit: str) -> dict:
     return {n: [1, unit] for n in names}
 
 
+def point_schema(ndim: int, attributes: dict[str, np.ndarray],
+                 relationships: list[str]) -> tuple[ann.Schema, list[str]]:
+    """The POINT annotation schema for a chunk's attributes, and the attributes it cannot hold."""
+    props, skipped = ann.properties_for(
+        {n: (v.dtype, int(np.prod(v.shape[1:], dtype=np.int64))) for n, v in attributes.items()})
+    return ann.Schema("POINT", ndim, props, relationships), skipped
+
+
+def skeleton_bytes(sel, attrs: list[tuple[str, np.dtype, int]]) -> bytes:
+    """One object's skeleton file; an object without edges is a skeleton of bare vertices."""
+    edges = sel.edges if sel.edges is not None else np.zeros((0, 2), np.int64)
+    return encode_skeleton(sel.positions, edges, sel.attributes, attrs)
+
+
 class _Spill:
     """Annotation records, ids and owners appended to files, read back as memory maps."""
 
@@ -153,10 +167,7 @@ async def _export(ds, root: Path, *, geometry: str, level: int, unit: str, scale
             i = 0
             async for sel in batches:
                 if spill.schema is None:
-                    props, skipped = ann.properties_for(
-                        {n: (v.dtype, int(np.prod(v.shape[1:], dtype=np.int64))) for n, v in sel.attributes.items()})
-                    spill.schema = ann.Schema("POINT", ds.ndim, props, relationships)
-                    summary["skipped_attributes"] = skipped
+                    spill.schema, summary["skipped_attributes"] = point_schema(ds.ndim, sel.attributes, relationships)
                 owners = sel.object_ids if sel.object_ids is not None else np.full(len(sel), -1)
                 spill.append(spill.schema.records(sel.positions, sel.attributes), ann.point_ids(i, len(sel)), owners)
                 i += 1
@@ -210,8 +221,7 @@ async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, 
             if skel is not None:
                 if attrs is None:
                     attrs = skeleton_attributes(sel.attributes)
-                edges = sel.edges if sel.edges is not None else np.zeros((0, 2), np.int64)
-                skel.append(oid, encode_skeleton(sel.positions, edges, sel.attributes, attrs))
+                skel.append(oid, skeleton_bytes(sel, attrs))
                 summary["skeletons"] += 1
     if geometry == "mesh":
         summary["layers"].append("mesh")

@@ -19,6 +19,7 @@ the store does not have is a 404.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -27,16 +28,8 @@ from aiohttp import web
 from ..errors import InvalidArgumentError
 from ..read.points import read_chunks
 from . import annotations as ann
-from .export import LINE_GEOMETRIES, dimensions
-from .objects import (
-    MESH_INFO,
-    encode_mesh,
-    encode_skeleton,
-    mesh_manifest,
-    nm_per_unit,
-    skeleton_attributes,
-    skeleton_info,
-)
+from .export import LINE_GEOMETRIES, dimensions, point_schema, skeleton_bytes
+from .objects import MESH_INFO, encode_mesh, mesh_manifest, nm_per_unit, skeleton_attributes, skeleton_info
 
 #: the layer names (URL paths) an app serves, for printing its sources.
 LAYERS = web.AppKey("layers", list)
@@ -67,10 +60,7 @@ class _View:
         self.schema = None
         if self.geometry == "point_cloud":
             first = await self._chunk(0) if len(chunks) else None
-            attrs = {} if first is None else first.attributes
-            props, _ = ann.properties_for({n: (v.dtype, int(np.prod(v.shape[1:], dtype=np.int64)))
-                                           for n, v in attrs.items()})
-            self.schema = ann.Schema("POINT", self.ds.ndim, props, [])
+            self.schema, _ = point_schema(self.ds.ndim, {} if first is None else first.attributes, [])
         elif self.geometry in LINE_GEOMETRIES:
             self.schema = ann.Schema("LINE", self.ds.ndim, [], ["object"])
 
@@ -142,8 +132,7 @@ class _View:
         if not self.has_object(oid):
             return None
         sel = await self.ds.read_object(oid, level=self.level)
-        edges = sel.edges if sel.edges is not None else np.zeros((0, 2), np.int64)
-        return encode_skeleton(sel.positions, edges, sel.attributes, skeleton_attributes(sel.attributes))
+        return skeleton_bytes(sel, skeleton_attributes(sel.attributes))
 
     async def skeleton_info(self) -> dict:
         attrs = []
@@ -181,6 +170,13 @@ def make_app(ds, *, level: int = 0, unit: str = "nm") -> web.Application:
     geometry = view.geometry
     routes = web.RouteTableDef()
 
+    def by_id_route(path: str, read: Callable[[int], Awaitable[bytes | None]]) -> None:
+        """GET ``path`` (ending in ``{id}``, a uint64): what ``read`` answers for the id, 404 for None."""
+        async def handler(request: web.Request) -> web.Response:
+            return _bytes(await read(_uint(request.match_info["id"])))
+
+        routes.get(path)(handler)
+
     @web.middleware
     async def cors(request: web.Request, handler):
         if request.method == "OPTIONS":
@@ -206,23 +202,16 @@ def make_app(ds, *, level: int = 0, unit: str = "nm") -> web.Application:
                 raise web.HTTPNotFound(headers=CORS)
             return _bytes(await view.cell(cell))
 
-        @routes.get("/annotations/by_id/{aid}")
-        async def by_id(request):
-            return _bytes(await view.by_id(_uint(request.match_info["aid"])))
-
+        by_id_route("/annotations/by_id/{id}", view.by_id)
         if geometry != "point_cloud":
-            @routes.get("/annotations/rel_object/{oid}")
-            async def related(request):
-                return _bytes(await view.related(_uint(request.match_info["oid"])))
+            by_id_route("/annotations/rel_object/{id}", view.related)
 
     if geometry == "skeleton":
         @routes.get("/skeletons/info")
         async def skel_info(request):
             return _json(await view.skeleton_info())
 
-        @routes.get("/skeletons/{oid}")
-        async def skel(request):
-            return _bytes(await view.skeleton(_uint(request.match_info["oid"])))
+        by_id_route("/skeletons/{id}", view.skeleton)
 
     if geometry == "mesh":
         @routes.get("/mesh/info")

@@ -18,6 +18,7 @@ from .rowops import map_rows, match_rows, segments
 from .selection import Selection
 
 if TYPE_CHECKING:
+    from .chunkset import ChunkSet
     from .context import ReadContext
 
 
@@ -91,20 +92,24 @@ async def query_linked(rc: ReadContext, lo, hi, *, level: int, attributes, categ
     owner = cs.row_owners(owners)
     sel = np.flatnonzero(ins)
     sel = sel[np.argsort(owner[sel], kind="stable")]
+    return linked_rows_by_object(cs, sel, owner, geometry)
+
+
+def linked_rows_by_object(cs: ChunkSet, sel: np.ndarray, owner: np.ndarray, geometry: str) -> Selection:
+    """Rows ``sel`` of the loaded chunks (already grouped by ``owner[sel]``) as a Selection with
+    per-object offsets and the edges/faces among them (a skeleton's implied parent edges included)."""
     positions, attrs = cs.rows(sel)
+    width = 3 if geometry == "mesh" else 2
     pos_of_global = np.full(cs.total, -1, dtype=np.int64)
     pos_of_global[sel] = np.arange(len(sel), dtype=np.int64)
-    conn, link_attrs = None, {}
-    if cs.links is not None:
-        rows, link_attrs = cs.connectivity(geometry)
-        conn, kept = map_rows(rows, pos_of_global)
-        link_attrs = {n: v[kept] for n, v in link_attrs.items()}
+    rows, link_attrs = cs.connectivity(geometry)
+    conn, kept = map_rows(rows, pos_of_global)
+    link_attrs = {n: v[kept] for n, v in link_attrs.items()}
+    if conn.shape[1] != width:
+        conn, link_attrs = np.zeros((0, width), np.int64), {n: v[:0] for n, v in link_attrs.items()}
     obj = owner[sel]
     objects, first = np.unique(obj, return_index=True)
     offsets = np.concatenate((first, [len(sel)])).astype(np.int64) if len(sel) else np.zeros(1, np.int64)
-    width = 3 if geometry == "mesh" else 2
-    if conn is None or conn.shape[1] != width:
-        conn, link_attrs = np.zeros((0, width), np.int64), {n: v[:0] for n, v in link_attrs.items()}
     return Selection(
         positions, attrs, obj,
         edges=None if geometry == "mesh" else conn,

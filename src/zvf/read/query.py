@@ -37,7 +37,7 @@ from ..format.fragments import decode_fragment_index
 from ..format.shard import index_nbytes
 from ..io.plan import choose_fetch
 from . import load
-from .box import needs_chunkset
+from .box import linked_rows_by_object, needs_chunkset
 from .cells import VLEN_HEADER, rows_from_payload
 from .chunkset import ChunkSet, is_draco
 from .context import ReadContext
@@ -48,7 +48,7 @@ from .objects import SEQUENTIAL, combined_selection, level_attributes, object_ta
 from .points import attribute_layout, attribute_rows, fetch, row_nbytes
 from .query_plan import PlannedRead, QueryPlan, Wave
 from .query_spec import Spec, Term
-from .rowops import expand_ranges, map_rows, match_rows, segments
+from .rowops import expand_ranges, match_rows, segments
 from .selection import Selection
 
 __all__ = ["AsyncQuery"]
@@ -629,22 +629,7 @@ async def _read_linked(rc: ReadContext, ctx: _Ctx) -> Selection:
     if ctx.spec.limit is not None:
         first_objects = np.unique(owner[sel])[: ctx.spec.limit]
         sel = sel[np.isin(owner[sel], first_objects)]
-    positions, attrs = cs.rows(sel)
-    pos_of_global = np.full(cs.total, -1, dtype=np.int64)
-    pos_of_global[sel] = np.arange(len(sel), dtype=np.int64)
-    rows, link_attrs = cs.connectivity(geometry)
-    conn, kept = map_rows(rows, pos_of_global)
-    link_attrs = {n: v[kept] for n, v in link_attrs.items()}
-    obj = owner[sel]
-    objects, first = np.unique(obj, return_index=True)
-    offsets = np.concatenate((first, [len(sel)])).astype(np.int64) if len(sel) else np.zeros(1, np.int64)
-    width = 3 if geometry == "mesh" else 2
-    if conn.ndim != 2 or conn.shape[1] != width:
-        conn, link_attrs = np.zeros((0, width), np.int64), {n: v[:0] for n, v in link_attrs.items()}
-    out = Selection(positions, attrs, obj, edges=None if geometry == "mesh" else conn,
-                    faces=conn if geometry == "mesh" else None, offsets=offsets, objects=objects,
-                    link_attributes=link_attrs)
-    return _strip(out, ctx)
+    return _strip(linked_rows_by_object(cs, sel, owner, geometry), ctx)
 
 
 # --------------------------------------------------------------------------
@@ -940,8 +925,9 @@ async def _plan(rc: ReadContext, ctx: _Ctx) -> QueryPlan:
         chunks = [tuple(int(x) for x in c) for c in cand.tolist()]
         parts = _chunkset_parts(lvl, chunks, _with_where(ctx), per_chunk)
         if g in LINKED:
-            for la in (await level_links(rc, lvl.index)).arrays:
-                src = la.sources(chunks, (not la.intra) and g == "skeleton")
+            lk = await level_links(rc, lvl.index)
+            for i, src in lk.plan(chunks, chunks, g == "skeleton"):  # the link cells ChunkSet.load reads
+                la = lk.arrays[i]
                 parts.append(_cell_reads(la.arr, src, "links"))
                 parts += [_cell_reads(a, src, f"link_attributes/{n}") for n, a in la.attributes.items()]
         waves += _wave("vertices, fragments, attributes and links of candidate chunks", parts)

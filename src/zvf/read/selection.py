@@ -35,12 +35,8 @@ class Selection:
 
     def __repr__(self) -> str:
         extra = [f"{len(self)} vertices", f"attributes={sorted(self.attributes)}"]
-        if self.objects is not None:
-            extra.append(f"{len(self.objects)} objects")
-        if self.edges is not None:
-            extra.append(f"{len(self.edges)} edges")
-        if self.faces is not None:
-            extra.append(f"{len(self.faces)} faces")
+        extra += [f"{len(v)} {name}" for name, v in (("objects", self.objects), ("edges", self.edges),
+                                                     ("faces", self.faces)) if v is not None]
         if self.link_attributes:
             extra.append(f"link_attributes={sorted(self.link_attributes)}")
         return f"Selection({', '.join(extra)})"

@@ -32,13 +32,11 @@ class ObjectChecks(ValidatorBase):
                     self.error(3, ids_arr.keys.key(ids_arr.path, (0,)),
                                f"object_ids must be sorted and unique; {what} at rows {r}..{r + 1} "
                                f"({int(ids[r])}, {int(ids[r + 1])})")
-        if man is None or not man.usable or man.codec is None or man.meta.ndim != 1:
-            return
-        o = int(man.meta.shape[0])
-        got = await self._vlen_rows(man, o, "manifest")
+        got = await self._vlen_rows(man, "manifest")
         if got is None:
             return
         row_no, payloads, cell_of, missing = got
+        o = int(man.meta.shape[0])
         if missing:
             first = next(c for c in range(len(man.grid_cells) + 1) if (c,) not in man.grid_cells)
             self.error(3, man.keys.key(man.path, (first,)),
@@ -62,24 +60,22 @@ class ObjectChecks(ValidatorBase):
         has_v = np.array([tuple(c) in lv.n_rows for c in uniq.tolist()], dtype=bool)
         bad_c = np.array([tuple(c) in lv.bad_chunks for c in uniq.tolist()], dtype=bool)
         fcount = f_of[inv]
-        nochunk = ~has_v[inv] & ~bad_c[inv]
-        for i in np.flatnonzero(nochunk)[:MAX_SIMILAR].tolist():
-            r = int(table.object_row[i])
-            self.error(3, cell_of[r], f"object {int(oids[r])} references chunk "
-                                      f"{format_chunk_id(table.coords[i].tolist())}, which holds no vertices",
-                       kind="manifest-chunk")
-        if nochunk.sum() > MAX_SIMILAR:
-            self.error(3, f"{man.path}", f"{int(nochunk.sum()) - MAX_SIMILAR} more manifest blocks reference "
-                                         "chunks without vertices")
-        past = has_v[inv] & (fcount >= 0) & (table.fragment >= fcount)
-        for i in np.flatnonzero(past)[:MAX_SIMILAR].tolist():
-            r = int(table.object_row[i])
-            self.error(3, cell_of[r], f"object {int(oids[r])} references fragment {int(table.fragment[i])} of "
-                                      f"chunk {format_chunk_id(table.coords[i].tolist())}, which has only "
-                                      f"{int(fcount[i])} fragments", kind="manifest-fragment")
-        if past.sum() > MAX_SIMILAR:
-            self.error(3, f"{man.path}", f"{int(past.sum()) - MAX_SIMILAR} more manifest blocks reference "
-                                         "fragments past their chunk's count")
+        def bad_blocks(mask: np.ndarray, kind: str, says, more: str) -> None:
+            """The first MAX_SIMILAR manifest blocks ``mask`` flags, at the manifest cell of their object
+            (``says(block, object row)`` what is wrong), and a count of the rest."""
+            for i in np.flatnonzero(mask)[:MAX_SIMILAR].tolist():
+                r = int(table.object_row[i])
+                self.error(3, cell_of[r], f"object {int(oids[r])} references {says(i)}", kind=kind)
+            if mask.sum() > MAX_SIMILAR:
+                self.error(3, f"{man.path}", f"{int(mask.sum()) - MAX_SIMILAR} more manifest blocks reference {more}")
+
+        bad_blocks(~has_v[inv] & ~bad_c[inv], "manifest-chunk",
+                   lambda i: f"chunk {format_chunk_id(table.coords[i].tolist())}, which holds no vertices",
+                   "chunks without vertices")
+        bad_blocks(has_v[inv] & (fcount >= 0) & (table.fragment >= fcount), "manifest-fragment",
+                   lambda i: f"fragment {int(table.fragment[i])} of chunk {format_chunk_id(table.coords[i].tolist())}"
+                             f", which has only {int(fcount[i])} fragments",
+                   "fragments past their chunk's count")
         # level 4: at level 0 every fragment belongs to some object (one per object and chunk)
         if self.max_level >= 4 and n == 0 and not lv.meta.shared_fragments:
             valid = has_v[inv] & (fcount >= 0) & (table.fragment < np.maximum(fcount, 0))
@@ -94,13 +90,17 @@ class ObjectChecks(ValidatorBase):
             if unused:
                 self.warn(4, f"{man.path}", f"{unused} fragment(s) of level {n} belong to no object's manifest")
 
-    async def _vlen_rows(self, info: ArrayInfo, count: int, what: str):
-        """Stored rows of a 1-D vlen array (plain or sharded) among 0..count-1.
+    async def _vlen_rows(self, info: ArrayInfo | None, what: str):
+        """Stored rows of a 1-D vlen array (plain or sharded: manifests, groups) among 0..shape[0]-1.
 
-        Returns (row numbers, payloads, key of each row, rows missing) or None when a
-        stored chunk is broken (reported).  Only stored chunks are visited, so a
-        corrupted ``shape`` cannot make this loop or allocate.
+        Returns (row numbers, payloads, key of each row, rows missing) or None when the
+        array is absent or not checkable (reported elsewhere) or a stored chunk is broken
+        (reported).  Only stored chunks are visited, so a corrupted ``shape`` cannot make
+        this loop or allocate.
         """
+        if info is None or not info.usable or info.codec is None or info.meta.ndim != 1:
+            return None
+        count = int(info.meta.shape[0])
         per = int(info.meta.chunk_shape[0])
         codec = info.codec
         inner = per if codec.shard is None else (codec.inner_rows or 1)
@@ -164,10 +164,7 @@ class ObjectChecks(ValidatorBase):
             if info.usable and info.codec is not None:
                 await self._dense(info)
         grp = lv.array("groups")
-        if grp is None or not grp.usable or grp.codec is None or grp.meta.ndim != 1:
-            return
-        g = int(grp.meta.shape[0])
-        got = await self._vlen_rows(grp, g, "groups")
+        got = await self._vlen_rows(grp, "groups")
         if got is None:
             return
         members: list[np.ndarray] = []

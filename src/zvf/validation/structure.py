@@ -5,6 +5,7 @@ geometry needs are there, claim objects and orphans are reported.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -13,7 +14,24 @@ from ..errors import FormatError, NotZvfStoreError, RemoteError
 from ..format import metadata as md
 from ..format import parse
 from ..format.keys import ChunkKeyEncoding
+from ..lifecycle.lock import STALE_AFTER as LOCK_STALE_AFTER
+from ..lifecycle.lock import TAKEOVER
+from ..lifecycle.lock import holder_record as lock_holder
 from .model import FAILED, MAX_DOC_BYTES, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, array_of, strip_key
+
+MAX_LOCK_BYTES = 64 << 10  # a lock body is a short JSON record; a larger one is not read
+
+
+def is_lock_key(key: str) -> bool:
+    """The writer lock / creation claim, or a marker of a stale lock's takeover."""
+    return key == md.CLAIM_KEY or key.startswith(TAKEOVER)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{max(seconds, 0.0):.0f} s"
 
 
 class StructureChecks(ValidatorBase):
@@ -33,12 +51,7 @@ class StructureChecks(ValidatorBase):
             self.error(1, "zarr.json", f"no store at {self.url} (the location is empty)")
             return False
 
-        if md.CLAIM_KEY in self.sizes:
-            self.error(
-                1, md.CLAIM_KEY,
-                "a zvf write claim is present: a write is in progress or was interrupted; "
-                "rewrite the store with overwrite=True (or delete it) once no writer is running",
-            )
+        await self._writer_lock()
         doc_keys = [k for k in self.keys if k == "zarr.json" or k.endswith("/zarr.json")]
         big = [k for k in doc_keys if self.sizes[k] > MAX_DOC_BYTES]
         for k in big:
@@ -96,9 +109,45 @@ class StructureChecks(ValidatorBase):
         self._check_required()
         return bool(self.levels)
 
+    async def _writer_lock(self) -> None:
+        """``.zvf-writing``.  Held as the store lock (a JSON holder record: an append or pyramid
+        build is running, or its holder died) it is a warning naming holder and age -- the store
+        itself is whole.  Without a holder record it is a creation claim: an unfinished write."""
+        markers = [k for k in self.keys if k.startswith(TAKEOVER)]
+        also = (f"; {len(markers)} takeover marker(s) {TAKEOVER}* beside it (removed when their winner "
+                "releases the lock)") if markers else ""
+        if md.CLAIM_KEY not in self.sizes:
+            if markers:
+                self.warn(1, markers[0], f"{len(markers)} takeover marker(s) of a store lock that is no longer "
+                                         "held (a holder died while releasing it); safe to delete")
+            return
+        rec: dict = {}
+        if self.sizes[md.CLAIM_KEY] <= MAX_LOCK_BYTES:
+            body = await self._get_or_issue(md.CLAIM_KEY)
+            if body is FAILED or body is None:  # unreadable (reported) or released since the listing
+                return
+            rec = lock_holder(bytes(body))
+        if not rec:
+            self.error(
+                1, md.CLAIM_KEY,
+                "a zvf write claim is present: a write is in progress or was interrupted; "
+                "rewrite the store with overwrite=True (or delete it) once no writer is running",
+            )
+            return
+        age = time.time() - float(rec["time"])
+        who = (f"{rec.get('purpose', 'a writer')} (owner {rec.get('owner', '?')}, pid {rec.get('pid', '?')} "
+               f"on {rec.get('host', '?')})")
+        if age <= LOCK_STALE_AFTER:
+            state = ("live: a change is in progress and is published when it releases the lock; "
+                     "validate again then")
+        else:
+            state = (f"stale (older than {LOCK_STALE_AFTER:g} s): its holder likely died; the next append or "
+                     "pyramid build takes it over, or delete it by hand once no writer runs")
+        self.warn(1, md.CLAIM_KEY, f"the store lock is held by {who} for {_duration(age)}; {state}{also}")
+
     def _report_rootless(self) -> None:
         """No root document: describe what is there instead."""
-        data = [k for k in self.keys if k != md.CLAIM_KEY]
+        data = [k for k in self.keys if not is_lock_key(k)]
         dirs = Counter(array_of(k) or "." for k in data if not k.endswith("zarr.json"))
         docs = sum(1 for k in data if k.endswith("zarr.json"))
         what = ", ".join(f"{n} under {d}/" for d, n in sorted(dirs.items())[:8])
@@ -189,7 +238,7 @@ class StructureChecks(ValidatorBase):
         orphans: dict[str, list[str]] = defaultdict(list)
         for i in np.flatnonzero(~owned).tolist():
             k = keys[i]
-            if k == md.CLAIM_KEY or k == "zarr.json" or k.endswith("/zarr.json"):
+            if is_lock_key(k) or k == "zarr.json" or k.endswith("/zarr.json"):
                 continue
             if k.rsplit("/", 1)[-1] in (".zgroup", ".zarray", ".zattrs"):
                 continue

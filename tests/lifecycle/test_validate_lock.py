@@ -1,0 +1,56 @@
+"""What ``zvf validate`` says about the store lock ``.zvf-writing``: a held lock (live or stale) is a
+warning naming its holder and age, not corruption; a creation claim stays an unfinished write."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import zvf
+import zvf.aio as za
+from zvf.io.executor import Executor
+from zvf.io.store import open_store
+from zvf.lifecycle.lock import LOCK_KEY, TAKEOVER, StoreLock
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = str(tmp_path / "s.zarrvectors")
+    zvf.write_points(path, np.random.default_rng(0).uniform(0, 10, (50, 3)), chunk_shape=(5.0,) * 3)
+    return path
+
+
+def _lock_issues(rep):
+    return [i for i in rep.issues if i.key.startswith(LOCK_KEY)]
+
+
+async def test_live_lock_is_a_warning_naming_its_holder(store):
+    async with StoreLock(Executor(open_store(store, mode="a")), store, purpose="append") as lock:
+        rep = await za.validate(store, level=5)
+    assert rep.ok, rep.summary()
+    (issue,) = _lock_issues(rep)
+    assert issue.severity == "warning" and issue.key == LOCK_KEY
+    assert f"held by append (owner {lock.owner}" in issue.message and "live" in issue.message
+    assert "interrupted" not in issue.message
+
+
+def test_stale_lock_and_its_takeover_marker_are_warnings(store, tmp_path):
+    body = {"owner": "dead0", "purpose": "pyramid build", "host": "h", "pid": 7, "time": 1.0}
+    (tmp_path / "s.zarrvectors" / LOCK_KEY).write_text(json.dumps(body))
+    (tmp_path / "s.zarrvectors" / (TAKEOVER + "dead0")).write_text("{}")
+    rep = zvf.validate(store, level=5)
+    assert rep.ok, rep.summary()  # the marker is no orphan either
+    (issue,) = _lock_issues(rep)
+    assert issue.severity == "warning"
+    assert "held by pyramid build (owner dead0, pid 7 on h)" in issue.message
+    assert "stale" in issue.message and " d;" in issue.message  # its age, in days
+    assert "1 takeover marker(s)" in issue.message
+
+
+def test_creation_claim_is_still_an_unfinished_write(store, tmp_path):
+    (tmp_path / "s.zarrvectors" / LOCK_KEY).write_bytes(b"zvf write in progress 0123\n")
+    rep = zvf.validate(store)
+    assert not rep.ok and LOCK_KEY in rep.keys("error")
+    assert "interrupted" in next(i.message for i in _lock_issues(rep))
