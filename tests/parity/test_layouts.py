@@ -201,6 +201,30 @@ def test_categorized_full_box_and_categories(categorized):
     assert zvf.validate(str(path), level=5).ok
 
 
+def test_where_on_the_chunking_attribute_reads_only_its_categories(categorized):
+    """``where`` on the attribute a store is chunked by picks whole categories from metadata:
+    only their chunks are read, and it composes with a box, other terms and object ids."""
+    path, pos, cat, w, oids = categorized
+    lo, hi = np.array([-10.0, -10, -10]), np.array([15.0, 15, 15])
+    inbox = np.all((pos >= lo) & (pos <= hi), axis=1)
+    with zvf.open(str(path)) as ds:
+        for where, keep in (({"cat": 7}, cat == 7), ({"cat": [3, 11]}, np.isin(cat, [3, 11])),
+                            ({"cat": (5, 20)}, (cat >= 5) & (cat <= 20)), ({"cat": 4}, np.zeros(len(cat), bool)),
+                            ({"cat": 7, "w[0]": (0.0, 0.5)}, (cat == 7) & (w[:, 0] <= 0.5))):
+            got = ds.select(bbox=(lo, hi), where=where).read()
+            m = keep & inbox
+            assert np.array_equal(_rows(got.positions, got.attributes["cat"], got.object_ids),
+                                  _rows(pos[m], cat[m], oids[m])), where
+        one = ds.select(where={"cat": 3}).read()
+        assert np.array_equal(_rows(one.positions), _rows(pos[cat == 3]))
+        chunks = ds.select(where={"cat": 3}).plan().candidate_chunks
+        every = ds.select().plan().candidate_chunks
+        assert 0 < chunks < every  # the other categories' chunks are never candidates
+        got = ds.select(objects=[2, 5], where={"cat": [11]}).read()
+        m = np.isin(oids, [2, 5]) & (cat == 11)
+        assert np.array_equal(_rows(got.positions, got.object_ids), _rows(pos[m], oids[m]))
+
+
 def test_categorized_objects_span_categories(categorized):
     path, pos, cat, w, oids = categorized
     with zvf.open(str(path)) as ds:

@@ -133,6 +133,11 @@ class _Ctx:
     vterms: tuple[Term, ...]  # where on vertex attributes
     allowed: np.ndarray | None  # object id set (objects & groups & object-attribute where)
     level_note: str
+    categories: list | None = None  # values of the chunking attribute a ``where`` on it keeps
+
+    def chunks_in(self, box) -> np.ndarray:
+        """Stored chunks of the box (all when None), within ``categories`` when a ``where`` named them."""
+        return self.level.chunks_in(*(box or (None, None)), self.categories)
 
     @property
     def box(self):
@@ -150,8 +155,17 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
         lvl, note = await rc.level(spec.level), f"level {spec.level} (asked for)"
     names, with_cat = level_attributes(lvl, list(spec.attributes) if spec.attributes is not None else None)
     vnames = lvl.named("vertex_attributes")
-    oterms = tuple(t for t in spec.where if t.name not in vnames)
+    cname = lvl.category_name
+    cterms = tuple(t for t in spec.where if cname is not None and t.name == cname and cname not in vnames)
+    oterms = tuple(t for t in spec.where if t.name not in vnames and t not in cterms)
     vterms = tuple(t for t in spec.where if t.name in vnames)
+    categories = None
+    if cterms:  # the chunking attribute: a where on it picks whole categories, before any request
+        values = np.asarray(lvl.categories)
+        keep = np.ones(len(values), dtype=bool)
+        for t in cterms:
+            keep &= t.test(t.column(values, None))
+        categories = values[keep].tolist()
     if oterms and not rc.has_objects(lvl.index):
         raise InvalidArgumentError(f"where {oterms[0].name!r}: no such vertex attribute (it has {vnames})")
     narrowed_by_id = spec.objects is not None or spec.groups is not None
@@ -189,7 +203,7 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
         width = int(np.prod(rshape)) if rshape else len(channels or [])
         if width:
             t.column(np.zeros((0, width) if width > 1 else (0,)), channels)
-    return _Ctx(spec, lvl, names, with_cat, vterms, allowed, note)
+    return _Ctx(spec, lvl, names, with_cat, vterms, allowed, note, categories)
 
 
 async def _level_ids(rc: ReadContext, lvl) -> np.ndarray:
@@ -249,7 +263,7 @@ class _PointJob:
 async def _point_job(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = None) -> _PointJob:
     lvl = ctx.level
     box = ctx.box
-    cand = lvl.chunks_in(*(box or (None, None)))
+    cand = ctx.chunks_in(box)
     if subset is not None:
         cand = cand[match_rows(subset, cand) >= 0]
     obj_frags = None
@@ -519,8 +533,7 @@ def _take(sel: Selection, rows: np.ndarray) -> Selection:
 
 def _candidates(ctx: _Ctx, sub_coords: np.ndarray | None) -> np.ndarray:
     """Chunks that can hold a matching vertex: the box's, and the id set's when there is one."""
-    lvl = ctx.level
-    cand = lvl.chunks_in(*(ctx.box or (None, None)))
+    cand = ctx.chunks_in(ctx.box)
     if sub_coords is not None:
         cand = cand[match_rows(np.unique(sub_coords, axis=0), cand) >= 0] if len(sub_coords) else cand[:0]
     return cand
