@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 
@@ -14,34 +13,17 @@ import cloudpickle
 import dask.array as da
 import dask.bag as db
 import pyarrow.parquet as pq
-from distributed import Client, LocalCluster
 
 import zvf
 import zvf.dask as zd
 from zvf.errors import InvalidArgumentError
 from zvf.read.export import export as serial_export
 
+from .conftest import tree
+
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests package
 
 CHUNK = (20.0, 20.0, 20.0)
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                      host="127.0.0.1") as cluster, Client(cluster) as c:
-        yield c
-
-
-def tree(root) -> dict[str, str]:
-    """Every file of a store: relative path -> content hash."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def pieces(n_files: int, rows: int, seed: int = 0):

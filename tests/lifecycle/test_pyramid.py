@@ -211,7 +211,7 @@ def test_graph_pyramid_matches_reference(tmp_path):
     ({"factors": [(2, 0.5)]}, "sparsity"),
     ({"factors": [(2, 1)], "chunk_scale_factors": [1, 2]}, "chunk_scale_factors"),
     ({"factors": [(2, 1)], "cross_level_storage": "both"}, "cross_level_storage"),
-    ({"factors": [(2, 1)], "cross_level_depth": 2}, "cross_level_depth"),
+    ({"factors": [(2, 1)], "cross_level_depth": -2}, "cross_level_depth"),
     ({"factors": [(2, 1)], "sparsity_strategy": "length"}, "sparsity_strategy"),
 ])
 def test_bad_arguments(tmp_path, kwargs, match):

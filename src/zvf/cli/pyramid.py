@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from .ingest import add_cluster_flags
 from .progress import ProgressBar
 
 
@@ -30,11 +31,20 @@ def cmd_pyramid(args) -> int:
         if len(args.chunk_scale) != len(args.factor):
             raise SystemExit("zvf: give --chunk-scale once per --factor, or not at all")
         scales = args.chunk_scale
-    with bar:
-        summary = zvf.build_pyramid(
-            args.target, [parse_factor(f) for f in args.factor], chunk_scale_factors=scales,
-            cross_level_depth=0 if args.links == "none" else 1, cross_level_storage=args.links, seed=args.seed,
-            storage_options=_options(args.option), progress=progress)
+    kw = dict(chunk_scale_factors=scales, cross_level_depth=0 if args.links == "none" else args.depth,
+              cross_level_storage=args.links, seed=args.seed, storage_options=_options(args.option),
+              progress=progress)
+    factors = [parse_factor(f) for f in args.factor]
+    if args.workers is None and args.scheduler is None:
+        with bar:
+            summary = zvf.build_pyramid(args.target, factors, **kw)
+    else:  # the blocks of each level as tasks on Dask workers
+        import zvf.dask as zd
+
+        from ..distributed.run import client_for
+
+        with bar, client_for(args.workers, args.scheduler) as client:
+            summary = zd.build_pyramid(args.target, factors, client=client, **kw)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
@@ -53,7 +63,10 @@ def register(sub, target) -> None:
                    help="one per --factor: chunk edge N times the level below (default 1)")
     p.add_argument("--links", choices=("explicit", "implicit", "none"), default="explicit",
                    help="cross-level links: +1 and -1 (explicit), +1 only (implicit), none")
+    p.add_argument("--depth", type=int, default=1, metavar="N",
+                   help="cross-level links up to N levels apart (default 1; -1: every pair of levels)")
     p.add_argument("--seed", type=int, default=0, help="seed of the object/point sampling (default 0)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_cluster_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_pyramid)

@@ -19,20 +19,31 @@ from ..errors import InvalidArgumentError
 from .run import compute, need_dask, spec_of
 
 
+def _run(url: str, opts, job, group: list, max_inflight_bytes: int, before: Callable[[], None] | None) -> list:
+    """One task on a worker: its blocks, from the store spec (``before``: a test's hook, run first)."""
+    from ..lifecycle import pyramid
+
+    if before is not None:
+        before()
+    return pyramid.run_block_task(url, opts, job, group, max_inflight_bytes=max_inflight_bytes)
+
+
 def build_pyramid(target: Any, factors, *, chunk_scale_factors=None, cross_level_depth: int = 1,
                   cross_level_storage: str = "explicit", sparsity_strategy: str = "random", seed: int = 0,
-                  storage_options=None, blocks_per_task: int = 4, client: Any = None,
-                  progress: Callable[[dict], None] | None = None, lock_timeout: float = 60.0,
-                  stale_after: float = 3600.0) -> dict:
+                  storage_options=None, progress: Callable[[dict], None] | None = None,
+                  max_inflight_bytes: int = 64 << 20, lock_timeout: float = 60.0, stale_after: float = 3600.0,
+                  blocks_per_task: int = 4, client: Any = None, _before_task: Callable[[], None] | None = None) -> dict:
     """``zvf.build_pyramid`` with the blocks of every step coarsened on Dask workers.
 
-    Arguments are the serial builder's; ``blocks_per_task`` blocks make one
-    task (a block is a few source chunks).  ``client``: a ``distributed``
-    client (default: the current one, else Dask's local scheduler).
-    ``progress(dict)`` gets ``stage`` ("level N"), ``done``, ``total`` tasks.
-    A worker lost mid-task is rerun (its cell keys are the block's, so no
-    duplicates); a build that died leaves no visible level and the next
-    build removes its cells.
+    Arguments are the serial builder's (``max_inflight_bytes`` bounds each
+    task's uploads); ``blocks_per_task`` blocks make one task (a block is a
+    few source chunks).  ``client``: a ``distributed`` client (default: the
+    current one, else Dask's local scheduler).  ``progress(dict)`` gets the
+    serial keys (``level``, ``blocks``, ``total_blocks``, ``vertices``) and
+    the engine's (``stage`` "level N", ``done``, ``total`` tasks).  A worker
+    lost mid-task is rerun (its cell keys are the block's, so no duplicates);
+    a build that died leaves no visible level and the next build removes
+    its cells.
     """
     dask = need_dask()
     from ..lifecycle import pyramid
@@ -40,18 +51,26 @@ def build_pyramid(target: Any, factors, *, chunk_scale_factors=None, cross_level
     if isinstance(blocks_per_task, bool) or not isinstance(blocks_per_task, int) or blocks_per_task < 1:
         raise InvalidArgumentError(f"blocks_per_task must be an integer >= 1, got {blocks_per_task!r}")
     url, opts = spec_of(target, storage_options)
-    run = dask.delayed(pyramid.run_block_task, pure=False)
+    run = dask.delayed(_run, pure=False)
 
     async def map_blocks(job: pyramid.StepJob, tasks: list[pyramid.BlockTask]) -> list[pyramid.BlockSummary]:
         shared = dask.delayed(job, traverse=False)  # one graph node: shipped once per worker, not per task
         groups = [tasks[i:i + blocks_per_task] for i in range(0, len(tasks), blocks_per_task)]
-        graph = [run(url, opts, shared, group) for group in groups]
+        graph = [run(url, opts, shared, group, max_inflight_bytes, _before_task) for group in groups]
+        level = job.plan.target
+        seen = {"blocks": 0, "vertices": 0}
+
+        def note(summaries: list[pyramid.BlockSummary]) -> dict:
+            seen["blocks"] += len(summaries)
+            seen["vertices"] += sum(x.vertex_count for x in summaries)
+            return {"level": level, "total_blocks": len(tasks), **seen}
+
         done = await anyio.to_thread.run_sync(lambda: compute(graph, client=client, progress=progress,
-                                                              stage=f"level {job.plan.target}"))
-        return [s for group in done for s in group]
+                                                              stage=f"level {level}", note=note))
+        return [x for group in done for x in group]
 
     return anyio.run(lambda: pyramid.build_pyramid(
         url, factors, chunk_scale_factors=chunk_scale_factors, cross_level_depth=cross_level_depth,
         cross_level_storage=cross_level_storage, sparsity_strategy=sparsity_strategy, seed=seed,
-        storage_options=opts, lock_timeout=lock_timeout, stale_after=stale_after, map_blocks=map_blocks),
-        backend="asyncio")
+        storage_options=opts, max_inflight_bytes=max_inflight_bytes, lock_timeout=lock_timeout,
+        stale_after=stale_after, map_blocks=map_blocks), backend="asyncio")

@@ -56,29 +56,40 @@ def default_client(client: Any = None) -> Any:
 
 
 def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None] | None = None,
-            stage: str = "tasks") -> list:
+            stage: str = "tasks", note: Callable[[Any], dict] | None = None) -> list:
     """Results of ``tasks`` (dask delayed objects), in order, reporting each as it finishes.
 
-    On a ``distributed`` cluster a task lost with its worker is rerun by the
-    scheduler on another worker; zvf tasks are idempotent, so that is safe.
+    ``note(result)`` adds keys of its own to the progress dict of each
+    finished task.  On a ``distributed`` cluster a task lost with its worker
+    is rerun by the scheduler on another worker; zvf tasks are idempotent,
+    so that is safe.
     """
     dask = need_dask()
     if not tasks:
         return []
     client = default_client(client)
     total = len(tasks)
+
+    def report(done: int, result: Any) -> None:
+        if progress is not None:
+            progress({"stage": stage, "done": done, "total": total, **(note(result) if note else {})})
+
     if client is None:
         out = list(dask.compute(*tasks))
-        if progress is not None:
-            progress({"stage": stage, "done": total, "total": total})
+        for done, result in enumerate(out, 1):
+            report(done, result)
         return out
     from distributed import as_completed
 
     futures = client.compute(tasks)
-    for done, _ in enumerate(as_completed(futures), 1):
-        if progress is not None:
-            progress({"stage": stage, "done": done, "total": total})
-    return client.gather(futures)
+    if progress is None:
+        return client.gather(futures)
+    slot = {id(f): i for i, f in enumerate(futures)}
+    out = [None] * total
+    for done, (future, result) in enumerate(as_completed(futures, with_results=True), 1):
+        out[slot[id(future)]] = result
+        report(done, result)
+    return out
 
 
 @contextlib.contextmanager

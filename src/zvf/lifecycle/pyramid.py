@@ -9,7 +9,8 @@ can map its work (see docs/LIFECYCLE.md):
   target chunk and every cross-level link cell belongs to exactly one
   block, so blocks never share an output and memory is one block's data.
 * :func:`coarsen_block` (pure numpy) turns one block's source cells into
-  its target cells, its ``+1``/``-1`` link rows and, for objects, the
+  its target cells, its ``±1`` link rows (and the ``±N`` ones of finer
+  levels, composed with their ``+(N-1)`` links) and, for objects, the
   coarse vertex sequence of every source fragment it saw.
 * :func:`assemble_manifests` (pure, the small commit) stitches those
   sequences into one manifest per object, in the source manifest order.
@@ -60,7 +61,7 @@ from ..format.fragments import (
     encode_fragment_index,
 )
 from ..format.keys import format_offsets_name, parse_offsets_name
-from ..format.links import encode_ragged_links
+from ..format.links import decode_ragged_links, encode_ragged_links
 from ..io.executor import Executor
 from ..io.store import open_store
 from ..read import load
@@ -215,6 +216,9 @@ class BlockInput:
     ref_chunk: np.ndarray | None = None  # (R,) index into ``chunks``
     ref_fragment: np.ndarray | None = None  # (R,) fragment id
     ref_count: np.ndarray | None = None  # (R,) number of references
+    # per DeepStep of the job: the ``+(delta-1)`` rows of its fine level in this block
+    # (fine chunk (M, ndim), fine row, chunk at the source level (M, ndim), row there)
+    deep: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 @dataclass
@@ -223,8 +227,10 @@ class BlockOutput:
 
     cells: dict[str, list[tuple[tuple[int, ...], bytes]]] = field(default_factory=dict)  # path under level -> cells
     up_cells: dict[str, list[tuple[tuple[int, ...], bytes]]] = field(default_factory=dict)  # "+1" family at source
+    low_cells: dict[int, dict[str, list]] = field(default_factory=dict)  # "+N" (N >= 2) families, per fine level
     vertex_count: int = 0
     links: int = 0
+    deep_links: dict[int, int] = field(default_factory=dict)  # N -> "+N" links of this block
     # object levels: coarse path of each referenced source fragment
     seq_chunk: np.ndarray | None = None  # (R, ndim) source chunk of the fragment
     seq_fragment: np.ndarray | None = None  # (R,)
@@ -274,8 +280,13 @@ def weighted_mean_or_mode(values: np.ndarray, group: np.ndarray, weights: np.nda
     return out.reshape((n_groups, *values.shape[1:]))
 
 
-def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool) -> BlockOutput:
-    """The target cells of one block (see the module docstring); no I/O."""
+def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool,
+                  deep: tuple[DeepStep, ...] = ()) -> BlockOutput:
+    """The target cells of one block (see the module docstring); no I/O.
+
+    ``deep``: the ``+N``/``-N`` links (N >= 2) ending at the target level,
+    composed from ``data.deep`` and this step's parents.
+    """
     out = BlockOutput()
     n, nd = data.positions.shape
     if n == 0:
@@ -412,24 +423,39 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
         parent_local[order] = parent_local_sorted
     out.links = int((parent_local >= 0).sum())
     _link_cells(plan, out, data.chunks[row_chunk], row_local, parent_chunk, parent_local)
+    for step, (fc, fl, mc, ml) in zip(deep, data.deep):
+        # a fine vertex's parent here is the parent of its ancestor at the source level (same block)
+        k = _rows_in(data.chunks, mc) if len(mc) else np.zeros(0, np.int64)
+        bad = (np.any(data.chunks[k] != mc, axis=1) | (ml >= np.diff(data.starts)[k])) if len(mc) else k.astype(bool)
+        if bad.any():
+            raise FormatError(f"{step.level}/links/+{step.delta - 1}: a link names a vertex that "
+                              f"{plan.source}/vertices does not hold")
+        row = data.starts[k] + ml
+        ok = parent_local[row] >= 0
+        out.deep_links[step.delta] = int(ok.sum())
+        _link_cells(plan, out, fc, fl, parent_chunk[row], parent_local[row], delta=step.delta,
+                    fine_scale=step.scale, up=out.low_cells.setdefault(step.level, {}))
     return out
 
 
-def _link_cells(plan: LevelPlan, out: BlockOutput, fine_chunk, fine_local, coarse_chunk, coarse_local) -> None:
-    """``+1`` rows at the fine chunk and ``-1`` rows at the coarse chunk, filed by anchored offsets."""
+def _link_cells(plan: LevelPlan, out: BlockOutput, fine_chunk, fine_local, coarse_chunk, coarse_local, *,
+                delta: int = 1, fine_scale=None, up: dict | None = None) -> None:
+    """``+delta`` rows at the fine chunk (into ``up``, default the source level's) and ``-delta`` rows at
+    the coarse chunk, filed by offsets from the anchor of the other level's grid."""
     ok = coarse_local >= 0
     fine_chunk, fine_local = fine_chunk[ok], fine_local[ok]
     coarse_chunk, coarse_local = coarse_chunk[ok], coarse_local[ok]
-    s, t = np.asarray(plan.src_scale), np.asarray(plan.scale)
+    s = np.asarray(plan.src_scale if fine_scale is None else fine_scale)
+    t = np.asarray(plan.scale)
     for name, src_c, src_i, dst_c, dst_i, anchor in (
-        ("+1", fine_chunk, fine_local, coarse_chunk, coarse_local, np.floor_divide(fine_chunk * s, t)),
-        ("-1", coarse_chunk, coarse_local, fine_chunk, fine_local, np.floor_divide(coarse_chunk * t, s)),
+        (f"+{delta}", fine_chunk, fine_local, coarse_chunk, coarse_local, np.floor_divide(fine_chunk * s, t)),
+        (f"-{delta}", coarse_chunk, coarse_local, fine_chunk, fine_local, np.floor_divide(coarse_chunk * t, s)),
     ):
         off = dst_c - anchor
         key = np.concatenate([src_c, off], axis=1)
         order = np.lexsort(key.T[::-1])  # stable: fine row order inside a cell
         starts, counts = _runs(key[order])
-        where = out.up_cells if name == "+1" else out.cells
+        where = (out.up_cells if up is None else up) if name[0] == "+" else out.cells
         for a, c in zip(starts.tolist(), counts.tolist()):
             idx = order[a:a + c]
             rows = np.stack([src_i[idx], dst_i[idx]], axis=1)
@@ -626,7 +652,8 @@ async def build_pyramid(
     ``chunk_scale_factors[i]`` multiplies the source level's chunk shape.
     ``cross_level_storage``: "explicit" writes ``+N`` links at the finer
     and ``-N`` at the coarser level, "implicit" only ``+N``, "none" none;
-    ``cross_level_depth`` is the largest ``N`` (1 or 0).  ``progress`` is
+    ``cross_level_depth`` is the largest ``N`` (0: none, -1: every pair
+    of levels; ``±N`` for N >= 2 compose the ``±1`` parents, as 0.9.2's).  ``progress`` is
     called with a dict (level, blocks, total_blocks, vertices).  The build
     holds the store's lock (waits up to ``lock_timeout`` s for an append or
     another build; a lock older than ``stale_after`` s is taken over).
@@ -637,12 +664,14 @@ async def build_pyramid(
     if cross_level_storage not in STORAGES:
         raise InvalidArgumentError(f"cross_level_storage must be one of {STORAGES}, got {cross_level_storage!r}")
     if isinstance(cross_level_depth, bool) or not isinstance(cross_level_depth, (int, np.integer)) \
-            or cross_level_depth not in (0, 1):
+            or cross_level_depth < -1:
         raise InvalidArgumentError(
-            "cross_level_depth: zvf materializes links between adjacent levels only (0 or 1), "
-            f"got {cross_level_depth!r}")
+            f"cross_level_depth must be an integer >= -1 (-1: every pair of levels), got {cross_level_depth!r}")
     if sparsity_strategy not in STRATEGIES:
-        raise InvalidArgumentError(f"sparsity_strategy must be one of {STRATEGIES}, got {sparsity_strategy!r}")
+        raise InvalidArgumentError(
+            f"sparsity_strategy must be one of {STRATEGIES}, got {sparsity_strategy!r}: zarr-vectors 0.9.2 "
+            "itself implements only 'random'; its other names are plug-ins of the separate zarr-vectors-tools "
+            "package, which zvf does not implement")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InvalidArgumentError(f"seed must be an integer >= 0, got {seed!r}")
 
@@ -694,11 +723,12 @@ async def _build(handle, ex, root, root_state, level0, steps, summary, *, object
         plans: list[LevelPlan] = []
         ds, src = AsyncDataset(handle, ex, root, level0), level0
         src_chunk, src_bin = root.chunk_shape, root.bin_shape
+        grids: dict[int, tuple] = {}  # level -> (scale, chunk units, grid origin, grid shape)
         for coarsen, sparsity, scale in steps:
             plan = plan_level(root, src.index, src_chunk, src_bin, coarsen, sparsity, scale)
             info = await _build_level(ds, src, plan, writer, objects=objects, links=links,
                                       explicit=storage == "explicit", seed=seed, progress=progress,
-                                      map_blocks=map_blocks)
+                                      map_blocks=map_blocks, depth=depth if links else 0, grids=grids)
             await writer.flush()
             plans.append(plan)
             summary["levels"].append(info)
@@ -715,7 +745,7 @@ async def _build(handle, ex, root, root_state, level0, steps, summary, *, object
 
 async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, writer: _PyramidWriter, *,
                        objects: bool, links: bool, explicit: bool, seed: int, progress,
-                       map_blocks: BlockMapper | None) -> dict:
+                       map_blocks: BlockMapper | None, depth: int = 1, grids: dict | None = None) -> dict:
     """Plan one step's blocks, map them, then its small commit (array documents, object index, level)."""
     nd = plan.ndim
     vert = src.array("vertices")
@@ -726,15 +756,20 @@ async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, write
     coarse_origin, coarse_shape = plan.target_grid(src_origin, vert.meta.shape)
     names = src.named("vertex_attributes")
     paths = ["vertices", "vertex_fragments"] + [f"vertex_attributes/{n}" for n in names]
+    src_shape = tuple(int(s) for s in vert.meta.shape)
+    grids = {} if grids is None else grids
+    grids[plan.source] = (plan.src_scale, plan.src_chunk_units, src_origin, src_shape)
+    deep = await _deep_steps(writer.ex, plan, grids, depth)
     job = StepJob(plan, {p: src.array(p).meta for p in paths}, tuple(names),
                   np.dtype(vert.meta.attributes.get("dtype", "float32")), codec, src_origin,
-                  tuple(int(s) for s in vert.meta.shape), coarse_origin, coarse_shape, objects, links, explicit, seed)
+                  src_shape, coarse_origin, coarse_shape, objects, links, explicit, seed, deep)
 
     oids = table = kept = None
     if objects:
         oids, table = await ds.manifests(src.index)
         kept = kept_rows(table.num_objects, plan.sparsity, seed)
     tasks = plan_blocks(plan, src.nonempty_chunks, table, kept)
+    assign_deep(plan, tasks, deep)
     n_blocks = len(tasks)
     if map_blocks is None:
         arrays = {p: src.array(p) for p in paths}
@@ -753,8 +788,13 @@ async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, write
         empty_group(writer, f"{plan.target}/vertex_attributes")
         arrays_present.append("vertex_attributes")
     if links and n_links:
-        await _link_families(writer, plan, n_links, explicit)
+        await _link_families(writer, plan, plan.source, 1, n_links, explicit)
     info = {"level": plan.target, "vertex_count": int(n_mv), "blocks": n_blocks}
+    for d in deep:
+        n_deep = sum(s.deep_links.get(d.delta, 0) for s in summaries)
+        if n_deep:
+            await _link_families(writer, plan, d.level, d.delta, n_deep, explicit)
+            info.setdefault("deep_links", {})[d.delta] = n_deep
     if objects:
         arrays_present.append("object_index")
         obj, cc, ci = assemble_manifests(table, kept, summaries, nd)
@@ -773,21 +813,29 @@ async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, write
 async def _declare_arrays(writer: _PyramidWriter, job: StepJob, src: load.Level,
                           summaries: list[BlockSummary]) -> None:
     """Array documents of every cell the blocks wrote (``nonempty_chunks`` from the summaries)."""
-    plan = job.plan
     docs = {f"vertex_attributes/{n}": {k: v for k, v in src.array(f"vertex_attributes/{n}").meta.attributes.items()
                                        if k not in ("nonempty_chunks", "chunk_grid_origin")} for n in job.names}
     docs["vertices"] = builders.vertices_attributes(np.dtype("float32") if job.objects else job.dtype)  # metavertices
     docs["vertex_fragments"] = builders.vertex_fragments_attributes()
-    out_level = LevelWriter(writer, plan.target, job.coarse_origin, job.coarse_shape, job.codec)
-    up_level = LevelWriter(writer, plan.source, job.src_origin, job.src_shape, job.codec)
+    out_level, up_level, low_levels = _level_writers(writer, job)
     for s in summaries:
-        for level, written, delta in ((out_level, s.cells, -1), (up_level, s.up_cells, +1)):
+        pairs = [(out_level, s.cells), (up_level, s.up_cells)]
+        pairs += [(low_levels[lv], cells) for lv, cells in s.low_cells.items()]
+        for level, written in pairs:
             for name, chunks in written.items():
                 if name not in level.arrays:
-                    level.array(name, _link_attrs(name, delta) if name.startswith("links/") else docs[name])
+                    level.array(name, _link_attrs(name) if name.startswith("links/") else docs[name])
                 level.arrays[name].nonempty.extend(chunks.tolist())
-    await out_level.finish()
-    await up_level.finish()
+    for lw in (out_level, up_level, *low_levels.values()):
+        await lw.finish()
+
+
+def _level_writers(writer: StoreWriter, job: StepJob) -> tuple[LevelWriter, LevelWriter, dict[int, LevelWriter]]:
+    """Writers of the target level, the source level (``+1``) and the finer levels (``+N``, N >= 2)."""
+    plan = job.plan
+    return (LevelWriter(writer, plan.target, job.coarse_origin, job.coarse_shape, job.codec),
+            LevelWriter(writer, plan.source, job.src_origin, job.src_shape, job.codec),
+            {d.level: LevelWriter(writer, d.level, d.origin, d.shape, job.codec) for d in job.deep})
 
 
 # --------------------------------------------------------------------------- the map step (one code path)
@@ -810,6 +858,25 @@ class StepJob:
     links: bool
     explicit: bool
     seed: int
+    deep: tuple[DeepStep, ...] = ()  # links of the finer levels to the target (cross_level_depth >= 2)
+
+
+@dataclass(frozen=True)
+class DeepStep:
+    """``+delta``/``-delta`` links (delta >= 2) between ``level`` and the step's target.
+
+    They compose the ``+(delta - 1)`` links of ``level`` (to the step's
+    source) with the step's own parents.  Grids nest, so a block of the step
+    holds every vertex of ``level`` whose ancestors are in it.
+    """
+
+    delta: int
+    level: int
+    scale: tuple[int, ...]  # the level's chunk edge / root chunk edge
+    chunk_units: tuple[int, ...]  # the level's chunk edge in root bins
+    origin: tuple[int, ...]  # the level's chunk grid
+    shape: tuple[int, ...]
+    arrays: dict  # ``links/+(delta-1)/<offsets>`` under the level -> ArrayMeta
 
 
 @dataclass
@@ -821,6 +888,7 @@ class BlockTask:
     ref_chunk: np.ndarray | None = None  # (R,) row of ``chunks``
     ref_fragment: np.ndarray | None = None  # (R,)
     ref_count: np.ndarray | None = None  # (R,)
+    deep: list[dict[str, np.ndarray]] = field(default_factory=list)  # per DeepStep: link array -> its chunks here
 
 
 @dataclass
@@ -837,6 +905,8 @@ class BlockSummary:
     seq_offsets: np.ndarray | None = None
     seq_coarse_chunk: np.ndarray | None = None
     seq_coarse_index: np.ndarray | None = None
+    low_cells: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # ``+N`` arrays per finer level
+    deep_links: dict[int, int] = field(default_factory=dict)  # N -> ``+N`` links
 
 
 #: ``map_blocks(job, tasks)``: an engine's way of running block tasks; summaries in task order.
@@ -894,8 +964,10 @@ async def run_blocks(job: StepJob, arrays: dict[str, CellArray], tasks: list[Blo
     is called as each block's cells are queued.
     """
     plan = job.plan
-    out_level = LevelWriter(writer, plan.target, job.coarse_origin, job.coarse_shape, job.codec)
-    up_level = LevelWriter(writer, plan.source, job.src_origin, job.src_shape, job.codec)
+    out_level, up_level, low_levels = _level_writers(writer, job)
+    ex = arrays["vertices"].executor
+    deep_arrays = [{name: CellArray(ex, f"{d.level}/{name}", meta) for name, meta in d.arrays.items()}
+                   for d in job.deep]
     summaries: list[BlockSummary | None] = [None] * len(tasks)
     done = {"blocks": 0, "vertices": 0}
     channels: dict = {}
@@ -909,13 +981,16 @@ async def run_blocks(job: StepJob, arrays: dict[str, CellArray], tasks: list[Blo
                                  job.dtype, channels)
             del payloads, attr_payloads, frag_payloads
             data.ref_chunk, data.ref_fragment, data.ref_count = task.ref_chunk, task.ref_fragment, task.ref_count
+            data.deep = [await _fetch_deep(plan, d, deep_arrays[j], task.deep[j] if task.deep else {})
+                         for j, d in enumerate(job.deep)]
             out = await anyio.to_thread.run_sync(functools.partial(coarsen_block, plan, data, seed=job.seed,
-                                                                   objects=job.objects))
+                                                                   objects=job.objects, deep=job.deep))
             del data
-            cells, up_cells = await _upload(out, out_level, up_level, links=job.links, explicit=job.explicit)
+            cells, up_cells, low = await _upload(out, out_level, up_level, low_levels, links=job.links,
+                                                 explicit=job.explicit)
             summaries[i] = BlockSummary(task.block, cells, up_cells, out.vertex_count, out.links, out.seq_chunk,
                                         out.seq_fragment, out.seq_offsets, out.seq_coarse_chunk,
-                                        out.seq_coarse_index)
+                                        out.seq_coarse_index, low, out.deep_links)
             done["blocks"] += 1
             done["vertices"] += out.vertex_count
             if on_block is not None:
@@ -944,6 +1019,56 @@ def run_block_task(url: str, storage_options, job: StepJob, tasks: list[BlockTas
     return anyio.run(main, backend="asyncio")
 
 
+def assign_deep(plan: LevelPlan, tasks: list[BlockTask], deep: tuple[DeepStep, ...]) -> None:
+    """Give each task the ``+(delta-1)`` link cells of every DeepStep's level that lie in its block."""
+    if not deep or not tasks:
+        return
+    block_arr = np.asarray([t.block for t in tasks], np.int64)
+    for t in tasks:
+        t.deep = [{} for _ in deep]
+    for j, d in enumerate(deep):
+        for name, meta in sorted(d.arrays.items()):
+            chunks = meta.nonempty_chunk_array
+            if not len(chunks):
+                continue
+            blocks = np.floor_divide(chunks * np.asarray(d.chunk_units), np.asarray(plan.block))
+            which = _rows_in(block_arr, blocks)
+            if np.any(block_arr[which] != blocks):
+                raise FormatError(f"{d.level}/{name}: links from chunks with no vertex of {plan.source}/vertices "
+                                  "in their block")
+            order = np.argsort(which, kind="stable")
+            starts, counts = _runs(which[order][:, None])
+            for a, c in zip(starts.tolist(), counts.tolist()):
+                tasks[int(which[order[a]])].deep[j][name] = chunks[order[a:a + c]]
+
+
+async def _fetch_deep(plan: LevelPlan, step: DeepStep, arrays: dict[str, CellArray],
+                      chunks_of: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A block's ``+(delta-1)`` rows of ``step.level``: (fine chunk, fine row, source-level chunk, row there)."""
+    nd = plan.ndim
+    names = sorted(chunks_of)
+    if not names:
+        z = np.zeros((0, nd), np.int64)
+        return z, z[:, 0], z, z[:, 0]
+    got = await arrays[names[0]].executor.gather(
+        [arrays[n].payloads([tuple(c) for c in chunks_of[n].tolist()]) for n in names])
+    fc, fl, mc, ml = [], [], [], []
+    s, t = np.asarray(step.scale), np.asarray(plan.src_scale)
+    for n, payloads in zip(names, got):
+        arr = arrays[n]
+        off = np.asarray(arr.meta.attributes.get("offsets"), np.int64).reshape(-1, nd)[0]
+        for ch, payload in zip(chunks_of[n], payloads):
+            key = arr.key_of(arr.cell_coords(ch))
+            if payload is None:
+                raise FormatError(f"{key}: listed in nonempty_chunks but absent")
+            rows, _ = decode_ragged_links(payload, 2, False, key=key)
+            fc.append(np.repeat(ch[None, :], len(rows), axis=0))
+            fl.append(rows[:, 0])
+            mc.append(np.repeat((np.floor_divide(ch * s, t) + off)[None, :], len(rows), axis=0))
+            ml.append(rows[:, 1])
+    return np.concatenate(fc), np.concatenate(fl), np.concatenate(mc), np.concatenate(ml)
+
+
 def _rows_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
     """Position in ``haystack`` (unique rows) of each row of ``needles`` (all present)."""
     order = np.lexsort(haystack.T[::-1])
@@ -952,12 +1077,13 @@ def _rows_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
     def packed(a):
         return np.ascontiguousarray((a + (1 << 62)).astype(">u8")).view(dt).ravel()
 
-    return order[np.searchsorted(packed(haystack[order]), packed(needles))]
+    return order[np.minimum(np.searchsorted(packed(haystack[order]), packed(needles)), len(order) - 1)]
 
 
-async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, *, links: bool,
-                  explicit: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Queue a block's cells; returns the chunks written per array (target level, ``+1`` at the source).
+async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, low: dict[int, LevelWriter], *,
+                  links: bool, explicit: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
+    """Queue a block's cells; returns the chunks written per array (target level, ``+1`` at the source,
+    ``+N`` per finer level).
 
     Array documents come at the commit (:func:`_declare_arrays`), from these lists.
     """
@@ -973,26 +1099,54 @@ async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, *, link
         return written
 
     return (await put(level, out.cells, lambda name: not name.startswith("links/") or (links and explicit)),
-            await put(up, out.up_cells, lambda name: links))
+            await put(up, out.up_cells, lambda name: links),
+            {lv: await put(low[lv], cells, lambda name: links) for lv, cells in out.low_cells.items()})
 
 
-def _link_attrs(name: str, delta: int) -> dict:
+def _link_attrs(name: str) -> dict:
+    """Document attributes of ``links/<delta>/<offsets>``."""
+    delta = int(name.split("/")[1])
     leaf = name.rsplit("/", 1)[1]
     offsets = parse_offsets_name(leaf, leaf.count(".") + 1)
     return builders.links_array_attributes(offsets, has_perm=False, link_width=2, level_delta=delta)
 
 
-async def _link_families(writer: _PyramidWriter, plan: LevelPlan, num: int, explicit: bool) -> None:
-    """Family documents of ``+1`` (at the source) and ``-1`` (at the target)."""
+async def _link_families(writer: _PyramidWriter, plan: LevelPlan, fine: int, delta: int, num: int,
+                         explicit: bool) -> None:
+    """Family documents of ``+delta`` (at level ``fine``) and ``-delta`` (at the target)."""
     nd = plan.ndim
-    if await writer.ex.head(f"{plan.source}/links/zarr.json") is None:
-        empty_group(writer, f"{plan.source}/links")
-    writer.add_document(f"{plan.source}/links/+1/zarr.json", builders.links_family_document(
-        level_delta=1, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
+    if await writer.ex.head(f"{fine}/links/zarr.json") is None:
+        empty_group(writer, f"{fine}/links")
+    writer.add_document(f"{fine}/links/+{delta}/zarr.json", builders.links_family_document(
+        level_delta=delta, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
     if explicit:
-        empty_group(writer, f"{plan.target}/links")
-        writer.add_document(f"{plan.target}/links/-1/zarr.json", builders.links_family_document(
-            level_delta=-1, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
+        if delta == 1:  # the first family of the target level (deeper ones follow it)
+            empty_group(writer, f"{plan.target}/links")
+        writer.add_document(f"{plan.target}/links/-{delta}/zarr.json", builders.links_family_document(
+            level_delta=-delta, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
+
+
+async def _deep_steps(ex: Executor, plan: LevelPlan, grids: dict, depth: int) -> tuple[DeepStep, ...]:
+    """The ``+N`` (N >= 2, up to ``depth``; -1 = all) links ending at the step's target, from the
+    ``+(N-1)`` arrays earlier steps wrote."""
+    out = []
+    for delta in range(2, (plan.target if depth == -1 else depth) + 1):
+        level = plan.target - delta
+        if level < 0:
+            break
+        prefix = f"{level}/links/+{delta - 1}"
+        dirs, _ = await ex.list_dirs(f"{prefix}/")
+        arrays = {}
+        for d in sorted(dirs):
+            leaf = d.rstrip("/").rsplit("/", 1)[-1]
+            key = f"{prefix}/{leaf}/zarr.json"
+            raw = await ex.get(key)
+            if raw is None:
+                raise FormatError(f"{key}: missing (written by this build's step {level} -> {plan.source})")
+            arrays[f"links/+{delta - 1}/{leaf}"] = parse.parse_array(parse.loads(raw, key=key), key=key)
+        if arrays:
+            out.append(DeepStep(delta, level, *grids[level], arrays))
+    return tuple(out)
 
 
 async def _carry_object_data(ds: AsyncDataset, src: load.Level, writer: _PyramidWriter, plan: LevelPlan,
