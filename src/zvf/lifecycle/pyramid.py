@@ -94,13 +94,13 @@ CAP_LINKS = "multiscale_links"
 class LevelPlan:
     """One coarsening step: grids of both levels and the block size, in root-bin units."""
 
-    source: int
-    coarsen: tuple[int, ...]
-    sparsity: float
-    src_chunk: tuple[float, ...]
-    src_bin: tuple[float, ...]
-    chunk: tuple[float, ...]
-    bin: tuple[float, ...]
+    source: int  # the finer level this step reads
+    coarsen: tuple[int, ...]  # bin edge ratio target / source, per axis
+    sparsity: float  # object sparsity factor: about one object in this many is kept (1: all)
+    src_chunk: tuple[float, ...]  # source chunk edge, in coordinates
+    src_bin: tuple[float, ...]  # source bin edge, in coordinates
+    chunk: tuple[float, ...]  # target chunk edge, in coordinates
+    bin: tuple[float, ...]  # target bin edge, in coordinates
     src_scale: tuple[int, ...]  # chunk edge / root chunk edge, per axis
     scale: tuple[int, ...]
     block: tuple[int, ...]  # block edge in root bins

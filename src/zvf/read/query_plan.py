@@ -43,16 +43,18 @@ class Wave:
 
 @dataclass(frozen=True)
 class QueryPlan:
-    level: int
-    level_note: str
+    """What ``select(...).read()`` would request, wave by wave, with its estimates (``explain()`` in words)."""
+
+    level: int  # the pyramid level read
+    level_note: str  # why that level (asked for, or chosen by ``level="auto"``)
     geometry: str
-    query: str
-    candidate_chunks: int
-    waves: tuple[Wave, ...]
-    notes: tuple[str, ...]
-    coalesce_gap: int
-    coalesce_max: int
-    concurrency: int = 32
+    query: str  # the selection, as the user wrote it
+    candidate_chunks: int  # chunks the box, categories and id set leave
+    waves: tuple[Wave, ...]  # dependent rounds of requests, first to last
+    notes: tuple[str, ...]  # decisions of the planner (push-downs, row ranges, limits)
+    coalesce_gap: int  # ranges of one key closer than this many bytes merge into one GET
+    coalesce_max: int  # ... up to this many bytes per GET
+    concurrency: int = 32  # requests in flight at once: a wave of more takes several round trips
 
     def requests_of(self, wave: Wave) -> int:
         """GETs a wave costs: whole reads one each, ranges coalesced per key as the executor does."""
