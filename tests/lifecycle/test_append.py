@@ -158,6 +158,47 @@ async def test_append_polylines_and_reference_reads(tmp_path):
     assert not zv.open(app).validate(level=3).errors
 
 
+@pytest.mark.parametrize("geometry", ["line", "graph", "skeleton", "mesh"])
+async def test_object_appends_stream_to_the_bytes_of_one_write(tmp_path, monkeypatch, geometry):
+    """Lines, graphs, skeletons and meshes rewrite level 0 through the streaming writer (the store's
+    objects a few at a time, then the new ones): every cell equals one write of the concatenation."""
+    from zvf.lifecycle import rechunk
+
+    monkeypatch.setattr(rechunk, "OBJECT_BATCH", 3)  # the old objects come in several batches
+    rng = np.random.default_rng(9)
+    one, app = tmp_path / "one", tmp_path / "app"
+    kw = {"chunk_shape": [4.0] * 3, "compression": "zstd"}
+    if geometry == "line":
+        ends, w = rng.uniform(0, 10, (30, 2, 3)).astype(np.float32), rng.random((30, 2))
+        await za.write_lines(str(one), ends, attributes={"w": w}, object_attributes={"k": np.arange(30.0)}, **kw)
+        await za.write_lines(str(app), ends[:20], attributes={"w": w[:20]},
+                             object_attributes={"k": np.arange(20.0)}, **kw)
+        ds = await za.open(str(app), mode="a")
+        await ds.append_lines(ends[20:], attributes={"w": w[20:]}, object_attributes={"k": np.arange(20.0, 30.0)})
+    else:
+        # 8 objects of 10 vertices, each a chain (a valid skeleton tree); the append brings objects 5..7
+        n = 80
+        pos = rng.uniform(0, 10, (n, 3)).astype(np.float32)
+        oids = np.arange(n) // 10
+        a = rng.random(n)
+        if geometry == "mesh":
+            tri = np.array([[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8], [8, 9, 0]])
+            links = np.concatenate([tri + 10 * k for k in range(8)])
+            write, append, extra = za.write_mesh, "append_mesh", {}
+        else:
+            child = np.flatnonzero(np.arange(n) % 10)
+            links = np.stack([child, child - 1], axis=1)
+            write, append, extra = za.write_graph, "append_graph", {"geometry_type": geometry}
+        await write(str(one), pos, links, object_ids=oids, attributes={"a": a}, **extra, **kw)
+        cut, lcut = 50, len(links) * 5 // 8
+        await write(str(app), pos[:cut], links[:lcut], object_ids=oids[:cut], attributes={"a": a[:cut]}, **extra, **kw)
+        ds = await za.open(str(app), mode="a")
+        summary = await getattr(ds, append)(pos[cut:], links[lcut:] - cut, object_ids=oids[cut:] - 5,
+                                            attributes={"a": a[cut:]})
+        assert summary["object_count"] == 8 and summary["chunks_copied"] == 0
+    _same_cells(one, app)
+
+
 async def test_reference_reads_appended_points(tmp_path):
     zv = pytest.importorskip("zarr_vectors")
     pos, att = _cloud(500, 3)

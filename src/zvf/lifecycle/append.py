@@ -14,7 +14,8 @@ write of the concatenated input lays them out) and written; the other cells
 are copied to the new family server-side, untouched; the object index,
 object/group tables, level and root documents are rewritten from their
 (small) tables.  Other geometries, sharded or pyramid stores rewrite level 0
-(cross-chunk links and shards would need cell-level merges).
+(cross-chunk links and shards would need cell-level merges), streaming: the
+store's own batches, then the appended one, through the streaming writer.
 
 Every append holds the store's lock (:mod:`zvf.lifecycle.lock`, shared with
 pyramid builds): a concurrent appender waits, then re-reads the store, so
@@ -36,6 +37,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, ReadOnlyError
 from ..format import builders
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
+from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
 from .lock import StoreLock, read_document, replace_document
 
@@ -73,58 +75,38 @@ def _merge_tables(old: dict, new: dict, id_shift: int) -> dict:
     return out
 
 
-def _merge(writer: str, old_args: tuple, old_kw: dict, new_args: tuple, new_kw: dict) -> tuple[tuple, dict]:
-    """The concatenated input: old objects first, new ones with the next ids."""
-    tables = {k: old_kw.pop(k) for k in ("object_attributes", "groups", "group_attributes") if k in old_kw}
-    new_tables = {k: new_kw.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
+def _new_batch(writer: str, args: tuple, kw: dict, attr_dtypes: dict[str, np.dtype],
+               old_ids: np.ndarray | None) -> tuple[dict, int]:
+    """The appended input as one batch of the streaming writer (after the store's own batches), and
+    the shift of its object ids: polylines and lines continue the count, graphs and meshes start
+    above the old top id, point clouds keep the ids given (which must be new)."""
+    attrs = dict(kw.pop("attributes", None) or {})
+    if set(attrs) != set(attr_dtypes):
+        raise InvalidArgumentError(f"attributes: the store has {sorted(attr_dtypes)}, the append gives {sorted(attrs)}")
+    attrs = {n: [np.asarray(v).astype(attr_dtypes[n]) for v in a] if isinstance(a, list)
+             else np.asarray(a).astype(attr_dtypes[n]) for n, a in attrs.items()}
+    top = int(old_ids.max()) if old_ids is not None and len(old_ids) else -1
     if writer == "write_points":
-        (old_pos,), (new_pos,) = old_args, new_args
-        new_pos = np.asarray(new_pos)
-        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes")}
-        old_ids, new_ids = old_kw.get("object_ids"), new_kw.pop("object_ids", None)
-        if (old_ids is None) != (new_ids is None):
+        batch = {"positions": np.asarray(args[0]), "attributes": attrs}
+        given = kw.pop("object_ids", None)
+        if (given is None) != (old_ids is None):
             raise InvalidArgumentError("object_ids: give them exactly when the store has object ids")
-        shift = 0
-        if old_ids is not None:
-            new_ids = np.asarray(new_ids, dtype=np.int64)
-            top = int(old_ids.max()) if len(old_ids) else -1
-            if len(new_ids) and int(new_ids.min()) <= top:
+        if given is not None:
+            given = np.asarray(given, dtype=np.int64).reshape(-1)
+            if len(given) and int(given.min()) <= top:
                 raise InvalidArgumentError(f"object_ids: appended ids must be new (greater than {top})")
-            kw["object_ids"] = np.concatenate([old_ids, new_ids])
-        args = (np.concatenate([old_pos, new_pos.astype(old_pos.dtype)]),)
-    elif writer == "write_polylines":
-        (old_lines,), (new_lines,) = old_args, new_args
-        new_lines = [np.asarray(p) for p in new_lines]
-        shift = len(old_lines)
-        lens = [len(p) for p in new_lines]
-        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes",
-                                       split=lambda v: v if isinstance(v, list) else np.split(np.asarray(v),
-                                                                                              np.cumsum(lens)[:-1])),
-              "geometry_type": old_kw["geometry_type"]}
-        args = (list(old_lines) + new_lines,)
-    elif writer == "write_lines":
-        (old_ep,), (new_ep,) = old_args, new_args
-        shift = len(old_ep)
-        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes")}
-        args = (np.concatenate([old_ep, np.asarray(new_ep).astype(old_ep.dtype)]),)
-    else:  # graph, mesh: indices shift by the old vertex count, object ids by the old top id + 1
-        (old_pos, old_rec), (new_pos, new_rec) = old_args, new_args
-        new_pos = np.asarray(new_pos)
-        old_ids = old_kw["object_ids"]
-        shift = int(old_ids.max()) + 1 if len(old_ids) else 0
-        given = new_kw.pop("object_ids", None)
-        new_ids = np.asarray(np.zeros(len(new_pos)) if given is None else given, dtype=np.int64) + shift
-        kw = {"attributes": _cat_attrs(old_kw.get("attributes", {}), new_kw.pop("attributes", None), "attributes"),
-              "object_ids": np.concatenate([old_ids, new_ids])}
-        if "geometry_type" in old_kw:
-            kw["geometry_type"] = old_kw["geometry_type"]
-        rec = np.concatenate([np.asarray(old_rec, dtype=np.int64).reshape(-1, np.asarray(old_rec).shape[-1]),
-                              np.asarray(new_rec, dtype=np.int64) + len(old_pos)])
-        args = (np.concatenate([old_pos, new_pos.astype(old_pos.dtype)]), rec)
-    if new_kw:
-        raise InvalidArgumentError(f"{writer.replace('write', 'append')}: unexpected arguments {sorted(new_kw)}")
-    kw.update(_merge_tables(tables, new_tables, shift))
-    return args, kw
+            batch["object_ids"] = given
+        return batch, 0
+    if writer == "write_polylines":
+        return {"polylines": [np.asarray(p) for p in args[0]], "attributes": attrs}, top + 1
+    if writer == "write_lines":
+        return {"endpoints": np.asarray(args[0]), "attributes": attrs}, top + 1
+    pos = np.asarray(args[0])
+    given = kw.pop("object_ids", None)
+    ids = np.asarray(np.zeros(len(pos)) if given is None else given, dtype=np.int64) + (top + 1)
+    links = "faces" if writer == "write_mesh" else "edges"
+    batch = {"positions": pos, links: np.asarray(args[1], dtype=np.int64), "object_ids": ids, "attributes": attrs}
+    return batch, top + 1
 
 
 def _positions_of(writer: str, args: tuple) -> np.ndarray:
@@ -247,20 +229,41 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
 
 
 async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scratch: str):
-    """Level 0 rewritten whole: the merged input through the ordinary writer into ``scratch``."""
+    """Level 0 rewritten whole into ``scratch``: the store's own batches, then the appended one, through
+    the streaming writer (memory bounded by a batch; the bytes of one write of the concatenation)."""
     from ..api import aio
     from . import rechunk
 
-    _name, old_args, old_kw = await rechunk.level_input(ds)
-    merged_args, merged_kw = _merge(writer, old_args, old_kw, args, kwargs)
+    kwargs = dict(kwargs)
+    level = await ds.level(0)
+    old_tables = await rechunk._tables(ds)
+    new_tables = {k: kwargs.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
+    old_ids = await ds.object_ids() if ds.has_objects(0) else None
+    dtypes = {n: attribute_layout(level.array(f"vertex_attributes/{n}"))[0] for n in level.named("vertex_attributes")}
+    batch, shift = _new_batch(writer, args, kwargs, dtypes, old_ids)
+    if kwargs:
+        raise InvalidArgumentError(f"{writer.replace('write', 'append')}: unexpected arguments {sorted(kwargs)}")
+    if writer == "write_points":
+        old = rechunk.point_batches(ds, batch_chunks=64)
+    else:
+        old = rechunk.object_batches(ds, old_ids if old_ids is not None else np.zeros(0, np.int64),
+                                     rechunk.OBJECT_BATCH)
+
+    async def batches():
+        async for b in old:
+            yield b
+        yield batch
+
     pos = _positions_of(writer, args)
     lo, hi = (np.asarray(b, dtype=np.float64) for b in ds.root.bounds)
     if len(pos):
         lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
-    wrote = await getattr(aio, writer)(scratch, *merged_args, **merged_kw, **opts,
-                                       bounds=(lo.tolist(), hi.tolist()), overwrite=True)
-    uploads, docs = _scratch_plan(scratch, _other_sep(await ds.level(0)))
-    summary = {"geometry_type": ds.geometry_type, "vertex_count": int(wrote["vertex_count"]),
+    geometry = ds.geometry_type
+    extra = {"geometry_type": geometry} if geometry in ("polyline", "streamline", "graph", "skeleton") else {}
+    wrote = await getattr(aio, writer)(scratch, batches(), **extra, **_merge_tables(old_tables, new_tables, shift),
+                                       **opts, bounds=(lo.tolist(), hi.tolist()), overwrite=True)
+    uploads, docs = _scratch_plan(scratch, _other_sep(level))
+    summary = {"geometry_type": geometry, "vertex_count": int(wrote["vertex_count"]),
                "appended": len(pos), "object_count": int(wrote["object_count"] or 0),
                "chunks_rewritten": int(wrote["chunk_count"]), "chunks_copied": 0}
     return summary, uploads, [], docs

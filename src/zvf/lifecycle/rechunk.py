@@ -53,37 +53,6 @@ async def _tables(ds) -> dict:
     return out
 
 
-async def level_input(ds) -> tuple[str, tuple, dict]:
-    """(writer name, positional args, keywords) that rewrite level 0 of ``ds`` as it is, in memory (appends)."""
-    geometry = ds.geometry_type
-    if geometry not in WRITERS:
-        raise InvalidArgumentError(f"geometry {geometry!r} of {ds.url} cannot be rewritten")
-    kw = await _tables(ds)
-    if geometry == "point_cloud":
-        sel = await ds.read_all(attributes=None)
-        kw["attributes"] = sel.attributes
-        if sel.object_ids is not None:
-            kw["object_ids"] = sel.object_ids
-        return "write_points", (sel.positions,), kw
-    ids = await ds.object_ids()
-    sel = await ds.read_objects(ids, attributes=None, combined=True)
-    if geometry in ("polyline", "streamline", "line"):
-        if not np.array_equal(ids, np.arange(len(ids))):
-            raise InvalidArgumentError(f"{ds.url}: {geometry} object ids are not 0..P-1; cannot rewrite")
-        cuts = sel.offsets[1:-1]
-        if geometry == "line":
-            m = len(ids)
-            attrs = {n: a.reshape(m, 2, *a.shape[1:]) for n, a in sel.attributes.items()}
-            return "write_lines", (sel.positions.reshape(m, 2, -1),), {**kw, "attributes": attrs}
-        kw["attributes"] = {n: np.split(a, cuts) for n, a in sel.attributes.items()}
-        kw["geometry_type"] = geometry
-        return "write_polylines", (np.split(sel.positions, cuts),), kw
-    kw.update(attributes=sel.attributes, object_ids=sel.object_ids)
-    if geometry == "mesh":
-        return "write_mesh", (sel.positions, sel.faces), kw
-    return "write_graph", (sel.positions, sel.edges), {**kw, "geometry_type": geometry}
-
-
 OBJECT_BATCH = 4096  # whole objects per batch handed to the streaming writer
 
 
@@ -166,19 +135,21 @@ async def _rechunk_objects(ds, target, write_kw: dict) -> dict:
                                                  **kw, **write_kw)
 
 
+async def point_batches(ds, *, batch_chunks: int):
+    """Level 0 of a point cloud as batches of the streaming writer's input, ``batch_chunks`` chunks each."""
+    async with ds.iter_chunks(attributes=None, batch_chunks=batch_chunks) as stream:
+        async for sel in stream:
+            batch = {"positions": sel.positions, "attributes": sel.attributes}
+            if sel.object_ids is not None:
+                batch["object_ids"] = sel.object_ids
+            yield batch
+
+
 async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int) -> dict:
     """A point cloud through the spilling writer, one batch of source chunks at a time."""
     from ..write.points import write_points
 
     tables = await _tables(ds)
     lo, hi = ds.bounds
-
-    async def batches():
-        async with ds.iter_chunks(attributes=None, batch_chunks=batch_chunks) as stream:
-            async for sel in stream:
-                batch = {"positions": sel.positions, "attributes": sel.attributes}
-                if sel.object_ids is not None:
-                    batch["object_ids"] = sel.object_ids
-                yield batch
-
-    return await write_points(target, batches(), bounds=(lo.tolist(), hi.tolist()), **tables, **write_kw)
+    return await write_points(target, point_batches(ds, batch_chunks=batch_chunks), bounds=(lo.tolist(), hi.tolist()),
+                              **tables, **write_kw)
