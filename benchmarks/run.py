@@ -722,6 +722,32 @@ def versions() -> str:
 # --------------------------------------------------------------------------------------
 
 
+#: The other benchmark scripts of this folder, each measuring its rows side by side in one run:
+#: name -> (full-size arguments, --quick arguments).  ``--suites`` runs them after the rows above.
+SUITES = {
+    "write": ([], ["--quick", "--reps", "1"]),
+    "read_objects": ([], ["--rows", "local", "--lines", "20000", "--reps", "1"]),
+    "select_queries": ([], ["--quick"]),
+    "stream_objects": ([], ["--streamlines", "5000", "--big", "20000"]),
+    "pyramid": ([], ["--points", "1e5", "--streamlines", "2e3"]),
+    "convert": ([], ["--quick"]),
+    "dask_engine": ([], ["--points", "2e5", "--files", "4"]),
+    "dask_pyramid": ([], ["--points", "1e5", "--streamlines", "0", "--reps", "1"]),
+}
+
+
+def run_suites(names: list[str], quick: bool) -> list[str]:
+    """Run the named scripts one after another (their tables go to stdout); the names that failed."""
+    failed = []
+    for name in names:
+        full, small = SUITES[name]
+        cmd = [sys.executable, str(Path(__file__).with_name(f"{name}.py")), *(small if quick else full)]
+        print(f"\n== {' '.join(['python', f'benchmarks/{name}.py', *cmd[2:]])}", flush=True)
+        if subprocess.run(cmd).returncode:
+            failed.append(name)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny workloads (smoke test)")
@@ -733,11 +759,16 @@ def main(argv: list[str] | None = None) -> int:
                          + ", ".join(f"{k} {v}" for k, v in FULL_REPS.items()))
     ap.add_argument("--json", help="write every measurement to this JSON file")
     ap.add_argument("--markdown", help="write the table and targets as markdown to this file")
+    ap.add_argument("--suites", default="", help=f"then run these scripts too ('all' or a subset of "
+                                                 f"{','.join(SUITES)}; with --quick at small sizes)")
     args = ap.parse_args(argv)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
     if bad:
         ap.error(f"unknown rows {bad}; choose from {ROWS}")
+    suites = list(SUITES) if args.suites == "all" else [x.strip() for x in args.suites.split(",") if x.strip()]
+    if [x for x in suites if x not in SUITES]:
+        ap.error(f"unknown suites {[x for x in suites if x not in SUITES]}; choose from {list(SUITES)} or all")
     lats = [float(x) for x in args.latency.split(",")]
     sizes = w.QUICK if args.quick else w.FULL
     reps = args.coldstart_reps or (1 if args.quick else 5)
@@ -809,7 +840,10 @@ def main(argv: list[str] | None = None) -> int:
         md = ["```", *head, "```", "", render_markdown(tab), "", "Targets (measured, not asserted):", ""]
         md += [f"* **{v}** {n}: {x}" for n, v, x in tg]
         Path(args.markdown).write_text("\n".join(md) + "\n")
-    return 1 if failed else 0
+    broken = run_suites(suites, args.quick)
+    if broken:
+        print(f"SUITES FAILED: {broken}")
+    return 1 if failed or broken else 0
 
 
 if __name__ == "__main__":
