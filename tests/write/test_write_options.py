@@ -129,3 +129,13 @@ def test_unknown_keyword_is_also_a_type_error(tmp_path):
 def test_write_options_is_public():
     assert zvf.WriteOptions.__optional_keys__ >= {"bin_shape", "dtype", "overwrite", "storage_options"}
     assert "WriteOptions" in dir(zvf)
+
+
+@pytest.mark.parametrize("writer", ["write_points", "write_polylines"])
+def test_batches_refuse_auto_shapes_clearly(tmp_path, writer):
+    """'auto' needs the whole input's extent and count; from batches it is refused before any batch is read."""
+    pos = np.zeros((3, 3))
+    batches = iter([pos]) if writer == "write_points" else iter([[pos]])
+    with pytest.raises(InvalidArgumentError, match="'auto' needs the whole input"):
+        getattr(zvf, writer)(tmp_path / "s", batches, chunk_shape="auto")
+    assert not (tmp_path / "s").exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..write.types import WriteSummary
 from . import layout
 
 WRITERS = {"point_cloud": "write_points", "polyline": "write_polylines", "streamline": "write_polylines",
@@ -80,7 +81,7 @@ async def object_batches(ds, ids: np.ndarray, batch: int = OBJECT_BATCH):
 
 async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attribute=None, compression=...,
                   shard_shape=..., object_index_layout=..., overwrite: bool = False, storage_options=None,
-                  target_storage_options=None, batch_chunks: int = 64) -> dict:
+                  target_storage_options=None, batch_chunks: int = 64) -> WriteSummary:
     """Copy ``source`` to ``target`` with a new layout; unnamed options keep the source's.
 
     ``chunk_shape`` / ``bin_shape`` may be ``"auto"``.  Point clouds stream
@@ -116,7 +117,7 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
         await ds.close()
 
 
-async def _rechunk_objects(ds, target, write_kw: dict) -> dict:
+async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
     """An object store through its streaming writer, whole objects a batch at a time."""
     from ..api import aio
 
@@ -145,7 +146,7 @@ async def point_batches(ds, *, batch_chunks: int):
             yield batch
 
 
-async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int) -> dict:
+async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int) -> WriteSummary:
     """A point cloud through the spilling writer, one batch of source chunks at a time."""
     from ..write.points import write_points
 

@@ -87,6 +87,18 @@ def batch_dtype(given: np.dtype, fixed: np.dtype | None, explicit: bool, what: s
 _OPTIONS = frozenset(f.name for f in dataclasses.fields(WriteConfig)) - {"chunk_shape"}
 
 
+def streamed_config(chunk_shape, options: Mapping[str, Any], spill_bytes: int) -> WriteConfig:
+    """:func:`write_config` for a write from batches: ``"auto"`` shapes need the whole input's extent
+    and count up front, so they are refused here, before any batch is read."""
+    cfg = write_config(chunk_shape, options)
+    if isinstance(chunk_shape, str) or isinstance(cfg.bin_shape, str):
+        raise InvalidArgumentError("chunk_shape/bin_shape 'auto' needs the whole input: give numbers with batches "
+                                   "(or let zvf.rechunk choose a layout afterwards)")
+    if spill_bytes < 1:
+        raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
+    return cfg
+
+
 def write_config(chunk_shape, options: Mapping[str, object]) -> WriteConfig:
     """A writer's common keywords (:class:`.types.WriteOptions`) checked once, naming the bad one."""
     unknown = sorted(set(options) - _OPTIONS)

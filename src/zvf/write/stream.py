@@ -416,9 +416,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
     temporary files (default: the system temp dir).  Without ``dtype`` the
     first batch's float dtype is stored (see :func:`.inputs.batch_dtype`).
     """
-    cfg = inputs.write_config(chunk_shape, options)
-    if spill_bytes < 1:
-        raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
+    cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
     grid = Grid.create(chunk_shape, cfg.bin_shape)
     ndim = grid.ndim
     codec = CellCodec.for_writing(cfg.compression, shard_tuple(cfg.shard_shape, ndim))

@@ -169,12 +169,8 @@ def _setup(chunk_shape, options: ObjectWriteOptions, spill_bytes: int):
     """The checked options, grid, codec, given shapes, dtype and fragment attributes of a streamed
     write, before any batch is read."""
     frag_columns = options.pop("fragment_attributes", None)
-    cfg = inputs.write_config(chunk_shape, options)
+    cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
     bin_shape = cfg.bin_shape
-    if isinstance(chunk_shape, str) or isinstance(bin_shape, str):
-        raise InvalidArgumentError("chunk_shape/bin_shape 'auto' needs the whole input: give numbers with batches")
-    if spill_bytes < 1:
-        raise InvalidArgumentError(f"spill_bytes must be >= 1, got {spill_bytes}")
     grid = Grid.create(chunk_shape, bin_shape)
     grid, codec = grid_and_codec(cfg.compression, cfg.shard_shape, grid.ndim, chunk_shape, bin_shape)
     bin_given = None if bin_shape is None else as_given(bin_shape, "bin_shape")
