@@ -2,13 +2,17 @@
 
     .venv/bin/python benchmarks/read_objects.py                      # every row (~5 min on 2 quiet cores)
     .venv/bin/python benchmarks/read_objects.py --rows local --lines 20000 --reps 1   # quick
+    .venv/bin/python benchmarks/read_objects.py --rows local --baseline /tmp/old/src  # before/after
 
 Rows (medians of ``--reps``):
 
 * ``local``: 200 k streamlines (10 M vertices) written by zvf to a local directory; a full
-  read (``read_all``: positions + object ids), a pass of ``iter_chunks`` (the chunk-order
-  stream behind bulk exports) and ``export`` to ``.npz`` (by object, one run), each after a
-  fresh open, against the floor: GET every vertices cell and concatenate the rows (obstore).
+  read (``read_all``: positions + object ids), every object (``read_objects`` of all ids,
+  combined, and an ``iter_objects`` pass), a pass of ``iter_chunks`` (the chunk-order stream)
+  and ``export`` to ``.npz`` (by object, one run), each after a fresh open, against the floor:
+  GET every vertices cell and concatenate the rows (obstore).  ``--baseline DIR`` runs these
+  rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved with
+  the current one in subprocesses, so before/after ratios share the machine's load.
 * ``seaweed``: the same store uploaded to SeaweedFS (``weed`` from the ``bench`` extra,
   started here on 127.0.0.1, as in ``benchmarks/write.py``), zvf over S3 against the same floor.
 * ``cold``: open + one 8-chunk box on a 1 M-point cloud (one attribute) on moto behind the
@@ -73,43 +77,117 @@ def vertex_keys(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in (root / "0" / "vertices" / "c").rglob("*") if p.is_file())
 
 
-def object_rows(url: str, opts: dict | None, keys: list[str], floor_store, reps: int, out_dir: Path,
-                truth: int, export_too: bool) -> list[dict]:
+async def _open(url: str, opts: dict | None):
     import zvf.aio
 
-    async def read():
-        ds = await zvf.aio.open(url, storage_options=opts)
-        sel = await ds.read_all()
-        assert len(sel) == truth and sel.object_ids is not None and (sel.object_ids >= 0).all()
-        return ds.stats.snapshot()
+    return await zvf.aio.open(url, storage_options=opts)
 
-    async def stream():
-        ds = await zvf.aio.open(url, storage_options=opts)
-        n = 0
-        async for sel in ds.iter_chunks():
-            n += len(sel)
-        assert n == truth
-        return ds.stats.snapshot()
 
-    async def export():
-        from zvf.read.export import export as export_level
+async def job_read_all(url, opts, truth, out_dir):
+    ds = await _open(url, opts)
+    sel = await ds.read_all()
+    assert len(sel) == truth and sel.object_ids is not None and (sel.object_ids >= 0).all()
+    return ds.stats.snapshot()
 
-        ds = await zvf.aio.open(url, storage_options=opts)
-        s = await export_level(ds, str(out_dir / "out.npz"))
-        assert s["vertices"] == truth
-        return ds.stats.snapshot()
+
+async def job_read_objects(url, opts, truth, out_dir):
+    ds = await _open(url, opts)
+    sel = await ds.read_objects(await ds.object_ids(), combined=True)
+    assert len(sel) == truth and sel.offsets is not None
+    return ds.stats.snapshot()
+
+
+async def _stream(url, opts, truth, method: str):
+    ds = await _open(url, opts)
+    n = 0
+    async for sel in getattr(ds, method)():
+        n += len(sel)
+    assert n == truth
+    return ds.stats.snapshot()
+
+
+async def job_iter_objects(url, opts, truth, out_dir):
+    return await _stream(url, opts, truth, "iter_objects")
+
+
+async def job_iter_chunks(url, opts, truth, out_dir):
+    return await _stream(url, opts, truth, "iter_chunks")
+
+
+async def job_export(url, opts, truth, out_dir):
+    from zvf.read.export import export as export_level
+
+    ds = await _open(url, opts)
+    s = await export_level(ds, str(Path(out_dir) / f"out-{os.getpid()}.npz"))
+    assert s["vertices"] == truth
+    return ds.stats.snapshot()
+
+
+JOBS = {"read_all": job_read_all, "read_objects": job_read_objects, "iter_objects": job_iter_objects,
+        "iter_chunks": job_iter_chunks, "export npz": job_export}
+
+
+def worker(args) -> None:
+    """``--worker``: time one job in this process (``PYTHONPATH`` picks the zvf) and print JSON."""
+    import json
+
+    fn = JOBS[args.worker]
+    opts = json.loads(args.opts) if args.opts else None
+    secs, stats = median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir))
+    print(json.dumps({"seconds": secs, "stats": stats}))
+
+
+def run_worker(src: str, what: str, url: str, opts: dict | None, truth: int, out_dir: Path) -> tuple[float, dict]:
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": src}
+    cmd = [sys.executable, __file__, "--worker", what, "--url", url, "--truth", str(truth), "--out-dir", str(out_dir)]
+    if opts:
+        cmd += ["--opts", json.dumps(opts)]
+    res = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
+    return res["seconds"], res["stats"]
+
+
+def object_rows(url: str, opts: dict | None, keys: list[str], floor_store, reps: int, out_dir: Path,
+                truth: int, export_too: bool, baseline: str | None = None, jobs: list[str] | None = None) -> list[dict]:
+    """Every job after a fresh open (median of ``reps``; export: one run), against the floor.
+
+    With ``baseline`` (a directory holding another ``zvf`` package) each job
+    also runs with that zvf, both in subprocesses, interleaved rep by rep
+    with the floor, so before and after share the machine's load.
+    """
 
     async def floor():
         assert await floor_read(floor_store, keys) == truth
         return None
 
     out = []
-    jobs = [("floor", floor), ("read_all", read), ("iter_chunks", stream)] + [("export npz", export)] * export_too
-    for what, fn in jobs:
-        secs, stats = median_of(1 if what == "export npz" else reps, fn)  # export: one run (slow, see RESULTS)
-        out.append({"what": what, "seconds": secs, "stats": stats})
-        log(f"  {what:10} {secs:7.3f} s" + (f"  requests {stats['requests']}, max in flight "
-                                             f"{stats['max_inflight']}" if stats else ""))
+    whats = [w for w in (jobs or JOBS) if w != "export npz" or export_too]
+    if baseline is None:
+        out.append({"what": "floor", "seconds": median_of(reps, floor)[0], "stats": None})
+        for what in whats:
+            secs, stats = median_of(1 if what == "export npz" else reps,
+                                    lambda what=what: JOBS[what](url, opts, truth, out_dir))
+            out.append({"what": what, "seconds": secs, "stats": stats})
+            log(f"  {what:12} {secs:7.3f} s  requests {stats['requests']}, max in flight {stats['max_inflight']}")
+        return out
+    here = str(HERE.parent / "src")
+    times: dict = {"floor": []}
+    for what in whats:
+        times[what], times[f"{what} (baseline)"] = [], []
+    last: dict = {}
+    for rep in range(reps):
+        times["floor"].append(median_of(1, floor)[0])
+        for what in whats:
+            if what == "export npz" and rep:
+                continue
+            for label, src in ((f"{what} (baseline)", baseline), (what, here)):
+                secs, last[label] = run_worker(src, what, url, opts, truth, out_dir)
+                times[label].append(secs)
+                log(f"  rep {rep} {label:24} {secs:7.3f} s  requests {last[label]['requests']}")
+    for label, secs in times.items():
+        out.append({"what": label, "seconds": statistics.median(secs), "stats": last.get(label)})
     return out
 
 
@@ -182,9 +260,22 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--latency", type=float, default=20.0)
     ap.add_argument("--markdown", help="append the table to this file")
-    ap.add_argument("--no-export", action="store_true", help="skip the (slow, by-object) export rows")
+    ap.add_argument("--no-export", action="store_true", help="skip the export rows")
+    ap.add_argument("--baseline", help="a directory holding another zvf package (e.g. the previous commit's src): "
+                                       "local rows also run with it, side by side, in subprocesses")
+    ap.add_argument("--jobs", help=f"local/SeaweedFS rows to run, comma-separated (default all: {','.join(JOBS)})")
+    ap.add_argument("--worker", choices=sorted(JOBS), help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--opts", help=argparse.SUPPRESS)
+    ap.add_argument("--truth", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--out-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        return worker(args)
     rows = args.rows.split(",")
+    jobs = args.jobs.split(",") if args.jobs else None
+    if jobs and set(jobs) - set(JOBS):
+        ap.error(f"--jobs: unknown {sorted(set(jobs) - set(JOBS))}; choose from {list(JOBS)}")
     load0 = os.getloadavg()[0]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="zvf-read-objects-") as tmp:
@@ -205,7 +296,7 @@ def main() -> None:
 
             log("local:")
             add("local", object_rows(str(store), None, keys, LocalStore(str(store)), args.reps, tmp, truth,
-                                     not args.no_export))
+                                     not args.no_export, args.baseline, jobs))
         if "seaweed" in rows:
             import write as wb  # the SeaweedFS server of the write benchmark
             from obstore.store import S3Store
@@ -219,7 +310,7 @@ def main() -> None:
                 asyncio.run(w.upload_dir(s3, store))
                 opts = {"endpoint": weed.endpoint, "allow_http": True, **wb.S3_KEYS}
                 add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, s3, args.reps, tmp, truth,
-                                         not args.no_export))
+                                         not args.no_export, jobs=jobs))
             finally:
                 weed.stop()
         if "cold" in rows:
@@ -234,7 +325,8 @@ def main() -> None:
                              f"| {c.get('GET', 0):g} | {c.get('LIST', 0):g} |")
     load1 = os.getloadavg()[0]
     head = (f"`benchmarks/read_objects.py --rows {args.rows} --lines {args.lines} --reps {args.reps}"
-            f"{' --no-export' if args.no_export else ''}` "
+            f"{' --no-export' if args.no_export else ''}{' --jobs ' + args.jobs if args.jobs else ''}"
+            f"{' --baseline ' + args.baseline if args.baseline else ''}` "
             f"({time.perf_counter() - t_start:.0f} s; load average {load0:.1f} -> {load1:.1f} on "
             f"{os.cpu_count()} cores)")
     text = head + "\n\n" + "\n".join(table) + "\n"

@@ -358,6 +358,17 @@ async def test_export_rebuilds_every_object(object_stores, tmp_path, geometry, t
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.rsplit("/", 1)[1] for p in expected)  # no leftovers
 
 
+@pytest.mark.parametrize("geometry,table", [("streamline", None), ("graph", "edges"), ("mesh", "faces")])
+async def test_windowed_object_export_rebuilds_every_object(object_stores, tmp_path, monkeypatch, geometry, table):
+    """A level larger than the sweep's cache: windows of chunks, ChunkSet restarts, links across windows."""
+    monkeypatch.setattr(export_mod, "SWEEP_BYTES", 1)
+    store, out = object_stores[geometry], tmp_path / "out.npz"
+    ds = await zvf.aio.open(store)
+    s = await export_mod.export(ds, str(out), batch_chunks=2, batch_objects=5)
+    assert s["done"] == s["total"] == len(await ds.object_ids())
+    assert await anyio.to_thread.run_sync(_check_rebuild, store, out, "npz", table) == s["total"]
+
+
 def test_query_out_carries_order_and_links(object_stores, tmp_path, capsys):
     fmt = FORMATS[-1]
     out = tmp_path / f"q.{fmt}"
@@ -374,3 +385,60 @@ def test_query_out_carries_order_and_links(object_stores, tmp_path, capsys):
     assert main(["query", object_stores["streamline"], "--bbox", "20,20,20", "60,60,60", "--clip",
                  "--out", str(out)]) == 0
     assert (tmp_path / "clip.edges.csv").exists() and "vertex_index" in _load(out, "csv", "vertices")
+
+
+# --------------------------------------------------------------------------
+# object export: one sweep over the chunks, each cell read about once
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def crossing_store(tmp_path_factory):
+    """Long walks over a 10x10x10 chunk grid: most objects cross several chunks."""
+    rng = np.random.default_rng(3)
+    lines = [np.clip(rng.uniform(5, 95, 3) + np.cumsum(rng.normal(0, 4, (n, 3)), axis=0), 0, 99.9)
+             .astype(np.float32) for n in rng.integers(20, 80, 200)]
+    path = tmp_path_factory.mktemp("crossing") / "walks.zarrvectors"
+    zvf.write_polylines(str(path), lines, chunk_shape=(10.0,) * 3, bounds=([0.0] * 3, [100.0] * 3),
+                        geometry_type="streamline")
+    return str(path), lines
+
+
+async def _requests(store: str, run) -> int:
+    ds = await zvf.aio.open(store)
+    before = ds.stats.snapshot()["requests"]
+    await run(ds)
+    return ds.stats.snapshot()["requests"] - before
+
+
+async def test_object_export_reads_each_cell_about_once(crossing_store, tmp_path):
+    store, lines = crossing_store
+
+    async def chunks(ds):
+        async for _ in ds.iter_chunks():
+            pass
+
+    async def sweep(ds, cache_bytes=None):
+        sw = export_mod.ObjectSweep(ds, level=0, attributes=None, window=8, per_batch=50, cache_bytes=cache_bytes)
+        n = 0
+        async for sel in export_mod.BatchStream(sw.setup, sw.fetch, prefetch=3, flatten=True):
+            assert len(sel.objects) <= 50
+            n += len(sel.objects)
+        assert n == len(lines)
+
+    async def by_file(ds):
+        s = await export_mod.export(ds, str(tmp_path / "w.npz"), batch_chunks=16, batch_objects=50)
+        assert s["done"] == s["total"] == len(lines) and s["vertices"] == sum(map(len, lines))
+
+    base = await _requests(store, chunks)
+    lvl = await (await zvf.aio.open(store)).level(0)
+    crossing = sum(len(np.unique(np.floor(v / 10).astype(int), axis=0)) > 1 for v in lines)
+    assert len(lvl.nonempty_chunks) > 200 and crossing > 0.9 * len(lines)
+    # every cell fits the default cache: the sweep reads what iter_chunks reads
+    assert await _requests(store, sweep) <= base + 2
+    assert await _requests(store, by_file) <= base + 2
+    # a tiny cache restarts the sweep's ChunkSet often and re-reads live cells, at most twice over
+    assert base < await _requests(store, lambda ds: sweep(ds, cache_bytes=1)) <= 2 * base
+    data = np.load(tmp_path / "w.npz")
+    order = np.lexsort((data["vertex_index"], data["object_ids"]))
+    assert np.array_equal(data["positions"][order], np.concatenate(lines))

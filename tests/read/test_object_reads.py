@@ -174,6 +174,56 @@ async def test_sharded_index_by_ranges_when_shards_are_big(line_stores):
 # ---------------------------------------------------------------- concurrency from the plan
 
 
+def test_row_helpers_match_their_plain_definitions():
+    from zvf.read.rowops import expand_ranges, match_rows, segments, sequential_edges, unique_rows
+
+    rng = np.random.default_rng(8)
+    for _ in range(100):
+        k = int(rng.integers(0, 7))
+        starts, lens = rng.integers(-9, 30, k), rng.integers(0, 5, k)
+        want = np.concatenate([np.arange(a, a + b) for a, b in zip(starts, lens)] + [np.zeros(0, np.int64)])
+        assert np.array_equal(expand_ranges(starts, lens), want)
+        col = np.zeros((len(want), 2), np.int64)
+        expand_ranges(starts, lens, out=col[:, 1])  # a strided column is filled in place
+        assert np.array_equal(col[:, 1], want)
+        off = np.concatenate(([0], np.cumsum(rng.integers(0, 5, k))))
+        seg = segments(off)
+        i = np.flatnonzero(seg[1:] == seg[:-1])
+        assert np.array_equal(sequential_edges(off), np.stack((i, i + 1), 1).reshape(-1, 2))
+        rows = rng.integers(-4, 4, (int(rng.integers(0, 30)), 3))
+        assert np.array_equal(unique_rows(rows), np.unique(rows.reshape(-1, 3), axis=0))
+        known = unique_rows(rows)
+        query = rng.integers(-5, 5, (20, 3))
+        got = match_rows(known, query)
+        naive = [next((j for j, r in enumerate(known.tolist()) if r == q), -1) for q in query.tolist()]
+        assert got.tolist() == naive
+    wide = np.array([[2**62, 0], [-(2**62), 1]])  # too wide for one int64 per row: the generic path
+    assert match_rows(wide[:1], wide).tolist() == [0, -1]
+    assert np.array_equal(unique_rows(wide[[0, 1, 0]]), np.unique(wide, axis=0))
+
+
+async def test_every_object_in_one_pass(line_stores):
+    """read_objects of all ids, iter_objects and their per-object split agree, each cell read once."""
+    lines, paths = line_stores
+    ds = await zvf.aio.open(str(paths["sharded"]))
+    ids = await ds.object_ids()
+    whole = await ds.read_objects(ids, combined=True)
+    assert np.array_equal(whole.objects, ids) and np.array_equal(np.diff(whole.offsets), [len(v) for v in lines])
+    assert np.array_equal(whole.positions, np.concatenate(lines))
+    assert len(whole.edges) == sum(len(v) - 1 for v in lines)
+    before = ds.stats.snapshot()["requests"]
+    objs = [o async for o in ds.iter_objects(batch=64)]
+    cells = len((await ds.level(0)).nonempty_chunks)
+    assert ds.stats.snapshot()["requests"] - before <= 2 * cells  # vertices + fragments, once each
+    listed = await ds.read_objects(ids[::-1])
+    for k in (0, 1, len(ids) // 2, len(ids) - 1):
+        one = objs[k]
+        assert one.objects.tolist() == [ids[k]] and np.array_equal(one.positions, lines[k])
+        assert one.offsets.tolist() == [0, len(lines[k])] and set(one.object_ids.tolist()) <= {int(ids[k])}
+        assert np.array_equal(one.edges, np.stack([np.arange(len(one) - 1), np.arange(1, len(one))], 1))
+        assert np.array_equal(listed[len(ids) - 1 - k].positions, one.positions)
+
+
 def test_plan_width_rules():
     h = StoreHandle.for_transport(MemoryTransport(), concurrency=32, latency_hint=0.02, bandwidth_hint=100e6)
     fixed = Executor(h)

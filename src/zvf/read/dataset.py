@@ -182,8 +182,9 @@ class AsyncDataset(RootFacts):
 
     def iter_objects(self, ids: ArrayLike | None = None, *, level: int = 0, attributes: AttributeNames = None,
                      batch: int = 256, prefetch: int = 4) -> BatchStream[Selection]:
-        """One Selection per object (``ids`` order; default every object), read ``batch`` at a time
-        with ``read_objects``, at most ``prefetch`` batches ahead; see ``zvf.read.export``."""
+        """One Selection per object (``ids`` order; default every object), at most ``prefetch``
+        batches ahead: every cell read about once where the level fits the sweep's cache, else
+        ``batch`` objects at a time with ``read_objects``; see ``zvf.read.export.iter_objects``."""
         from .export import iter_objects
 
         self._ctx.check_open()

@@ -16,7 +16,9 @@ stops the prefetching at once::
 
 :func:`export` writes a level batch by batch through the writers of
 ``zvf.read.writers`` (shared with ``zvf query --out``), so no format holds
-the level in memory.
+the level in memory.  Every object of a level is read by one
+:class:`ObjectSweep` over its chunks, each cell fetched about once (a
+by-id batching would fetch the cells an object spans once per batch).
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..format.manifest import ManifestTable
+from .chunkset import ChunkSet
 from .load import LINKED
-from .objects import SEQUENTIAL
-from .points import pick_attributes, read_chunks
+from .objects import SEQUENTIAL, level_attributes, prepare, read_grouped, split_ranges
+from .points import pick_attributes, read_chunks, row_nbytes
+from .rowops import expand_ranges, match_rows, unique_rows
 from .selection import Selection
 from .writers import check_out, format_of, link_table, open_writer
 
@@ -167,24 +172,176 @@ def _size_concurrency(level, n_requests: int, n_attributes: int) -> None:
 
 def iter_objects(ds, ids=None, *, level: int = 0, attributes=None, batch: int = 256,
                  prefetch: int = 4) -> BatchStream[Selection]:
-    """One Selection per object, in the order of ``ids`` (default: every object, ascending id).
+    """One Selection per object, in the order of ``ids`` (default: every object, ``object_ids`` order).
 
-    Objects are read ``batch`` at a time with ``ds.read_objects`` (each chunk
-    fetched once per batch).
+    When the level's decoded cells fit in ``SWEEP_BYTES`` each cell is read
+    once: every object through an :class:`ObjectSweep` (rows gathered in a few
+    groups), given ids in one ``ds.read_objects`` (memory: the cells and the
+    objects' rows).  Otherwise objects are read ``batch`` at a time with
+    ``ds.read_objects`` (each chunk fetched once per batch).
     """
     if not isinstance(batch, (int, np.integer)) or batch < 1:
         raise InvalidArgumentError(f"batch must be an integer >= 1, got {batch!r}")
+    sweep = ObjectSweep(ds, level=level, attributes=attributes, window=1, per_batch=1, cache_bytes=-1)
 
     async def setup() -> list:
+        lvl = await ds.level(level)
+        fits = level_bytes(lvl, level_attributes(lvl, attributes)[0]) <= SWEEP_BYTES
+        if ids is None and fits and ds.has_objects(lvl.index):
+            return await sweep.setup()  # jobs are window numbers
         wanted = await ds.object_ids(level=level) if ids is None else np.atleast_1d(np.asarray(ids))
         if wanted.ndim != 1:
             raise InvalidArgumentError(f"ids must be a 1-D sequence of object ids, got shape {wanted.shape}")
-        return [wanted[i:i + batch] for i in range(0, len(wanted), batch)]
+        step = len(wanted) if fits and len(wanted) > batch else batch
+        return [wanted[i:i + step] for i in range(0, len(wanted), step)]
 
-    async def fetch(part: np.ndarray) -> list[Selection]:
-        return await ds.read_objects(part, level=level, attributes=attributes)
+    async def fetch(job) -> list[Selection]:
+        if isinstance(job, int):
+            return await sweep.fetch(job)
+        return await ds.read_objects(job, level=level, attributes=attributes)
 
     return BatchStream(setup, fetch, prefetch=prefetch, flatten=True)
+
+
+# --------------------------------------------------------------------------
+# every object of a level: one sweep over the chunks
+# --------------------------------------------------------------------------
+
+
+SWEEP_BYTES = 256 << 20
+"""Decoded cells an object sweep keeps before it starts its ChunkSet afresh (besides live ones)."""
+WHOLE_GROUPS = 8
+"""A level that fits in the sweep's cache has its objects' rows gathered in this many groups."""
+
+
+def level_bytes(lvl, names: list[str]) -> int:
+    """Decoded bytes of a level's vertices, the named attributes and a fragment id per row (estimate)."""
+    arrays = [lvl.array("vertices")] + [lvl.array(f"vertex_attributes/{n}") for n in names]
+    return max(1, lvl.meta.vertex_count) * (8 + sum(row_nbytes(a) for a in arrays if a is not None))
+
+
+class ObjectSweep:
+    """Every object of a level, each cell fetched once (or nearly), in bounded memory.
+
+    Chunks are visited in store order (``nonempty_chunks``) in windows of
+    ``window`` chunks; an object is emitted with the window holding the last
+    of its chunks (by the manifests), so when it is read every chunk it needs
+    has been fetched already or is fetched now.  One :class:`ChunkSet` serves
+    consecutive windows; it is dropped and started afresh once the chunks no
+    later object needs ("dead") outnumber both the ones still needed ("live")
+    and ``keep`` chunks (``cache_bytes`` of decoded cells, estimated from the
+    level's vertex count, at least two windows).  Hence:
+
+    * requests: those of ``iter_chunks`` when the level's cells fit in
+      ``cache_bytes``; never more than twice them (a chunk is fetched again
+      only when live at a restart, and a restart waits for at least as many
+      dead chunks as there are live ones);
+    * memory: the decoded cells of the live chunks -- those of objects that
+      straddle the sweep front, about two slabs of the chunk grid for objects
+      spanning neighbouring chunks -- plus at most as many dead ones or
+      ``keep``, one window's new cells, and the rows of one window's objects
+      (emitted in runs of at most ``per_batch`` objects).
+
+    When the whole level fits in ``cache_bytes`` (or ``cache_bytes`` is
+    negative: the caller checked it fits) it is one window: every cell
+    is read once, up front, and the objects' rows are gathered in
+    ``WHOLE_GROUPS`` groups in ``object_ids`` order, as ``read_objects``
+    batches of them would come (memory: the cells plus one group's rows,
+    indices and connectivity, well under twice ``cache_bytes``).  Otherwise
+    objects come grouped by window, in ``object_ids`` order inside one.
+    Windows (groups) run one after the other, as they share the ChunkSet; the
+    consumer of a :class:`BatchStream` still overlaps its work with the reads.
+    """
+
+    def __init__(self, ds, *, level: int, attributes, window: int, per_batch: int,
+                 cache_bytes: int | None = None):
+        self.ds, self.level, self.attributes = ds, level, attributes
+        self.window, self.per_batch = int(window), int(per_batch)
+        self.cache_bytes = SWEEP_BYTES if cache_bytes is None else int(cache_bytes)  # < 0: one window, always
+        self.keep = 2 * self.window  # dead chunks tolerated besides as many as are live (set in setup)
+        self.batches: list[np.ndarray] = []  # manifest rows of each window's objects
+
+    async def setup(self) -> list[int]:
+        rc = self.ds.context
+        lvl, self.names, _, self.cs = await prepare(rc, self.level, self.attributes, links=True, table=False)
+        self.oids, self.table = await rc.manifests(lvl.index)
+        chunks = lvl.nonempty_chunks
+        table = self.table
+        self.keep = max(2 * self.window, int(self.cache_bytes * max(1, len(chunks)) // level_bytes(lvl, self.names)))
+        # chunk rank of every manifest reference; a chunk outside the listing counts as the first
+        # (the read of its object then names it as missing)
+        rank = np.maximum(match_rows(chunks, table.coords), 0) if len(table) else np.zeros(0, np.int64)
+        self.off = off = table.object_offsets
+        lens = np.diff(off)
+        last = np.zeros(len(self.oids), np.int64)
+        has = np.flatnonzero(lens)
+        if len(has):
+            last[has] = np.maximum.reduceat(rank, off[has])
+        self.whole = self.keep >= len(chunks) or self.cache_bytes < 0
+        if self.whole:  # every cell fits: one window, objects in ``object_ids`` order
+            self.window = max(1, len(chunks))
+        window_of = last // self.window
+        order = np.argsort(window_of, kind="stable")
+        cuts = np.flatnonzero(np.diff(window_of[order])) + 1
+        if self.whole:  # rows gathered a few groups at a time, over cells read once up front
+            group = max(self.per_batch, -(-len(order) // WHOLE_GROUPS))
+            cuts = np.arange(group, len(order), group)
+        self.batches = np.split(order, cuts) if len(order) else []
+        self.window_ids = [int(window_of[b[0]]) for b in self.batches]
+        ref_window = window_of[table.object_row]
+        self.free_after = np.full(max(len(chunks), 1), -1, np.int64)  # last window needing each chunk
+        np.maximum.at(self.free_after, rank, ref_window)
+        self.held = np.zeros(len(self.free_after), bool)  # chunks the current ChunkSet holds
+        self.rank = rank
+        self.turn = [anyio.Event() for _ in self.batches]
+        return list(range(len(self.batches)))
+
+    async def fetch(self, k: int) -> list[Selection]:
+        if k:
+            await self.turn[k - 1].wait()
+        try:
+            return await self._read(k)
+        finally:
+            self.turn[k].set()
+
+    async def _read(self, k: int) -> list[Selection]:
+        rows, w = self.batches[k], self.window_ids[k]
+        if self.whole and k == 0 and len(self.table):
+            await self.cs.load(unique_rows(self.table.coords))
+        dead = self.held & (self.free_after < w)
+        if dead.sum() > max(int((self.held & ~dead).sum()), self.keep):  # start afresh
+            cs = self.cs
+            self.cs = ChunkSet(self.ds.context, cs.level, cs.names, cs.links, False, category=cs.category)
+            self.held[:] = False
+        t, lens = self.table, self.off[rows + 1] - self.off[rows]
+        refs = expand_ranges(self.off[rows], lens)
+        sub = ManifestTable(np.repeat(np.arange(len(rows), dtype=np.int64), lens), t.block[refs], t.coords[refs],
+                            t.fragment[refs], len(rows))
+        g = await read_grouped(self.ds.context, self.cs, self.oids[rows], sub)
+        self.held[self.rank[refs]] = True
+        cuts = np.unique(np.r_[np.arange(0, len(rows), self.per_batch), len(rows)])
+        return split_ranges(g, cuts)
+
+
+async def object_batches(ds, *, level: int = 0, attributes=None, batch: int = 4096) -> AsyncIterator[Selection]:
+    """Every object of a level, in ``object_ids`` order, as combined Selections of up to ``batch`` whole
+    objects (the input of the streaming writers, converters and appends).
+
+    A level whose decoded cells fit in ``SWEEP_BYTES`` goes through one :class:`ObjectSweep` (each
+    cell read once); a larger one ``batch`` ids at a time with ``ds.read_objects`` (each batch fetches
+    the cells its objects touch), as only that keeps id order in bounded memory.
+    """
+    lvl = await ds.level(level)
+    names = pick_attributes(lvl, attributes)
+    if level_bytes(lvl, names) <= SWEEP_BYTES:
+        sweep = ObjectSweep(ds, level=level, attributes=names, window=1, per_batch=batch, cache_bytes=-1)
+        async with BatchStream(sweep.setup, sweep.fetch, prefetch=2, flatten=True) as stream:
+            async for sel in stream:
+                yield sel
+        return
+    ids = await ds.object_ids(level=level)
+    for lo in range(0, len(ids), batch):
+        yield await ds.read_objects(ids[lo:lo + batch], level=level, attributes=names, combined=True)
 
 
 # --------------------------------------------------------------------------
@@ -197,42 +354,38 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
                  progress: Callable[[dict], None] | None = None) -> dict:
     """Write a level to ``out`` (npz, csv or parquet), batch by batch; layout in ``zvf.read.writers``.
 
-    Point clouds go chunk by chunk.  Object geometries go ``batch_objects``
-    objects at a time, rows grouped by object with ``vertex_index`` (traversal
-    order), and graphs, skeletons and meshes add their edges/faces table, so
-    every object can be rebuilt from the files.  ``progress(summary)`` is
-    called after each batch (``done``/``total`` in ``unit``).  File writes run
-    in a worker thread so the next batches keep downloading meanwhile; the
-    files appear under their names only once complete.  Returns vertices,
-    chunks or objects, requests, bytes, seconds, MB/s (bytes fetched) and files.
+    Point clouds go ``batch_chunks`` chunks at a time.  Object geometries go
+    by one :class:`ObjectSweep` over the chunks (each cell read about once;
+    batches of at most ``batch_objects`` objects in ``object_ids`` order when
+    the level fits the sweep's cache, else grouped by windows of
+    ``batch_chunks`` chunks), rows grouped by
+    object with ``vertex_index`` (traversal order), and graphs, skeletons and
+    meshes add their edges/faces table, so every object can be rebuilt from
+    the files.  ``progress(summary)`` is called after each batch
+    (``done``/``total`` in ``unit``).  File writes run in a worker thread so
+    the next batches keep downloading meanwhile; the files appear under their
+    names only once complete.  Returns vertices, chunks or objects, requests,
+    bytes, seconds, MB/s (bytes fetched) and files.
     """
     fmt = format_of(out, fmt)
     check_out(out)
-    if not isinstance(batch_objects, (int, np.integer)) or batch_objects < 1:
-        raise InvalidArgumentError(f"batch_objects must be an integer >= 1, got {batch_objects!r}")
+    for name, v in (("batch_chunks", batch_chunks), ("batch_objects", batch_objects)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidArgumentError(f"{name} must be an integer >= 1, got {v!r}")
     t0 = time.perf_counter()
     before = ds.stats.snapshot()
     lvl = await ds.level(level)
     names = pick_attributes(lvl, attributes)
     by_object = ds.geometry_type in SEQUENTIAL | LINKED and ds.has_objects(lvl.index)
     if by_object:
-        ids = await ds.object_ids(level=level)
-        template = await ds.read_objects(ids[:0], level=level, attributes=names, combined=True)
-        total, unit = len(ids), "objects"
-
-        async def id_batches() -> list:
-            return [ids[i:i + batch_objects] for i in range(0, len(ids), batch_objects)]
-
-        async def read(part: np.ndarray) -> Selection:
-            return await ds.read_objects(part, level=level, attributes=names, combined=True)
-
-        stream = BatchStream(id_batches, read, prefetch=prefetch)
-        step = batch_objects
+        template = await ds.read_objects(np.zeros(0, np.int64), level=level, attributes=names, combined=True)
+        total, unit = len(await ds.object_ids(level=level)), "objects"
+        sweep = ObjectSweep(ds, level=level, attributes=names, window=batch_chunks, per_batch=batch_objects)
+        stream = BatchStream(sweep.setup, sweep.fetch, prefetch=prefetch, flatten=True)
     else:
         template = await read_chunks(ds.context, lvl, lvl.nonempty_chunks[:0], names)  # dtypes and shapes, no data
         total, unit = len(lvl.nonempty_chunks), "chunks"
         stream = iter_chunks(ds, level=level, attributes=names, prefetch=prefetch, batch_chunks=batch_chunks)
-        step = batch_chunks
     writer = await anyio.to_thread.run_sync(open_writer, str(out), fmt, template,
                                             link_table(ds.geometry_type) if by_object else None)
     summary = {"vertices": 0, unit: 0, f"total_{unit}": total, "done": 0, "total": total, "unit": unit,
@@ -251,6 +404,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
             async for sel in batches:
                 await anyio.to_thread.run_sync(writer.write, sel)
                 summary["vertices"] += len(sel)
+                step = len(sel.objects) if by_object else batch_chunks
                 summary["done"] = summary[unit] = min(total, summary["done"] + step)
                 update()
                 if progress is not None:

@@ -22,6 +22,7 @@ from ..errors import FormatError, InvalidArgumentError, MissingDataError
 from ..format.manifest import ManifestTable, decode_manifests_packed
 from ..format.shard import decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
+from .chunkset import required_array
 from .dense import read_dense
 
 EMPTY = 2**64 - 1
@@ -36,10 +37,8 @@ class ObjectIndex:
         self.ex = executor
         self.level = level
         self.ndim = ndim
-        self.manifests = level.array("object_index/manifests")
+        self.manifests = required_array(level, "object_index/manifests", " although the level has objects")
         self.ids_array = level.array("object_index/object_ids")
-        if self.manifests is None:
-            raise FormatError(f"{level.index}/object_index/manifests: missing although the level has objects")
         self.count = int(self.manifests.meta.shape[0])
         self._ids: np.ndarray | None = None
         self._order: np.ndarray | None = None  # rows in ascending id order

@@ -43,7 +43,7 @@ from .chunkset import ChunkSet, is_draco
 from .links import level_links
 from .load import LINKED
 from .points import attribute_layout, pick_attributes
-from .rowops import expand_ranges, map_rows, segments, sequential_edges
+from .rowops import expand_ranges, map_rows, segments, sequential_edges, unique_rows
 from .selection import FragmentRows, Selection
 
 if TYPE_CHECKING:
@@ -162,9 +162,10 @@ async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: Mani
     """Objects ``ids`` whose manifests are ``sub`` (``object_row`` k = ``ids[k]``), chunks through ``cs``."""
     geometry = rc.geometry_type
     if len(sub):
-        await cs.load(np.unique(sub.coords, axis=0))
+        await cs.load(unique_rows(sub.coords))
     await cs.learn_widths()
-    grows, lens = cs.gather(sub.coords, sub.fragment, ids[sub.object_row])
+    fast = _range_rows(cs, sub)
+    grows, lens = fast if fast is not None else cs.gather(sub.coords, sub.fragment, ids[sub.object_row])
     per_obj = np.bincount(sub.object_row, weights=lens, minlength=len(ids)).astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(per_obj))).astype(np.int64)
     positions, attrs = cs.rows(grows)
@@ -191,44 +192,79 @@ async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: Mani
     return Grouped(ids, offsets, positions, attrs, edges, faces, grows, link_attrs)
 
 
+def _range_rows(cs: ChunkSet, sub: ManifestTable) -> tuple[np.ndarray, np.ndarray] | None:
+    """``cs.gather`` in one vectorized pass when every reference is a row range of a present chunk
+    that fits it (what zvf and 0.9.2 write); None otherwise, and ``cs.gather`` reads (and names
+    the problem of) the rest.  (global rows, rows per reference)"""
+    if not len(sub) or not cs.fis:
+        return None
+    slots = cs.slots_of(sub.coords)
+    ok = np.asarray(cs.present, bool) & np.asarray(cs.frag_present, bool)
+    if (slots < 0).any() or not ok[slots].all():
+        return None
+    n_frag = np.fromiter((fi.num_fragments for fi in cs.fis), np.int64, count=len(cs.fis))
+    frag = sub.fragment
+    if (frag < 0).any() or (frag >= n_frag[slots]).any():
+        return None
+    at = (np.cumsum(n_frag) - n_frag)[slots] + frag  # into the fragments of all chunks, end to end
+    if not np.concatenate([fi.is_range for fi in cs.fis])[at].all():
+        return None
+    starts = np.concatenate([fi.starts for fi in cs.fis])[at]
+    lens = np.concatenate([fi.counts for fi in cs.fis])[at]
+    if (starts + lens > np.asarray(cs.counts, np.int64)[slots]).any():
+        return None
+    return expand_ranges(cs.base[slots] + starts, lens), lens
+
+
 def _split(g: Grouped) -> list[Selection]:
     """One Selection per object, connectivity local to each."""
-    n_obj = len(g.ids)
-    out = []
+    return split_ranges(g, np.arange(len(g.ids) + 1, dtype=np.int64))
+
+
+def split_ranges(g: Grouped, cuts: np.ndarray) -> list[Selection]:
+    """One combined Selection per run of objects ``cuts[k]:cuts[k+1]`` (``cuts`` from 0 to
+    ``len(g.ids)``), connectivity local to it.
+
+    Everything a run needs is computed for all runs at once (connectivity
+    sorted by owner and made local, owners, offsets); the loop per run (per
+    object for ``read_objects``' list) only takes views.
+    """
+    cuts = np.asarray(cuts, dtype=np.int64)
+    runs = np.diff(cuts)
+    rows_at = g.offsets[cuts]
     conn = g.edges if g.edges is not None else g.faces
-    owner = None
     link_attrs = g.link_attributes
     if conn is not None and len(conn):
-        seg = segments(g.offsets)
-        owner = seg[conn[:, 0]]
-        order = np.argsort(owner, kind="stable")
-        conn = conn[order]
-        link_attrs = {n: v[order] for n, v in link_attrs.items()}
-        owner = owner[order]
-        cuts = np.searchsorted(owner, np.arange(n_obj + 1))
-    for k in range(n_obj):  # per object: slicing only
-        a, b = int(g.offsets[k]), int(g.offsets[k + 1])
-        local = None
-        link_local = {}
-        if conn is not None:
-            width = conn.shape[1] if conn.ndim == 2 else 2
-            if owner is None:
-                local = np.zeros((0, width), np.int64)
-                link_local = {n: v[:0] for n, v in link_attrs.items()}
-            else:
-                local = conn[cuts[k]:cuts[k + 1]] - a
-                link_local = {n: v[cuts[k]:cuts[k + 1]] for n, v in link_attrs.items()}
-        sel = Selection(
-            g.positions[a:b],
-            {n: v[a:b] for n, v in g.attributes.items()},
-            np.full(b - a, g.ids[k], dtype=np.int64),
-            edges=local if g.edges is not None else None,
-            faces=local if g.faces is not None else None,
-            offsets=np.array([0, b - a], dtype=np.int64),
-            objects=g.ids[k:k + 1].copy(),
-            link_attributes=link_local,
-        )
-        out.append(sel)
+        owner = segments(g.offsets)[conn[:, 0]]
+        if len(owner) > 1 and np.any(owner[1:] < owner[:-1]):
+            order = np.argsort(owner, kind="stable")
+            conn, owner = conn[order], owner[order]
+            link_attrs = {n: v[order] for n, v in link_attrs.items()}
+        link_cuts = np.searchsorted(owner, cuts)
+        conn = conn - np.repeat(rows_at[:-1], np.diff(link_cuts))[:, None]  # local to each run
+    else:
+        conn = None if conn is None else conn.reshape(0, conn.shape[1] if conn.ndim == 2 else 2)
+        link_cuts = np.zeros(len(cuts), np.int64)
+    row_ids = np.repeat(g.ids, np.diff(g.offsets))
+    # offsets of run k: local_off[p[k]:p[k + 1]] (its objects' starts and its end)
+    local_off = g.offsets[expand_ranges(cuts[:-1], runs + 1)] - np.repeat(rows_at[:-1], runs + 1)
+    p = np.concatenate(([0], np.cumsum(runs + 1))).tolist()
+    edges, out = g.edges is not None, []
+    c, r, lc = cuts.tolist(), rows_at.tolist(), link_cuts.tolist()
+    positions, attributes, ids = g.positions, g.attributes, g.ids
+    for k in range(len(c) - 1):  # per run: views only
+        a, b, l0, l1 = r[k], r[k + 1], lc[k], lc[k + 1]
+        local = None if conn is None else conn[l0:l1]
+        out.append(Selection(
+            positions[a:b],
+            {n: v[a:b] for n, v in attributes.items()} if attributes else {},
+            row_ids[a:b],
+            edges=local if edges else None,
+            faces=None if edges else local,
+            offsets=local_off[p[k]:p[k + 1]],
+            objects=ids[c[k]:c[k + 1]],
+            link_attributes={n: v[l0:l1] for n, v in link_attrs.items()} if link_attrs else {},
+        ))
     return out
 
 

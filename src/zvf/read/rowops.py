@@ -8,12 +8,28 @@ from __future__ import annotations
 import numpy as np
 
 
-def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + n)`` for each (s, n), without a loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    firsts = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, dtype=np.int64) - firsts, lengths) + np.arange(total, dtype=np.int64)
+def expand_ranges(starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), without a loop.
+
+    One output-sized array (``out`` when given, e.g. a column of a wider
+    table): ones, with each range's first entry set to the jump from the
+    previous range's last value, then an in-place cumsum.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+    if lengths.size and not (lengths > 0).all():
+        keep = lengths > 0
+        starts, lengths = starts[keep], lengths[keep]
+    if lengths.size == 0:
+        return np.zeros(0, dtype=np.int64) if out is None else out
+    ends = np.cumsum(lengths)
+    if out is None:
+        out = np.ones(int(ends[-1]), dtype=np.int64)
+    else:
+        out[:] = 1
+    out[0] = starts[0]
+    out[ends[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(out, out=out)
 
 
 def match_rows(known: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -21,12 +37,50 @@ def match_rows(known: np.ndarray, query: np.ndarray) -> np.ndarray:
     query = np.asarray(query, dtype=np.int64)
     if len(known) == 0 or len(query) == 0:
         return np.full(len(query), -1, dtype=np.int64)
-    both = np.concatenate((np.asarray(known, dtype=np.int64), query)).reshape(len(known) + len(query), -1)
+    known = np.asarray(known, dtype=np.int64).reshape(len(known), -1)
+    query = query.reshape(len(query), -1)
+    flat = _ravel_pair(known, query)
+    if flat is not None:  # one integer per row: a 1-D sort instead of np.unique(axis=0)
+        fk, fq = flat
+        order = np.argsort(fk, kind="stable")
+        at = np.minimum(np.searchsorted(fk[order], fq), len(fk) - 1)
+        return np.where(fk[order][at] == fq, order[at], -1).astype(np.int64)
+    both = np.concatenate((known, query)).reshape(len(known) + len(query), -1)
     _, inv = np.unique(both, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
     lut = np.full(int(inv.max()) + 1, -1, dtype=np.int64)
     lut[inv[: len(known)]] = np.arange(len(known), dtype=np.int64)
     return lut[inv[len(known):]]
+
+
+def unique_rows(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a, axis=0)`` for int tables, by a 1-D sort when the values fit one int64."""
+    a = np.asarray(a, dtype=np.int64)
+    if len(a) == 0:
+        return a.reshape(0, a.shape[1] if a.ndim == 2 else 1)
+    a = a.reshape(len(a), -1)
+    flat = _ravel_pair(a, a[:1])
+    if flat is None:
+        return np.unique(a, axis=0)
+    _, first = np.unique(flat[0], return_index=True)
+    return a[first]
+
+
+def _ravel_pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rows of two int64 tables of the same width as one int64 each (same mapping), or None
+    when their value range is too wide to fit."""
+    if a.shape[1] != b.shape[1]:
+        return None
+    if a.shape[1] == 1:
+        return a[:, 0], b[:, 0]
+    lo = np.minimum(a.min(axis=0), b.min(axis=0))
+    hi = np.maximum(a.max(axis=0), b.max(axis=0))
+    if float(np.prod(hi.astype(np.float64) - lo.astype(np.float64) + 1)) >= 2.0**62:
+        return None
+    span = hi - lo + 1
+    shape = tuple(int(x) for x in span)
+    return (np.ravel_multi_index(tuple((a - lo).T), shape).astype(np.int64),
+            np.ravel_multi_index(tuple((b - lo).T), shape).astype(np.int64))
 
 
 def segments(offsets: np.ndarray) -> np.ndarray:
@@ -35,13 +89,14 @@ def segments(offsets: np.ndarray) -> np.ndarray:
 
 
 def sequential_edges(offsets: np.ndarray) -> np.ndarray:
-    """(i, i+1) pairs inside each segment of ``offsets`` (global indices)."""
-    n = int(offsets[-1]) if len(offsets) else 0
-    if n < 2:
-        return np.zeros((0, 2), dtype=np.int64)
-    seg = segments(offsets)
-    i = np.flatnonzero(seg[1:] == seg[:-1])
-    return np.stack((i, i + 1), axis=1).astype(np.int64)
+    """(i, i+1) pairs inside each segment of ``offsets`` (global indices), built in place."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    pairs = np.maximum(np.diff(offsets) - 1, 0)
+    out = np.empty((int(pairs.sum()), 2), dtype=np.int64)
+    if len(out):
+        expand_ranges(offsets[:-1], pairs, out=out[:, 0])
+        np.add(out[:, 0], 1, out=out[:, 1])
+    return out
 
 
 def map_rows(rows: np.ndarray, pos_of_global: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

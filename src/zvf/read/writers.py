@@ -7,7 +7,7 @@ A result is one or two tables (README "Export files"):
   position within its object, so traversal order survives) when rows are
   grouped by object, then attribute channels (``rgb_0, rgb_1, ...``);
 * **edges** or **faces** of graphs, skeletons and meshes, one row per link:
-  ``object_id``, ``v0, v1[, v2...]`` (``vertex_index`` values of that object),
+  ``v0, v1[, v2...]`` (``vertex_index`` values of its object), ``object_id``,
   then link attributes.  CSV and Parquet put it beside OUT as
   ``OUT.edges.csv`` / ``OUT.faces.parquet``; NPZ as keys ``edges`` /
   ``faces`` (L columns), ``edges_object_ids``, ``edges_attr_<name>``.
