@@ -107,11 +107,15 @@ async def _same_objects(src: str, dst: str, ordered: bool) -> None:
             assert _edge_rows(ra) == _edge_rows(rb) and len(_edge_rows(ra))
 
 
+@pytest.mark.parametrize("big", [False, True], ids=["sweep", "by-ids"])
 @pytest.mark.parametrize("geometry", ["line", "graph", "skeleton", "streamline"])
-async def test_objects_stream_through_in_batches(tmp_path, monkeypatch, geometry):
+async def test_objects_stream_through_in_batches(tmp_path, monkeypatch, geometry, big):
     from zvf.lifecycle import rechunk
+    from zvf.read import export
 
     monkeypatch.setattr(rechunk, "OBJECT_BATCH", 7)  # several batches, objects never split
+    if big:  # a level over the sweep's cache: read by id batches instead
+        monkeypatch.setattr(export, "SWEEP_BYTES", 1)
     rng = np.random.default_rng(5)
     src, dst = str(tmp_path / "s"), str(tmp_path / "d")
     if geometry == "line":

@@ -158,11 +158,14 @@ OBJECT_BATCH = 4096  # objects per read when exporting
 
 
 async def object_batches(ds: Any, level: int, step: int = OBJECT_BATCH) -> AsyncIterator[tuple[int, Any]]:
-    """(index of the first object, one combined Selection) for every ``step`` objects in id order:
-    one ``read_objects`` per batch, so many small objects cost a few large reads."""
-    ids = await ds.object_ids(level=level)
-    for lo in range(0, len(ids), step):
-        yield lo, await ds.read_objects(ids[lo:lo + step], level=level, combined=True)
+    """(index of the first object, one combined Selection) for every ``step`` objects in id order
+    (:func:`zvf.read.export.object_batches`: each cell read about once where the level fits its cache)."""
+    from ..read.export import object_batches as batches
+
+    lo = 0
+    async for sel in batches(ds, level=level, batch=step):
+        yield lo, sel
+        lo += len(sel.offsets) - 1
 
 
 async def object_attribute_names(ds: Any, level: int = 0) -> list[str]:

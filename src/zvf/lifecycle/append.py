@@ -246,8 +246,7 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
     if writer == "write_points":
         old = rechunk.point_batches(ds, batch_chunks=64)
     else:
-        old = rechunk.object_batches(ds, old_ids if old_ids is not None else np.zeros(0, np.int64),
-                                     rechunk.OBJECT_BATCH)
+        old = rechunk.object_batches(ds, rechunk.OBJECT_BATCH)
 
     async def batches():
         async for b in old:

@@ -57,14 +57,15 @@ async def _tables(ds) -> dict:
 OBJECT_BATCH = 4096  # whole objects per batch handed to the streaming writer
 
 
-async def object_batches(ds, ids: np.ndarray, batch: int = OBJECT_BATCH):
-    """Level 0 of an object store as batches of its streaming writer's input, ``batch`` objects each."""
+async def object_batches(ds, batch: int):
+    """Level 0 of an object store as batches of its streaming writer's input, ``batch`` objects each,
+    in id order (:func:`zvf.read.export.object_batches`)."""
+    from ..read.export import object_batches as selections
+
     geometry = ds.geometry_type
-    for lo in range(0, len(ids), batch):
-        part = ids[lo:lo + batch]
-        sel = await ds.read_objects(part, attributes=None, combined=True)
+    async for sel in selections(ds, batch=batch):
         if geometry == "line":
-            m = len(part)
+            m = len(sel.offsets) - 1
             yield {"endpoints": sel.positions.reshape(m, 2, -1),
                    "attributes": {n: a.reshape(m, 2, *a.shape[1:]) for n, a in sel.attributes.items()}}
         elif geometry in ("polyline", "streamline"):
@@ -131,7 +132,7 @@ async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
     if geometry in ("polyline", "streamline", "graph", "skeleton"):
         kw["geometry_type"] = geometry
     lo, hi = ds.bounds
-    return await getattr(aio, WRITERS[geometry])(target, object_batches(ds, ids, OBJECT_BATCH),
+    return await getattr(aio, WRITERS[geometry])(target, object_batches(ds, OBJECT_BATCH),
                                                  bounds=(lo.tolist(), hi.tolist()),
                                                  **kw, **write_kw)
 
