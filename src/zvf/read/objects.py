@@ -164,8 +164,7 @@ async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: Mani
     if len(sub):
         await cs.load(unique_rows(sub.coords))
     await cs.learn_widths()
-    fast = _range_rows(cs, sub)
-    grows, lens = fast if fast is not None else cs.gather(sub.coords, sub.fragment, ids[sub.object_row])
+    grows, lens = cs.gather(sub.coords, sub.fragment, ids[sub.object_row])
     per_obj = np.bincount(sub.object_row, weights=lens, minlength=len(ids)).astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(per_obj))).astype(np.int64)
     positions, attrs = cs.rows(grows)
@@ -190,30 +189,6 @@ async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: Mani
         else:
             edges = conn
     return Grouped(ids, offsets, positions, attrs, edges, faces, grows, link_attrs)
-
-
-def _range_rows(cs: ChunkSet, sub: ManifestTable) -> tuple[np.ndarray, np.ndarray] | None:
-    """``cs.gather`` in one vectorized pass when every reference is a row range of a present chunk
-    that fits it (what zvf and 0.9.2 write); None otherwise, and ``cs.gather`` reads (and names
-    the problem of) the rest.  (global rows, rows per reference)"""
-    if not len(sub) or not cs.fis:
-        return None
-    slots = cs.slots_of(sub.coords)
-    ok = np.asarray(cs.present, bool) & np.asarray(cs.frag_present, bool)
-    if (slots < 0).any() or not ok[slots].all():
-        return None
-    n_frag = np.fromiter((fi.num_fragments for fi in cs.fis), np.int64, count=len(cs.fis))
-    frag = sub.fragment
-    if (frag < 0).any() or (frag >= n_frag[slots]).any():
-        return None
-    at = (np.cumsum(n_frag) - n_frag)[slots] + frag  # into the fragments of all chunks, end to end
-    if not np.concatenate([fi.is_range for fi in cs.fis])[at].all():
-        return None
-    starts = np.concatenate([fi.starts for fi in cs.fis])[at]
-    lens = np.concatenate([fi.counts for fi in cs.fis])[at]
-    if (starts + lens > np.asarray(cs.counts, np.int64)[slots]).any():
-        return None
-    return expand_ranges(cs.base[slots] + starts, lens), lens
 
 
 def _split(g: Grouped) -> list[Selection]:
