@@ -199,6 +199,46 @@ async def test_object_appends_stream_to_the_bytes_of_one_write(tmp_path, monkeyp
     _same_cells(one, app)
 
 
+@pytest.mark.parametrize("geometry", ["points", "streamline"])
+async def test_append_rebuilds_pyramid_levels(tmp_path, geometry):
+    """A store with pyramid levels gets them built again from the appended level 0 (same factors, chunk
+    scales and link depth, under the append's lock): the store equals one write of the concatenation
+    with the same pyramid built on it, cell for cell; ``pyramid="drop"`` leaves level 0 only."""
+    rng = np.random.default_rng(11)
+    one, app, dropped = tmp_path / "one", tmp_path / "app", tmp_path / "dropped"
+    factors, scales = [(2, 1), (2, 2)], [1, 2]
+    if geometry == "points":
+        pos, att = _cloud(3000, 11)
+        full = {"positions": pos, "attributes": {"a": att}}
+        parts = [{"positions": pos[:2000], "attributes": {"a": att[:2000]}},
+                 {"positions": pos[2000:], "attributes": {"a": att[2000:]}}]
+        write, append, factors = za.write_points, "append_points", [(2, 1), (2, 1)]
+    else:
+        lines = [rng.uniform(0, 12, (int(k), 3)).astype(np.float32) for k in rng.integers(2, 20, 60)]
+        full = {"polylines": lines, "geometry_type": "streamline"}
+        parts = [{"polylines": lines[:40], "geometry_type": "streamline"}, {"polylines": lines[40:]}]
+        write, append = za.write_polylines, "append_polylines"
+    first = next(iter(full))
+    rest = {k: v for k, v in full.items() if k != first}
+    await write(str(one), full[first], **rest, **KW)
+    await za.build_pyramid(str(one), factors, chunk_scale_factors=scales, cross_level_depth=-1)
+    for target in (app, dropped):
+        p0 = parts[0]
+        await write(str(target), p0[first], **{k: v for k, v in p0.items() if k != first}, **KW)
+        await za.build_pyramid(str(target), factors, chunk_scale_factors=scales, cross_level_depth=-1)
+    p1 = parts[1]
+    ds = await za.open(str(app), mode="a")
+    summary = await getattr(ds, append)(p1[first], **{k: v for k, v in p1.items() if k != first})
+    assert summary["pyramid_rebuilt"] == [1, 2]
+    assert (await za.open(str(app))).levels == [0, 1, 2]
+    _same_cells(one, app)
+    ds = await za.open(str(dropped), mode="a")
+    summary = await getattr(ds, append)(p1[first], **{k: v for k, v in p1.items() if k != first}, pyramid="drop")
+    assert "pyramid_rebuilt" not in summary and (await za.open(str(dropped))).levels == [0]
+    with pytest.raises(InvalidArgumentError, match="pyramid must be"):
+        await getattr(ds, append)(p1[first], pyramid="keep")
+
+
 async def test_reference_reads_appended_points(tmp_path):
     zv = pytest.importorskip("zarr_vectors")
     pos, att = _cloud(500, 3)

@@ -20,8 +20,10 @@ store's own batches, then the appended one, through the streaming writer.
 Every append holds the store's lock (:mod:`zvf.lifecycle.lock`, shared with
 pyramid builds): a concurrent appender waits, then re-reads the store, so
 nothing is lost; the root is replaced with a compare-and-swap on what was
-read under the lock.  Pyramid levels are dropped by a rewriting append (they
-would describe the old data): rebuild them with ``build_pyramid``.
+read under the lock.  A store with pyramid levels is rewritten and, by default
+(``pyramid="rebuild"``), its levels are built again from the new level 0 with the
+factors, chunk scales and link depth they had, under the same lock;
+``pyramid="drop"`` leaves level 0 only (rebuild later with ``build_pyramid``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ..format.keys import ChunkKeyEncoding, format_chunk_id
 from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
 from .lock import StoreLock, read_document, replace_document
+from .pyramid import build_locked, pyramid_spec
 
 _SLASH = re.compile(r"^(.*)/c/(\d+(?:/\d+)*)$")
 _DOT = re.compile(r"^(.*)/c\.(\d+(?:\.\d+)*)$")
@@ -206,6 +209,9 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
         raise ReadOnlyError(f"{ds.url}: open the dataset with mode='a' to append")
     kwargs = dict(kwargs)
     timeout, stale = kwargs.pop("lock_timeout", 60.0), kwargs.pop("stale_after", 3600.0)
+    pyramid = kwargs.pop("pyramid", "rebuild")
+    if pyramid not in ("rebuild", "drop"):
+        raise InvalidArgumentError(f"pyramid must be 'rebuild' or 'drop', got {pyramid!r}")
     ex = ds.context.ex
     async with StoreLock(ex, ds.url, purpose="append", timeout=timeout, stale_after=stale) as lock:
         ex.clear_caches()
@@ -222,7 +228,12 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
                 summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch)
             else:
                 summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch)
+            spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
             await _publish(ex, lock, uploads, copies, docs, root, ds.url)
+        if spec is not None:  # the old levels described the old data: build them again from the new level 0
+            ex.clear_caches()
+            built = await build_locked(ds.context.handle, ex, lock, **spec)
+            summary["pyramid_rebuilt"] = [lv["level"] for lv in built["levels"]]
     ex.clear_caches()
     ds.context.reload(*(await _load(ex, ds.url)))
     return summary

@@ -683,6 +683,40 @@ async def build_pyramid(
                                    cross_level_storage, seed, progress, max_inflight_bytes, map_blocks)
 
 
+async def pyramid_spec(ds) -> dict | None:
+    """The ``build_pyramid`` keywords that rebuild ``ds``'s coarser levels as they are: per level the bin
+    ratio and chunk scale to its parent and the kept share of objects, the root's link depth and
+    storage.  None when the store has level 0 only, or levels that are not one chain 0 <- 1 <- 2 ...
+    (which only another tool writes)."""
+    if ds.levels == [0]:
+        return None
+    if ds.levels != list(range(len(ds.levels))):
+        return None
+    factors, scales = [], []
+    prev = await ds.level(0)
+    for index in ds.levels[1:]:
+        lvl = await ds.level(index)
+        if lvl.meta.parent_level != index - 1 or not lvl.meta.object_sparsity:
+            return None
+        bins = np.asarray(lvl.grid.effective_bin_shape) / np.asarray(prev.grid.effective_bin_shape)
+        chunks = np.asarray(lvl.grid.chunk_shape) / np.asarray(prev.grid.chunk_shape)
+        factors.append(([round(float(b)) for b in bins], round(1.0 / lvl.meta.object_sparsity, 9)))
+        scales.append([round(float(c)) for c in chunks])
+        prev = lvl
+    root = ds.root
+    return {"factors": factors, "chunk_scale_factors": scales,
+            "cross_level_depth": 1 if root.cross_level_depth is None else int(root.cross_level_depth),
+            "cross_level_storage": root.cross_level_storage or "explicit"}
+
+
+async def build_locked(handle, ex, lock, *, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
+                       seed: int = 0) -> dict:
+    """:func:`build_pyramid` on a store whose lock the caller holds (an append rebuilding the levels it
+    replaced, in the same lock, so no other writer comes between)."""
+    return await _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth,
+                               cross_level_storage, seed, None, 64 << 20, None)
+
+
 async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
                         seed, progress, max_inflight_bytes, map_blocks) -> dict:
     """The build under the store's lock: everything it reads is what it replaces."""
