@@ -89,17 +89,22 @@ OFFLOAD_BYTES = 4 << 20
 async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[str], box=None) -> Selection:
     """Rows of the given chunks (optionally only those inside ``box``)."""
     vert = level.array("vertices")
-    owners = await rc.fragment_owners(level.index) if rc.has_objects(level.index) else None
+    labelled = rc.has_objects(level.index)
     arrays = {"vertices": vert}
     arrays.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
-    if owners is not None:
+    if labelled:
         arrays["vertex_fragments"] = level.array("vertex_fragments")
     missing = [name for name, arr in arrays.items() if arr is None]
     if missing:
         raise FormatError(f"{level.index}/{missing[0]}/zarr.json: missing or not an array")
     chunk_list = list(map(tuple, chunks.tolist()))
-    spans = None if box is None or owners is not None else await narrow(level, chunks, arrays, box)
-    payloads = await fetch(vert.executor, arrays, chunk_list, spans)
+    owners = None
+    if labelled:  # the cells download while the object index is decoded to label their rows
+        payloads, owners = await vert.executor.gather([fetch(vert.executor, arrays, chunk_list, None),
+                                                       rc.fragment_owners(level.index)])
+    else:
+        spans = None if box is None else await narrow(level, chunks, arrays, box)
+        payloads = await fetch(vert.executor, arrays, chunk_list, spans)
     nbytes = sum(len(p) for ps in payloads.values() for p in ps if p is not None)
     args = (level, arrays, chunk_list, names, payloads, owners, box)
     if nbytes > OFFLOAD_BYTES:
@@ -204,10 +209,13 @@ def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: 
             fkey = arrays["vertex_fragments"].key_of(arrays["vertex_fragments"].cell_coords(chunk))
             fi = decode_fragment_index(payloads["vertex_fragments"][i] or b"", key=fkey, n_rows=len(pos))
             per_frag = owners.get(chunk)
-            oids = np.full(len(pos), -1, dtype=np.int64)
-            if per_frag is not None and fi.num_fragments:
-                rows, lengths = fi.gather(np.arange(fi.num_fragments))
-                oids[rows] = np.repeat(per_frag[: fi.num_fragments], lengths)
+            if per_frag is not None and len(per_frag) >= fi.num_fragments and fi.tiles(len(pos)):
+                oids = np.repeat(per_frag[: fi.num_fragments], fi.counts)
+            else:
+                oids = np.full(len(pos), -1, dtype=np.int64)
+                if per_frag is not None and fi.num_fragments:
+                    rows, lengths = fi.gather(np.arange(fi.num_fragments))
+                    oids[rows] = np.repeat(per_frag[: fi.num_fragments], lengths)
             oid_parts.append(oids if keep is None else oids[keep])
 
     positions = np.concatenate(pos_parts) if pos_parts else np.zeros((0, ndim), dtype)
