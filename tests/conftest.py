@@ -9,19 +9,25 @@ I/O fixtures:
   azurite       session: Azurite on 127.0.0.1 -> servers.Azurite (skips, saying why, if it cannot run)
   fake_gcs      session: fake-gcs-server behind its XML bridge -> servers.FakeGcs (same)
 
-Paths: ``REF_FIXTURES`` is the directory of stores zarr-vectors 0.9.2 wrote
-(``../shared/fixtures/ref-0.9.2`` beside the repo, or ``ZVF_REF_FIXTURES``);
-``SHARED`` is that ``shared/`` directory.  Every test module takes them from here.
+Reference stores:
+  ref_dir       session: THE directory of the stores zarr-vectors 0.9.2 wrote, with
+                ``<name>.expected.json`` -- the shared fixtures when complete, else
+                generated once per process with the installed reference package
+                (tests/refstores.py decides; ``ZVF_REF_STORES`` / ``ZVF_REF_GENERATE``).
+``REF_FIXTURES`` (the shared fixture path, which may be absent) and ``SHARED``
+are kept for code that only reports where the fixtures would be; tests read
+stores through ``ref_dir``.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.refstores import FIXTURES as REF_FIXTURES
+from tests.refstores import REPO, SHARED, ReferenceStoresUnavailable, reference_dir
 from tests.servers import (
     Azurite,
     EmulatorUnavailable,
@@ -32,9 +38,18 @@ from tests.servers import (
     start_s3_endpoint,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-REF_FIXTURES = Path(os.environ.get("ZVF_REF_FIXTURES") or SHARED / "fixtures" / "ref-0.9.2")
+__all__ = ["REF_FIXTURES", "REPO", "SHARED"]
+
+
+@pytest.fixture(scope="session")
+def ref_dir(tmp_path_factory) -> Path:
+    """Directory of every reference store (see tests/refstores.py); read-only, copy before editing."""
+    try:
+        return reference_dir(tmp_path_factory.getbasetemp())
+    except ReferenceStoresUnavailable as e:
+        pytest.skip(str(e))
+    except ImportError as e:
+        pytest.skip(f"reference stores absent and zarr-vectors 0.9.2 cannot generate them: {e}")
 
 
 @pytest.fixture(scope="session")

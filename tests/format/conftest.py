@@ -1,9 +1,9 @@
 """Fixture-store access for the format tests, independent of zvf's own decoders.
 
-``ref_arrays`` (session) walks tests.conftest.REF_FIXTURES (override with
-ZVF_REF_FIXTURES) with plain struct/numcodecs code and yields every Zarr array
-with its stored objects and decoded vlen items; tests that need it skip when
-the fixtures are absent.  ``fuzz_counts`` (session) is a Counter the fuzz tests
+``ref_arrays`` (session) walks every store of ``ref_dir`` (tests/conftest.py:
+the shared 0.9.2 fixtures, else stores generated with zarr-vectors 0.9.2) with
+plain struct/numcodecs code and yields every Zarr array with its stored objects
+and decoded vlen items.  ``fuzz_counts`` (session) is a Counter the fuzz tests
 bump per example; the totals are printed in the terminal summary.
 """
 
@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REF_FIXTURES as REF
-
 FUZZ_COUNTS: collections.Counter = collections.Counter()
 
 
@@ -31,6 +29,7 @@ class RefArray:
     objects: dict = field(default_factory=dict)  # relative key -> stored bytes
     cells: dict = field(default_factory=dict)  # chunk coords -> list[bytes] items (vlen arrays)
     shard_inner: dict = field(default_factory=dict)  # chunk coords -> stored inner-chunk bytes
+    store_dir: Path | None = None  # the store's directory
 
     @property
     def attrs(self) -> dict:
@@ -62,7 +61,7 @@ def _load_array(store: Path, zjson: Path) -> RefArray:
     import numcodecs.zstd
 
     meta = json.loads(zjson.read_text())
-    arr = RefArray(store.name, str(zjson.parent.relative_to(store)), meta)
+    arr = RefArray(store.name, str(zjson.parent.relative_to(store)), meta, store_dir=store)
     codecs = meta["codecs"]
     shard = None
     if codecs[0]["name"] == "sharding_indexed":
@@ -103,26 +102,24 @@ def _load_array(store: Path, zjson: Path) -> RefArray:
     return arr
 
 
-_CACHE: list[RefArray] | None = None
+_CACHE: dict[Path, list[RefArray]] = {}
 
 
-def load_ref_arrays() -> list[RefArray]:
-    global _CACHE
-    if _CACHE is None:
+def load_ref_arrays(ref: Path) -> list[RefArray]:
+    """Every array of every ``*.zarrvectors`` store under ``ref`` (cached per directory)."""
+    if ref not in _CACHE:
         out = []
-        for store in sorted(REF.glob("*.zarrvectors")):
+        for store in sorted(ref.glob("*.zarrvectors")):
             for zj in sorted(store.rglob("zarr.json")):
                 if json.loads(zj.read_text()).get("node_type") == "array":
                     out.append(_load_array(store, zj))
-        _CACHE = out
-    return _CACHE
+        _CACHE[ref] = out
+    return _CACHE[ref]
 
 
 @pytest.fixture(scope="session")
-def ref_arrays() -> list[RefArray]:
-    if not REF.is_dir() or not any(REF.glob("*.zarrvectors")):
-        pytest.skip(f"zarr-vectors 0.9.2 fixture stores not found at {REF} (set ZVF_REF_FIXTURES)")
-    return load_ref_arrays()
+def ref_arrays(ref_dir) -> list[RefArray]:
+    return load_ref_arrays(ref_dir)
 
 
 def ref_by_kind(arrays: list[RefArray], zv_array: str) -> list[RefArray]:
@@ -137,7 +134,7 @@ def vertex_rows(arrays: list[RefArray], store: str, level: str, coords) -> int |
             if items is None:
                 return None
             dt = np.dtype(a.attrs.get("dtype", "float32"))
-            root = json.loads((REF / store / "zarr.json").read_text())["attributes"]["zarr_vectors"]
+            root = json.loads((a.store_dir / "zarr.json").read_text())["attributes"]["zarr_vectors"]
             ndim = len(root["chunk_shape"])
             return len(items[0]) // (dt.itemsize * ndim)
     return None

@@ -21,8 +21,6 @@ from zvf.format.codecs import (
 )
 from zvf.format.vlen import encode_vlen
 
-from .conftest import REF
-
 KEY = "0/vertices/c/0/0/0"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -52,7 +50,7 @@ def test_fixture_pipelines(ref_arrays):
     assert n > 300
 
 
-def test_for_writing_json():
+def test_for_writing_json(ref_dir):
     assert CellCodec.for_writing().codecs_json() == [{"name": "vlen-bytes", "configuration": {}}]
     assert CellCodec.for_writing("zstd").codecs_json()[1] == {
         "name": "zstd",
@@ -64,9 +62,8 @@ def test_for_writing_json():
          "configuration": {"typesize": 4, "cname": "zstd", "clevel": 5, "shuffle": "bitshuffle", "blocksize": 0}}
     )
     sh = CellCodec.for_writing("zstd", (2, 2, 2)).codecs_json()
-    fixture = REF / "points3d_sharded_zstd.zarrvectors" / "0" / "vertices" / "zarr.json"
-    if fixture.exists():
-        assert json.dumps(sh) == json.dumps(json.loads(fixture.read_text())["codecs"])
+    fixture = ref_dir / "points3d_sharded_zstd.zarrvectors" / "0" / "vertices" / "zarr.json"
+    assert json.dumps(sh) == json.dumps(json.loads(fixture.read_text())["codecs"])
     assert CellCodec.for_writing("gzip").codecs_json()[1] == {"name": "gzip", "configuration": {"level": 5}}
     with pytest.raises(InvalidArgumentError, match="compression"):
         CellCodec.for_writing("brotli")
@@ -250,11 +247,9 @@ def test_blosc_bytes_match_zarr(tmp_path):
         assert bytes(cc.decode(stored, key=KEY)) == p
 
 
-def test_blosc_store_readable_by_zarr_and_reference(tmp_path):
+def test_blosc_store_readable_by_zarr_and_reference(tmp_path, ref_dir):
     """Hand-write a blosc store (re-encode every vlen cell of points3d) and read it with zarr and 0.9.2."""
-    src = REF / "points3d.zarrvectors"
-    if not src.exists():
-        pytest.skip(f"fixture {src} not found")
+    src = ref_dir / "points3d.zarrvectors"
     zarr = pytest.importorskip("zarr")
     zv = pytest.importorskip("zarr_vectors")
     warnings.filterwarnings("ignore")

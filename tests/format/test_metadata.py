@@ -1,4 +1,4 @@
-"""zvf.format.metadata against the zarr-vectors 0.9.2 fixtures.
+"""zvf.format.metadata against the zarr-vectors 0.9.2 reference stores (``ref_dir``).
 
 Every zarr.json of every fixture store is parsed, rebuilt with the builders from
 the parsed values, and compared with the original as a dict and byte for byte.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REF_FIXTURES as FIXTURES
+from tests.refstores import ALL_STORES, FIXTURES, uses_shared
 from zvf.errors import (
     FormatError,
     IncompleteStoreError,
@@ -33,17 +33,24 @@ SPATIAL = {"vertices", "vertex_fragments", "link_fragments", "attribute", "fragm
            "link_attribute"}
 
 
-def _store_dirs() -> list[Path]:
-    dirs = [FIXTURES] + [Path(p) for p in os.environ.get("ZVF_EXTRA_REF_STORES", "").split(":") if p]
-    out = []
-    for d in dirs:
-        if d.is_dir():
-            out += sorted(p for p in d.iterdir() if (p / "zarr.json").is_file() and p.is_dir())
-    return out
+def _stores_in(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if (p / "zarr.json").is_file() and p.is_dir()) if d.is_dir() else []
 
 
-STORES = _store_dirs()
-needs_fixtures = pytest.mark.skipif(not STORES, reason="reference fixtures (/work/shared) not available")
+# store directory names inside ref_dir (known at collection: the shared listing, else the generated set)
+REF_NAMES = [p.name for p in _stores_in(FIXTURES)] if uses_shared() else sorted(f"{n}.zarrvectors" for n in ALL_STORES)
+EXTRA = [s for d in os.environ.get("ZVF_EXTRA_REF_STORES", "").split(":") if d for s in _stores_in(Path(d))]
+STORES: list[str | Path] = [*REF_NAMES, *EXTRA]  # a name in ref_dir, or an extra store's path
+
+
+@pytest.fixture
+def store(request, ref_dir) -> Path:
+    return request.param if isinstance(request.param, Path) else ref_dir / request.param
+
+
+@pytest.fixture
+def all_stores(ref_dir) -> list[Path]:
+    return [ref_dir / n for n in REF_NAMES] + EXTRA
 
 
 def _docs(store: Path):
@@ -143,8 +150,7 @@ def _rebuild(doc: dict, key: str) -> dict:
 # --------------------------------------------------------------------------
 
 
-@needs_fixtures
-@pytest.mark.parametrize("store", STORES, ids=[p.name for p in STORES])
+@pytest.mark.parametrize("store", STORES, ids=[Path(p).name for p in STORES], indirect=True)
 def test_round_trip_every_document(store: Path):
     if not json.loads((store / "zarr.json").read_bytes())["attributes"]["zarr_vectors"].get("geometry_types"):
         pytest.skip("store was created but never written (a refused write leaves this)")
@@ -159,8 +165,7 @@ def test_round_trip_every_document(store: Path):
     assert n >= 4
 
 
-@needs_fixtures
-@pytest.mark.parametrize("store", STORES, ids=[p.name for p in STORES])
+@pytest.mark.parametrize("store", STORES, ids=[Path(p).name for p in STORES], indirect=True)
 def test_root_and_levels_parse(store: Path):
     root = parse.classify_root((store / "zarr.json").read_bytes(), key=f"{store.name}/zarr.json")
     if not root.geometry_types:
@@ -193,13 +198,10 @@ def test_root_and_levels_parse(store: Path):
             assert t.translation == tuple(b / 2 for b in root.bin_shape)
 
 
-@needs_fixtures
-def test_grid_shape_is_floor_plus_one_for_building_writers():
+def test_grid_shape_is_floor_plus_one_for_building_writers(ref_dir):
     """building.write_* allocate floor(hi/c) - floor(lo/c) + 1 cells; zv.create's API allocates ceil."""
     hl_api = {"points2d", "polylines2"}  # written through zv.create(...).add_*
-    for store in STORES:
-        if store.parent != FIXTURES:
-            continue
+    for store in (ref_dir / n for n in REF_NAMES):
         root = parse.parse_root(parse.loads((store / "zarr.json").read_bytes(), key="zarr.json"))
         cs = np.asarray(root.chunk_shape, float)
         lo, hi = (np.asarray(b, float) for b in root.bounds)
@@ -213,8 +215,7 @@ def test_grid_shape_is_floor_plus_one_for_building_writers():
         assert verts.grid_origin == tuple(origin)
 
 
-@needs_fixtures
-def test_zarr_python_serializes_our_documents_identically():
+def test_zarr_python_serializes_our_documents_identically(all_stores):
     """zarr-python re-emits every rebuilt (non-compact) document byte for byte."""
     zarr = pytest.importorskip("zarr")
     from zarr.core.buffer import default_buffer_prototype
@@ -226,7 +227,7 @@ def test_zarr_python_serializes_our_documents_identically():
     import warnings
 
     checked = 0
-    for store in STORES[:12]:
+    for store in all_stores[:12]:
         for key, data in _docs(store):
             doc = _rebuild(parse.loads(data, key=key), key)
             if doc["node_type"] == "array":
@@ -249,19 +250,18 @@ def test_zarr_python_serializes_our_documents_identically():
 # --------------------------------------------------------------------------
 
 
-@needs_fixtures
-def test_points3d_from_scratch():
-    store = FIXTURES / "points3d.zarrvectors"
-    exp = json.loads((FIXTURES / "points3d.expected.json").read_text())
+def test_points3d_from_scratch(ref_dir):
+    store = ref_dir / "points3d.zarrvectors"
+    exp = json.loads((ref_dir / "points3d.expected.json").read_text())
     root = builders.root_document(chunk_shape=exp["chunk_shape"], bounds=([0.0] * 3, [100.0] * 3),
                             geometry_types=["point_cloud"], base_bin_shape=exp["base_bin_shape"],
                             name=builders.store_name(str(store)))
     assert builders.dumps(root) == (store / "zarr.json").read_bytes()
-    level = builders.level_document(level=0, vertex_count=400, arrays_present=["vertices", "vertex_attributes"],
-                              fragments_tile=True)
+    level = builders.level_document(level=0, vertex_count=len(exp["points"]),
+                                    arrays_present=["vertices", "vertex_attributes"], fragments_tile=True)
     assert builders.dumps(level) == (store / "0/zarr.json").read_bytes()
     codecs = [{"name": "vlen-bytes", "configuration": {}}]
-    chunks = [tuple(int(x) for x in k.split(".")) for k in exp["per_chunk_counts"]]
+    chunks = [tuple(c) for c in np.unique(np.floor(np.asarray(exp["points"]) / exp["chunk_shape"]).astype(int), axis=0)]
     verts = builders.spatial_array_document((3, 3, 3), codecs, builders.vertices_attributes(np.float32),
                                       nonempty_chunks=np.array(chunks[::-1]), grid_origin=(0, 0, 0))
     assert builders.dumps(verts) == (store / "0/vertices/zarr.json").read_bytes()
@@ -272,9 +272,12 @@ def test_points3d_from_scratch():
     assert builders.dumps(builders.group_document({})) == (store / "0/vertex_attributes/zarr.json").read_bytes()
 
 
-@needs_fixtures
-def test_pyramid_root_from_scratch():
-    store = FIXTURES / "streamlines_pyramid.zarrvectors"
+def test_pyramid_root_from_scratch(ref_dir):
+    store = ref_dir / "streamlines_pyramid.zarrvectors"
+    n_obj = len(json.loads((ref_dir / "streamlines_pyramid.expected.json").read_text())["objects"])
+    # counts the inputs do not fix (coarsening, link derivation) are taken from the store
+    n_lv1 = json.loads((store / "1/zarr.json").read_text())["attributes"]["zarr_vectors_level"]["vertex_count"]
+    n_up = json.loads((store / "0/links/+1/zarr.json").read_text())["attributes"]["num_links"]
     base = (25.0, 25.0, 25.0)
     root = builders.root_document(
         chunk_shape=[50.0] * 3, bounds=([0.0] * 3, [100.0] * 3), geometry_types=["streamline"],
@@ -284,21 +287,22 @@ def test_pyramid_root_from_scratch():
         transforms=[builders.level_transform(0, base, base), builders.level_transform(1, [50.0] * 3, base)],
     )
     assert builders.dumps(root) == (store / "zarr.json").read_bytes()
-    lv1 = builders.level_document(level=1, vertex_count=8, parent_level=0, arrays_present=["vertices", "object_index"],
-                            preserves_object_ids=True, inherited_num_objects=6, shared_fragments=True)
+    lv1 = builders.level_document(level=1, vertex_count=n_lv1, parent_level=0,
+                                  arrays_present=["vertices", "object_index"], preserves_object_ids=True,
+                                  inherited_num_objects=n_obj, shared_fragments=True)
     assert builders.dumps(lv1) == (store / "1/zarr.json").read_bytes()
-    fam = builders.links_family_document(level_delta=1, link_width=2, directed=True, sid_ndim=3, num_links=70)
+    fam = builders.links_family_document(level_delta=1, link_width=2, directed=True, sid_ndim=3, num_links=n_up)
     assert builders.dumps(fam) == (store / "0/links/+1/zarr.json").read_bytes()
-    oi0 = builders.object_index_group_document(6, 6, 3)
+    oi0 = builders.object_index_group_document(n_obj, n_obj, 3)
     assert builders.dumps(oi0) == (store / "0/object_index/zarr.json").read_bytes()
-    oi1 = builders.object_index_group_document(6, 6, 3, compact=False)
+    oi1 = builders.object_index_group_document(n_obj, n_obj, 3, compact=False)
     assert builders.dumps(oi1) == (store / "1/object_index/zarr.json").read_bytes()
     zstd = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
-    tract = builders.object_attribute_document("tract", np.int32, [6], [builders.bytes_codec(np.int32)])
+    tract = builders.object_attribute_document("tract", np.int32, [n_obj], [builders.bytes_codec(np.int32)])
     assert builders.dumps(tract) == (store / "0/object_attributes/tract/zarr.json").read_bytes()
-    ids = builders.object_ids_document(6, [builders.bytes_codec("int64"), zstd])
+    ids = builders.object_ids_document(n_obj, [builders.bytes_codec("int64"), zstd])
     assert builders.dumps(ids) == (store / "1/object_index/object_ids/zarr.json").read_bytes()
-    man = builders.manifests_document(6, [{"name": "vlen-bytes", "configuration": {}}, zstd])
+    man = builders.manifests_document(n_obj, [{"name": "vlen-bytes", "configuration": {}}, zstd])
     assert builders.dumps(man) == (store / "1/object_index/manifests/zarr.json").read_bytes()
 
 
