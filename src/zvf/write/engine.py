@@ -12,6 +12,7 @@ writing anything.  The claim is removed after the root is published.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import uuid
@@ -22,7 +23,7 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..errors import RemoteError, StoreExistsError
+from ..errors import InvalidArgumentError, RemoteError, StoreExistsError
 from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding
@@ -32,23 +33,41 @@ from ..io.executor import Executor
 
 
 class ByteBudget:
-    """Caps the bytes of queued-but-unfinished uploads (a blob larger than the cap runs alone)."""
+    """Caps the bytes of queued-but-unfinished uploads (a blob larger than the cap runs alone).
+
+    Used from one event loop only, so the common case -- room left and nobody
+    waiting -- just counts, with no lock and no task switch; the condition is
+    taken only when a caller has to wait (waiters are served before newcomers)
+    or the budget drains (``lifecycle.pyramid`` waits on ``_cond`` for that).
+    """
 
     def __init__(self, limit: int):
         self.limit = limit
         self.used = 0
+        self._waiting = 0
         self._cond = anyio.Condition()
 
+    def _full(self, n: int) -> bool:
+        return bool(self.used) and self.used + n > self.limit
+
     async def acquire(self, n: int) -> None:
+        if not self._waiting and not self._full(n):
+            self.used += n
+            return
         async with self._cond:
-            while self.used and self.used + n > self.limit:
-                await self._cond.wait()
+            self._waiting += 1
+            try:
+                while self._full(n):
+                    await self._cond.wait()
+            finally:
+                self._waiting -= 1
             self.used += n
 
     async def release(self, n: int) -> None:
-        async with self._cond:
-            self.used -= n
-            self._cond.notify_all()
+        self.used -= n
+        if self._waiting or not self.used:  # drained: wakes whoever waits on ``_cond`` for that too
+            async with self._cond:
+                self._cond.notify_all()
 
 
 class StoreWriter:
@@ -62,6 +81,8 @@ class StoreWriter:
         self._budget = ByteBudget(max_inflight_bytes)
         self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
         self._tg = None
+        self._queue: collections.deque[tuple[str, bytes]] = collections.deque()  # blobs waiting for an uploader
+        self._uploaders = 0
         self._error: Exception | None = None  # first failed upload; stops the write
         self.cells_written = 0
         self.bytes_written = 0
@@ -119,11 +140,26 @@ class StoreWriter:
                 raise
 
     async def put_cell(self, key: str, data: bytes) -> None:
-        """Queue one data blob; waits while too many bytes are in flight; raises once an upload failed."""
+        """Queue one data blob; waits while too many bytes are in flight; raises once an upload failed.
+
+        Blobs go up in queue order through at most as many uploader tasks as the executor runs
+        requests at once; an uploader takes blobs until the queue is empty (one task per burst,
+        not one per blob: a write of thousands of small cells spends its loop on uploads).
+        """
         if self._error is not None:
             raise self._error
         await self._budget.acquire(len(data))
-        self._tg.start_soon(self._upload, key, data)
+        self._queue.append((key, data))
+        if self._uploaders < max(1, self.ex.concurrency):
+            self._uploaders += 1
+            self._tg.start_soon(self._uploader)
+
+    async def _uploader(self) -> None:
+        try:
+            while self._queue:
+                await self._upload(*self._queue.popleft())
+        finally:
+            self._uploaders -= 1
 
     async def _upload(self, key: str, data: bytes) -> None:
         try:
@@ -295,30 +331,64 @@ def add_level0_documents(writer: StoreWriter, url: str, *, geometry: str, n: int
         base_bin_shape=bin_shape), stage=2)
 
 
-async def write_vlen_1d(writer: StoreWriter, path: str, items: list, chunk: int, codec: CellCodec, doc: dict) -> None:
+async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, codec: CellCodec, doc: dict) -> None:
     """A 1-D vlen-bytes array (manifests, groups): ``chunk`` items per stored object.
 
     Sharded (``codec.shard``), each stored object is a shard of ``chunk`` rows
     in inner chunks of ``codec.inner_rows`` rows, readable one inner chunk at a time.
+    ``items``: a list of bytes-like, or a sequence with ``packed(lo, hi)`` returning
+    rows ``lo:hi`` as (uint8 buffer, byte offsets): then every frame of a stored
+    object is laid out in one vectorized pass (no per-item Python work).
     """
     keys = ChunkKeyEncoding.from_metadata(None)
-    inner = codec.inner_rows or 1
+    n = len(items)
+    per = chunk if codec.shard is None else codec.inner_rows or 1  # items per vlen frame, padded with b""
+    packed = getattr(items, "packed", None)
+    compress = dense_codec(codec)  # the compressors alone, for frames built here
 
     def encode(c: int) -> bytes | None:  # in a worker thread: framing and compression of one stored object
-        rows = items[c * chunk:(c + 1) * chunk]
+        lo, hi = c * chunk, min((c + 1) * chunk, n)
+        groups = -(-(hi - lo) // per)
+        if packed is not None:
+            buf, bounds = vlen_frames(*packed(lo, hi), per, groups)
+            blobs = [compress.encode(buf[x:y]) for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        else:
+            rows = list(items[lo:hi]) + [b""] * (groups * per - (hi - lo))
+            blobs = [codec.encode_items(rows[j * per:(j + 1) * per]) for j in range(groups)]
         if codec.shard is None:
-            rows = rows + [b""] * (chunk - len(rows))  # zarr stores whole chunks, padded with the fill value
-            return codec.encode_items(rows)
-        rows = rows + [b""] * (-len(rows) % inner)
-        parts = {j: codec.encode_items(rows[j * inner:(j + 1) * inner]) for j in range(len(rows) // inner)}
-        return encode_shard(parts, chunk // inner)
+            return blobs[0]
+        return encode_shard(dict(enumerate(blobs)), chunk // per)
 
     async def store(c: int, blob: bytes | None) -> None:
         if blob is not None:
             await writer.put_cell(keys.key(path, (c,)), blob)
 
-    await ordered_map(range(-(-len(items) // chunk) if len(items) else 0), encode, store)
+    await ordered_map(range(-(-n // chunk) if n else 0), encode, store)
     writer.add_document(f"{path}/zarr.json", doc, stage=0)
+
+
+def vlen_frames(data: np.ndarray, offsets: np.ndarray, per: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Items ``data[offsets[i]:offsets[i+1]]`` framed as ``groups`` vlen-bytes frames of ``per`` items each
+    (the last padded with empty items) -> (uint8 buffer of the frames back to back, ``groups + 1`` bounds)."""
+    off = np.asarray(offsets, dtype=np.int64)
+    lens = np.zeros(groups * per, dtype=np.int64)
+    lens[:off.size - 1] = np.diff(off)
+    if lens.size and int(lens.max()) >= 1 << 32:
+        raise InvalidArgumentError(f"vlen item of {int(lens.max())} bytes exceeds the u32 length prefix")
+    table = lens.reshape(groups, per)
+    bounds = np.zeros(groups + 1, dtype=np.int64)
+    np.cumsum(4 + 4 * per + table.sum(axis=1), out=bounds[1:])
+    out = np.empty(int(bounds[-1]), dtype=np.uint8)
+    heads = bounds[:-1, None] + np.arange(4)  # u32 item count of each frame
+    prefix = (bounds[:-1, None] + 4 + 4 * np.arange(per) + (np.cumsum(table, axis=1) - table)).reshape(-1, 1)
+    prefix = prefix + np.arange(4)  # u32 length of each item
+    body = np.ones(out.size, dtype=bool)
+    body[heads.reshape(-1)] = False
+    body[prefix.reshape(-1)] = False
+    out[heads.reshape(-1)] = np.full(groups, per, dtype="<u4").view(np.uint8)
+    out[prefix.reshape(-1)] = lens.astype("<u4").view(np.uint8)
+    out[body] = np.asarray(data, dtype=np.uint8)[int(off[0]):int(off[-1])]
+    return out, bounds
 
 
 def dense_codec(codec: CellCodec) -> CellCodec:

@@ -15,9 +15,9 @@ from ..errors import InvalidArgumentError
 from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex, encode_fragment_index
-from ..format.grid import Grid
+from ..format.grid import CellCodes, Grid
 from .engine import SpatialArrayOut, StoreWriter, ordered_map
-from .partition import Partition, partition
+from .partition import Partition, partition_codes
 
 
 def shard_tuple(shard_shape, ndim: int):
@@ -114,9 +114,13 @@ class Layout:
 
     @classmethod
     def by_key(cls, grid: Grid, pos: np.ndarray, keys: np.ndarray) -> KeyLayout:
-        """One fragment per (chunk, key), keys ascending inside a chunk (graphs, meshes)."""
-        chunks = grid.chunk_of(pos) if len(pos) else np.zeros((0, pos.shape[1]), np.int64)
-        return KeyLayout(pos, chunks, partition(chunks, keys))
+        """One fragment per (chunk, key), keys ascending inside a chunk (graphs, meshes).
+
+        Rows are placed by their chunk numbers (one int64 each), not (N, ndim) chunk coordinates.
+        """
+        cells = grid.cell_codes(pos, by_bin=False)
+        # with keys, partition_codes sorts a combined copy: ``cells.codes`` stays each row's chunk number
+        return KeyLayout(pos, cells, partition_codes(cells, np.asarray(keys)))
 
     @classmethod
     def by_runs(cls, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray, coords) -> RunLayout:
@@ -132,11 +136,11 @@ class Layout:
 
 
 class KeyLayout(Layout):
-    """:meth:`Layout.by_key`, plus each input row's chunk coords and chunk-local sorted row (explicit links)."""
+    """:meth:`Layout.by_key`, plus each input row's chunk and chunk-local sorted row (explicit links)."""
 
-    def __init__(self, pos: np.ndarray, chunks: np.ndarray, part: Partition):
+    def __init__(self, pos: np.ndarray, cells: CellCodes, part: Partition):
         super().__init__(pos, part)
-        self.chunks = chunks
+        self.cells = cells
         n = len(pos)
         idx = index_dtype(n)
         self.read_idx = np.empty(n, dtype=idx)  # sorted (read-order) row of each input row
@@ -144,6 +148,12 @@ class KeyLayout(Layout):
         chunk_first = np.repeat(part.chunk_starts[:-1].astype(idx), np.diff(part.chunk_starts))
         self.local = np.empty(n, dtype=idx)
         self.local[part.order] = np.arange(n, dtype=idx) - chunk_first
+
+    def chunks_of(self, rows: np.ndarray) -> np.ndarray:
+        """Absolute chunk coords of input ``rows`` (any shape) -> ``rows.shape + (ndim,)``."""
+        rows = np.asarray(rows)
+        ndim = self.pos.shape[1]
+        return self.cells.chunk_coords(self.cells.codes[rows].reshape(-1)).reshape(*rows.shape, ndim)
 
 
 class RunLayout(Layout):
@@ -160,9 +170,7 @@ class RunLayout(Layout):
         frag_chunk = np.cumsum(new) - 1
         cnt = counts[ro]
         first = np.cumsum(cnt) - cnt  # sorted row of each run's first vertex
-        idx = index_dtype(n)
-        order = np.arange(n, dtype=idx)
-        order += np.repeat((run_start[ro] - first).astype(idx), cnt)
+        order = _run_order(n, run_start[ro] - first, first, index_dtype(n))
         chunk_starts = np.append(first[new], n).astype(np.int64)
         chunks = coords(sc[new]).astype(np.int64) if len(ro) else np.zeros((0, ndim), np.int64)
         super().__init__(pos, Partition(order, chunks, chunk_starts, frag_chunk.astype(np.int64),
@@ -171,12 +179,31 @@ class RunLayout(Layout):
         self.run_frag = np.empty(len(ro), dtype=np.int64)  # fragment (sorted position) of each run
         self.run_frag[ro] = np.arange(len(ro), dtype=np.int64)
 
+    def frag_objects(self, obj_start: np.ndarray) -> np.ndarray:
+        """Object of each fragment, from each object's first input row (ascending; an empty object
+        shares the next one's start, and the last start with a row wins): no per-row object table."""
+        return np.searchsorted(obj_start, self.run_start[self.part.frag_keys], side="right") - 1
+
     def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(fragment, chunk-local sorted row) of input ``rows`` (any shape)."""
         run = np.searchsorted(self.run_start, rows, side="right") - 1
         frag = self.run_frag[run]
         part = self.part
         return frag, part.frag_starts[frag] + (rows - self.run_start[run])
+
+
+def _run_order(n: int, shift: np.ndarray, first: np.ndarray, idx: np.dtype) -> np.ndarray:
+    """``arange(n) + repeat(shift, counts)`` (sorted row -> input row) as one cumulative sum over one array:
+    each run's first row carries the step from the previous run's shift, every other row a 1."""
+    order = np.ones(n, dtype=idx)
+    if n:
+        nonempty = np.diff(first, append=n) > 0
+        shift, first = shift[nonempty], first[nonempty]
+        step = np.diff(shift, prepend=0) + 1
+        step[0] -= 1
+        order[first] = step
+        np.cumsum(order, dtype=idx, out=order)
+    return order
 
 
 def run_starts(chunks: np.ndarray, obj_start: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ Link attributes mirror every links array cell for cell, as flat rows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,8 @@ from ..format import builders
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.keys import format_offsets_name
 from ..format.links import encode_intra_links, encode_ragged_links, lehmer_encode
-from .engine import empty_group
+from .engine import empty_group, ordered_map
+from .partition import sort_codes
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,61 @@ def place_records(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
         z = np.zeros(0, np.int64)
         return LinkCells(width, z, np.zeros((0, width), np.int64), z, np.zeros((0, ndim), np.int64),
                          np.zeros((0, width - 1, ndim), np.int64), np.zeros(1, np.int64))
+    flat = chunks.reshape(-1, ndim)
+    low = flat.min(axis=0)
+    span = flat.max(axis=0) - low + 1
+    if _fits(span, width, int(vi.max()) + 1 if vi.size else 1):
+        return _place_coded(chunks, vi, low, span)
+    return _place_lexsort(chunks, vi)
+
+
+def _fits(span: np.ndarray, width: int, nvi: int) -> bool:
+    """Whether chunk numbers times vertex indices, and cell keys, fit the packed int64 sort codes."""
+    cells = math.prod(int(s) for s in span)
+    offsets = math.prod(2 * int(s) - 1 for s in span) ** (width - 1)
+    return cells * nvi < 1 << 62 and cells * offsets < 1 << 62
+
+
+def _c_strides(shape: np.ndarray) -> np.ndarray:
+    """C-order strides (in items) of an array of ``shape``."""
+    out = np.ones(len(shape), dtype=np.int64)
+    out[:-1] = np.cumprod(shape[::-1].astype(np.int64))[::-1][1:]
+    return out
+
+
+def _place_coded(chunks: np.ndarray, vi: np.ndarray, low: np.ndarray, span: np.ndarray) -> LinkCells:
+    """:func:`place_records` on integer codes: a chunk's C-order number in the records' box orders chunks
+    as their coordinates do, and a cell's key (source number, then offsets in mixed radix) orders cells as
+    the lexicographic (source, offsets) sort does -- one packed integer sort instead of lexsorts."""
+    m, width, _ = chunks.shape
+    code = (chunks - low) @ _c_strides(span)  # (M, L) chunk numbers
+    if width == 2:  # the common case: swap the endpoints of a record whose second chunk sorts first
+        swap = code[:, 1] < code[:, 0]
+        sigma = np.where(swap[:, None], np.array([1, 0]), np.array([0, 1])).astype(np.int64)
+        perm = swap.astype(np.int64)
+    else:
+        key = code * (int(vi.max()) + 1) + vi
+        sigma = np.argsort(key, axis=1, kind="stable")
+        sigma[np.all(code == code[:, :1], axis=1)] = np.arange(width)  # records inside one chunk keep their order
+        perm = lehmer_encode(sigma)
+    rows = np.arange(m)[:, None]
+    placed = code[rows, sigma]
+    placed_vi = vi[rows, sigma]
+    # offsets of the other endpoints' chunks from the first, per axis in [-(span-1), span-1]
+    radix = np.tile(2 * span - 1, width - 1)
+    pc = chunks[rows, sigma]
+    off = (pc[:, 1:, :] - pc[:, :1, :]).reshape(m, -1) + np.tile(span - 1, width - 1)
+    cell_key = placed[:, 0] * int(np.prod(radix)) + off @ _c_strides(radix)
+    order, _, starts = sort_codes(cell_key)
+    first = order[starts[:-1]]
+    src = pc[first, 0, :]
+    return LinkCells(width, order, placed_vi[order], perm[order], src,
+                     pc[first, 1:, :] - src[:, None, :], starts)
+
+
+def _place_lexsort(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
+    """:func:`place_records` by lexsorts, for chunk boxes too wide to number in an int64."""
+    m, width, ndim = chunks.shape
     intra = np.all(chunks == chunks[:, :1, :], axis=(1, 2))
     # Canonical endpoint order: lexsort over every endpoint, record as primary key.
     rec = np.repeat(np.arange(m, dtype=np.int64), width)
@@ -84,6 +141,10 @@ def place_records(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
         ks[first, ndim:].reshape(-1, width - 1, ndim),
         np.append(first, m).astype(np.int64),
     )
+
+
+#: Link cells encoded per worker task: enough to amortize the thread hand-off, few enough to overlap uploads.
+CELLS_PER_TASK = 64
 
 
 class LinkWriter:
@@ -116,32 +177,64 @@ class LinkWriter:
             offsets, has_perm=name != self._intra_name, link_width=self.width, level_delta=0))
 
     async def add(self, cells: LinkCells, link_attributes: dict[str, np.ndarray]) -> None:
-        """Upload ``cells``; ``link_attributes`` rows are aligned with the records placed into them."""
+        """Upload ``cells``; ``link_attributes`` rows are aligned with the records placed into them.
+
+        Arrays are resolved on the event loop (one name per distinct offsets, not per cell); the cells
+        are encoded in the engine's worker threads, :data:`CELLS_PER_TASK` at a time, and put in order.
+        """
         writer = self.level.writer
-        is_intra = cells.cell_is_intra()
+        k = len(cells.cell_chunk)
         self.total += cells.num_links
-        for k, (offsets, chunk) in enumerate(zip(cells.cell_offsets.tolist(), cells.cell_chunk.tolist())):
-            name = format_offsets_name(offsets)
-            lo, hi = int(cells.starts[k]), int(cells.starts[k + 1])
-            arr = self._array(name, offsets)
-            rows = cells.vi[lo:hi]
-            if is_intra[k]:
-                await arr.add(writer, chunk, encode_intra_links(rows))
-                if self._frags is not None:
-                    await self._frags.add(writer, chunk,
-                                          encode_fragment_index(FragmentIndex.from_ranges([0], [hi - lo])))
-            else:
-                await arr.add(writer, chunk, encode_ragged_links(rows, cells.perm[lo:hi]))
-            sel = cells.order[lo:hi]
-            for an, values in link_attributes.items():
-                out = self._attr_arrays.get((an, name))
-                if out is None:
-                    out = self._attr_arrays[(an, name)] = self.level.array(
-                        f"link_attributes/{an}/0/{name}",
-                        builders.link_attribute_attributes(an, values.dtype, offsets, level_delta=0,
-                                                     row_shape=values.shape[1:]))
-                await out.add(writer, chunk,
-                              np.ascontiguousarray(values[sel]).astype(values.dtype.newbyteorder("<")).tobytes())
+        if k == 0:
+            return
+        is_intra = cells.cell_is_intra().tolist()
+        uniq, which = np.unique(cells.cell_offsets.reshape(k, -1), axis=0, return_inverse=True)
+        shape = (self.width - 1, self.ndim)
+        offsets = [u.reshape(shape).tolist() for u in uniq]
+        names = [format_offsets_name(o) for o in offsets]
+        arrays = [self._array(name, o) for name, o in zip(names, offsets)]
+        attrs = [(values.dtype.newbyteorder("<"), values, [self._attribute_array(an, values, name, o)
+                                                           for name, o in zip(names, offsets)])
+                 for an, values in link_attributes.items()]
+        which = which.reshape(-1).tolist()
+        chunks = cells.cell_chunk.tolist()
+        starts = cells.starts.tolist()
+        frags = self._frags
+
+        def encode(batch: range) -> list:
+            out = []
+            for c in batch:
+                lo, hi = starts[c], starts[c + 1]
+                arr = arrays[which[c]]
+                rows = cells.vi[lo:hi]
+                if is_intra[c]:
+                    out.append((arr, c, arr.codec.encode(encode_intra_links(rows))))
+                    if frags is not None:
+                        out.append((frags, c, frags.codec.encode(
+                            encode_fragment_index(FragmentIndex.from_ranges([0], [hi - lo])))))
+                else:
+                    out.append((arr, c, arr.codec.encode(encode_ragged_links(rows, cells.perm[lo:hi]))))
+                sel = cells.order[lo:hi]
+                for dt, values, outs in attrs:
+                    o = outs[which[c]]
+                    out.append((o, c, o.codec.encode(np.ascontiguousarray(values[sel]).astype(dt).tobytes())))
+            return out
+
+        async def store(_: range, blobs: list) -> None:
+            for out, c, blob in blobs:
+                await out.put(writer, chunks[c], blob)
+
+        await ordered_map([range(i, min(i + CELLS_PER_TASK, k)) for i in range(0, k, CELLS_PER_TASK)],
+                          encode, store)
+
+    def _attribute_array(self, an: str, values: np.ndarray, name: str, offsets):
+        out = self._attr_arrays.get((an, name))
+        if out is None:
+            out = self._attr_arrays[(an, name)] = self.level.array(
+                f"link_attributes/{an}/0/{name}",
+                builders.link_attribute_attributes(an, values.dtype, offsets, level_delta=0,
+                                                   row_shape=values.shape[1:]))
+        return out
 
     def finish(self) -> None:
         """Queue the family documents (the arrays' own documents come with the level's)."""

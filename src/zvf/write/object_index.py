@@ -19,7 +19,7 @@ from ..errors import InvalidArgumentError
 from ..format import builders
 from ..format import metadata as md
 from ..format.codecs import CellCodec
-from ..format.manifest import encode_manifests
+from ..format.manifest import encode_manifests_packed
 from .engine import (
     StoreWriter,
     dense_codec,
@@ -73,7 +73,7 @@ async def put_object_index(writer: StoreWriter, level: int, object_row: np.ndarr
 
 
 class _Manifests:
-    """The manifests of objects ``0..n-1`` as a sequence that encodes only the slice asked for:
+    """The manifests of objects ``0..n-1``, encoded (packed) only for the rows asked for:
     the writer takes one stored chunk at a time, so a level's manifest bytes are never all held."""
 
     def __init__(self, object_row: np.ndarray, coords: np.ndarray, fragment: np.ndarray, n: int):
@@ -83,10 +83,10 @@ class _Manifests:
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, s: slice) -> list[bytes]:
-        a, b, _ = s.indices(self.n)
+    def packed(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Manifests of objects ``a..b-1`` as one buffer and their byte offsets (see ``write_vlen_1d``)."""
         lo, hi = np.searchsorted(self.object_row, [a, b])
-        return encode_manifests(self.object_row[lo:hi] - a, self.coords[lo:hi], self.fragment[lo:hi], max(b - a, 0))
+        return encode_manifests_packed(self.object_row[lo:hi] - a, self.coords[lo:hi], self.fragment[lo:hi], b - a)
 
 
 async def put_object_attributes(writer: StoreWriter, level: int, attributes: dict[str, np.ndarray],

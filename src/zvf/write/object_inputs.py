@@ -32,16 +32,6 @@ def as_given(values, name: str) -> list:
     return out
 
 
-def float_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"dtype {dtype!r} is not a numpy dtype") from exc
-    if dt.kind != "f" or dt.name not in md.NUMERIC_DTYPES:
-        raise InvalidArgumentError(f"dtype must be a float type (float16, float32, float64), got {dt}")
-    return dt
-
-
 def check_dtypes(arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
     """Attribute dtypes a zarr.json can name (refused here, not half-way through the upload)."""
     for name, values in arrays.items():
@@ -221,7 +211,7 @@ def polyline_input(polylines, attributes, dt: np.dtype):
     The stored vertices are the input itself when it already has ``dt``.
     """
     raw, lens = _concat_polylines(_polyline_arrays(polylines))
-    pos = raw.astype(dt, copy=False)
+    pos = raw.astype(inputs.position_dtype(raw.dtype, dt), copy=False)
     _finite(pos, "polylines")  # a cast keeps NaN/inf and turns an overflow into inf: ``raw`` is finite too
     return raw, pos, lens, _per_vertex_attributes(attributes, lens)
 
@@ -237,7 +227,7 @@ def lines_input(endpoints, attributes, dt: np.dtype):
     if ep.dtype.kind not in "iuf":
         raise InvalidArgumentError(f"endpoints must be numeric, got dtype {ep.dtype}")
     m, _, ndim = ep.shape
-    pos = ep.astype(dt).reshape(2 * m, ndim)
+    pos = ep.astype(inputs.position_dtype(ep.dtype, dt)).reshape(2 * m, ndim)
     _finite(pos, "endpoints")
     attrs = {}
     for name, values in (attributes or {}).items():
@@ -324,8 +314,17 @@ def _skeleton_order(n: int, edges: np.ndarray, object_ids: np.ndarray, *, refere
     return np.concatenate([tree, np.flatnonzero(~in_tree)]).astype(np.int64)
 
 
+def sorted_unique(ids) -> np.ndarray:
+    """``np.unique(ids)``; ids already in ascending order (polyline numbers, sorted object ids) take one
+    comparison pass instead of a hash or sort."""
+    a = np.asarray(ids)
+    if a.ndim == 1 and a.size > 1 and not np.any(a[1:] < a[:-1]):
+        return a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return np.unique(a)
+
+
 def object_tables(oids, object_attributes, groups, group_attributes):
-    uniq = np.unique(oids)
+    uniq = sorted_unique(oids)
     obj_attrs = object_attributes_table(object_attributes, len(uniq))
     group_rows = inputs.groups_table(groups, uniq)
     grp_attrs = group_attributes_table(group_attributes, group_rows)

@@ -180,7 +180,6 @@ async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, 
     n, ndim = pos.shape
     num = len(lens)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
-    obj_of = np.repeat(np.arange(num, dtype=np.int64), lens)
     cc = grid.cell_codes(pos, by_bin=False)  # each row's C-order chunk number
     codes = cc.codes
     run_start = run_starts(codes, starts)
@@ -203,7 +202,7 @@ async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, 
         await put_links(level, cells, ndim=ndim, link_attributes={}, intra_array=False, link_fragments=False)
         await level.finish()
         part = lay.part
-        frag_object = obj_of[part.order[lay.frag_first]] if n else np.zeros(0, np.int64)
+        frag_object = lay.frag_objects(starts)
         await _put_object_data(writer, lay, frag_object, part.frag_keys, np.arange(num, dtype=np.int64), ndim,
                                tables, s.cfg)
         add_level0_documents(writer, url, geometry=geometry, n=n, arrays_present=arrays_present,
@@ -339,7 +338,7 @@ async def _write_connected(target, s: _Setup, pos: np.ndarray, oids: np.ndarray,
     else:
         stored = np.arange(len(records), dtype=np.int64)
     rec = records[stored]
-    cells = place_records(lay.chunks[rec], lay.local[rec])
+    cells = place_records(lay.chunks_of(rec), lay.local[rec])
     link_attrs = {k: v[stored] for k, v in link_attrs.items()}
 
     url, out = s.writer(target)
