@@ -5,6 +5,16 @@ Needs the ``dask`` extra (``pip install 'zvf[dask]'``); ``import zvf`` never imp
 
 from __future__ import annotations
 
-from .distributed import build_pyramid, export, to_dask, write_points
+from .distributed import (
+    build_pyramid,
+    export,
+    to_dask,
+    write_graph,
+    write_lines,
+    write_mesh,
+    write_points,
+    write_polylines,
+)
 
-__all__ = ["build_pyramid", "export", "to_dask", "write_points"]
+__all__ = ["build_pyramid", "export", "to_dask", "write_graph", "write_lines", "write_mesh", "write_points",
+           "write_polylines"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from .export import export, to_dask
 from .ingest import write_points
+from .objects import write_graph, write_lines, write_mesh, write_polylines
 from .pyramid import build_pyramid
 
-__all__ = ["build_pyramid", "export", "to_dask", "write_points"]
+__all__ = ["build_pyramid", "export", "to_dask", "write_graph", "write_lines", "write_mesh", "write_points",
+           "write_polylines"]
