@@ -88,31 +88,25 @@ def _write(writer: str, target: Any, sources: Any, *, client: Any, window: int,
     return anyio.run(lambda: getattr(aio, writer)(target, batches(), **options), backend="asyncio")
 
 
-def write_polylines(target: Any, sources: Any, *, client: Any = None, window: int = 8,
-                    progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
-    """Polylines or streamlines from ``sources`` (see the module docstring) loaded on Dask; the same store
-    as ``zvf.write_polylines`` of their batches, one after another.  ``options``: its keywords."""
-    return _write("write_polylines", target, sources, client=client, window=window, progress=progress,
-                  options=options)
+def _writer(name: str, doc: str) -> Callable[..., WriteSummary]:
+    """The Dask twin of ``zvf.<name>``: the same keywords, plus ``client``, ``window`` and ``progress``."""
+
+    def write(target: Any, sources: Any, *, client: Any = None, window: int = 8,
+              progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
+        return _write(name, target, sources, client=client, window=window, progress=progress, options=options)
+
+    write.__name__ = write.__qualname__ = name
+    write.__doc__ = doc
+    return write
 
 
-def write_lines(target: Any, sources: Any, *, client: Any = None, window: int = 8,
-                progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
-    """Line segments from ``sources`` loaded on Dask; the same store as ``zvf.write_lines`` of their batches."""
-    return _write("write_lines", target, sources, client=client, window=window, progress=progress,
-                  options=options)
-
-
-def write_graph(target: Any, sources: Any, *, client: Any = None, window: int = 8,
-                progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
-    """Graphs or skeletons from ``sources`` loaded on Dask; the same store as ``zvf.write_graph`` of their
-    batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the batch's own positions)."""
-    return _write("write_graph", target, sources, client=client, window=window, progress=progress,
-                  options=options)
-
-
-def write_mesh(target: Any, sources: Any, *, client: Any = None, window: int = 8,
-               progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
-    """Meshes from ``sources`` loaded on Dask; the same store as ``zvf.write_mesh`` of their batches."""
-    return _write("write_mesh", target, sources, client=client, window=window, progress=progress,
-                  options=options)
+write_polylines = _writer("write_polylines", """Polylines or streamlines from ``sources`` (see the module
+docstring) loaded on Dask; the same store as ``zvf.write_polylines`` of their batches, one after another.
+``options``: its keywords.""")
+write_lines = _writer("write_lines", """Line segments from ``sources`` loaded on Dask; the same store as
+``zvf.write_lines`` of their batches.""")
+write_graph = _writer("write_graph", """Graphs or skeletons from ``sources`` loaded on Dask; the same store as
+``zvf.write_graph`` of their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the
+batch's own positions).""")
+write_mesh = _writer("write_mesh", """Meshes from ``sources`` loaded on Dask; the same store as
+``zvf.write_mesh`` of their batches.""")
