@@ -87,13 +87,12 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
 
     ``chunk_shape`` / ``bin_shape`` may be ``"auto"``.  Point clouds stream
     ``batch_chunks`` source chunks at a time, object geometries
-    :data:`OBJECT_BATCH` whole objects at a time.  ``by_attribute``
-    (attribute-chunked stores) is not supported yet.
+    :data:`OBJECT_BATCH` whole objects at a time.  ``by_attribute`` names the
+    point attribute to chunk by (an attribute-chunked target, written from
+    memory); None writes a spatial store, also from an attribute-chunked source.
     """
     from ..api import aio
 
-    if by_attribute is not None:
-        raise InvalidArgumentError("by_attribute: attribute-chunked rechunking is not supported by zvf yet")
     ds = await aio.open(source, storage_options=storage_options)
     try:
         opts = await store_options(ds)
@@ -112,7 +111,10 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
                 opts["chunk_shape"], opts["bin_shape"], lo, hi, (await ds.level(0)).meta.vertex_count)
         write_kw = dict(opts, overwrite=overwrite, storage_options=target_storage_options)
         if ds.geometry_type == "point_cloud":
-            return await _rechunk_points(ds, target, write_kw, batch_chunks)
+            return await _rechunk_points(ds, target, write_kw, batch_chunks, by_attribute)
+        if by_attribute is not None:
+            raise InvalidArgumentError(f"by_attribute: only point clouds can be chunked by an attribute, "
+                                       f"{ds.url} holds {ds.geometry_type!r}")
         return await _rechunk_objects(ds, target, write_kw)
     finally:
         await ds.close()
@@ -147,11 +149,41 @@ async def point_batches(ds, *, batch_chunks: int):
             yield batch
 
 
-async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int) -> WriteSummary:
-    """A point cloud through the spilling writer, one batch of source chunks at a time."""
+async def category_batches(ds):
+    """Level 0 of an attribute-chunked point cloud, one category per batch, its attribute included
+    (rebuilt from the category axis; the chunk-order reader of :func:`point_batches` leaves it out)."""
+    for value in (await ds.level(0)).categories:
+        sel = await ds.read_all(categories=[value])
+        yield {"positions": sel.positions, "attributes": sel.attributes, "object_ids": sel.object_ids}
+
+
+async def _in_memory(batches) -> tuple[np.ndarray, dict, np.ndarray | None]:
+    """(positions, attributes, object ids) of every batch, concatenated: the attribute-chunked
+    writer needs its whole input."""
+    parts = [b async for b in batches]
+    ids = [b["object_ids"] for b in parts if b.get("object_ids") is not None]
+    return (np.concatenate([b["positions"] for b in parts]),
+            {n: np.concatenate([b["attributes"][n] for b in parts]) for n in parts[0]["attributes"]},
+            np.concatenate(ids) if ids else None)
+
+
+async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int, by_attribute) -> WriteSummary:
+    """A point cloud through the spilling writer, one batch of source chunks (or categories) at a time;
+    into an attribute-chunked target through the in-memory writer."""
     from ..write.points import write_points
 
     tables = await _tables(ds)
     lo, hi = ds.bounds
-    return await write_points(target, point_batches(ds, batch_chunks=batch_chunks), bounds=(lo.tolist(), hi.tolist()),
-                              **tables, **write_kw)
+    kw = dict(bounds=(lo.tolist(), hi.tolist()), **tables, **write_kw)
+    level = await ds.level(0)
+    shard = kw.get("shard_shape")
+    if level.categories is not None and by_attribute is None and shard is not None and len(shard) == level.key_ndim:
+        kw["shard_shape"] = list(shard)[1:]  # the source's category axis goes away
+    batches = (category_batches(ds) if level.categories is not None
+               else point_batches(ds, batch_chunks=batch_chunks))
+    if by_attribute is None:
+        return await write_points(target, batches, **kw)
+    if level.meta.vertex_count == 0:
+        raise InvalidArgumentError(f"by_attribute={by_attribute!r}: {ds.url} has no points to chunk by it")
+    pos, attrs, ids = await _in_memory(batches)
+    return await write_points(target, pos, attributes=attrs, object_ids=ids, chunk_by_attribute=by_attribute, **kw)

@@ -19,6 +19,7 @@ from ..io.executor import Executor
 from ..io.store import open_store
 from ..lifecycle import layout
 from . import inputs
+from .categories import CategoryAxis
 from .level import put_rows, shard_tuple
 from .partition import partition_codes
 from .point_level import PointExtras, manifest_rows, publish_level
@@ -39,6 +40,7 @@ async def write_points(
     chunk_shape: Shape,
     attributes: Columns | None = None,
     object_ids: ArrayLike | None = None,
+    chunk_by_attribute: str | None = None,
     **options: Unpack[WriteOptions],
 ) -> WriteSummary:
     """Write a point cloud to ``target``; returns a summary (counts, requests, bytes).
@@ -52,8 +54,13 @@ async def write_points(
 
     ``positions`` may also be an iterable or async iterable of batches (see
     ``zvf.write.stream``): streamed through local spill files, same bytes.
+
+    ``chunk_by_attribute`` names an integer attribute whose values become a leading
+    chunk axis (0.9.2's layout, see ``zvf.write.categories``; in-memory input only).
     """
     if is_batch_stream(positions):
+        if chunk_by_attribute is not None:
+            raise InvalidArgumentError("chunk_by_attribute needs in-memory input, not batches")
         if attributes is not None or object_ids is not None:
             raise InvalidArgumentError("with batches, pass attributes and object_ids inside each batch")
         return await write_points_stream(target, positions, chunk_shape=chunk_shape, **options)
@@ -63,16 +70,23 @@ async def write_points(
     lo, hi = inputs.bounds_for(pos, cfg.bounds, ndim)
     chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n)
     grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
-    codec = CellCodec.for_writing(cfg.compression, shard_tuple(cfg.shard_shape, ndim))
     attrs = inputs.row_attributes(attributes, n, "attributes")
     oids = None if object_ids is None else inputs.integer_ids(object_ids, n, "object_ids")
-    if cfg.groups is not None and oids is None:
+    axis = None if chunk_by_attribute is None else CategoryAxis.take(attrs, chunk_by_attribute, n)
+    shard = shard_tuple(cfg.shard_shape, ndim) if axis is None else axis.shard(cfg.shard_shape, ndim)
+    codec = CellCodec.for_writing(cfg.compression, shard)
+    if (cfg.groups is not None or axis is not None) and oids is None:
         oids = np.arange(n, dtype=np.int64)  # 0.9.2: with groups but no ids every vertex is an object
     uniq = None if oids is None else np.unique(oids)
     extras = PointExtras.check(uniq, cfg.object_attributes, cfg.groups, cfg.group_attributes, oids)
 
     origin, grid_shape = grid.layout(lo, hi, by_bin=oids is None)
-    part = partition_codes(grid.cell_codes(pos, by_bin=oids is None), oids, all_keys=oids is None)
+    cells = grid.cell_codes(pos, by_bin=oids is None)
+    if axis is None:
+        part = partition_codes(cells, oids, all_keys=oids is None)
+    else:  # the category axis leads every cell's coordinates
+        part = axis.partition(cells, oids)
+        origin, grid_shape = axis.grid(origin, grid_shape)
     layout.check_cells(n, len(part.chunks), chunk_shape, lo, hi)
 
     handle = open_store(target, mode="w", storage_options=cfg.storage_options)
@@ -90,10 +104,11 @@ async def write_points(
         manifest = None
         if uniq is not None:
             manifest = manifest_rows(part.frag_chunk, part.frag_keys, part.chunks, uniq)
-        await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
-                            has_attributes=bool(attrs),
-                            uniq=uniq, manifest=manifest, extras=extras, compression=cfg.compression,
-                            object_index_layout=cfg.object_index_layout)
+        publish = publish_level if axis is None else axis.publish
+        await publish(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
+                      has_attributes=bool(attrs),
+                      uniq=uniq, manifest=manifest, extras=extras, compression=cfg.compression,
+                      object_index_layout=cfg.object_index_layout)
     return WriteSummary.of(
         writer, "point_cloud", vertex_count=int(n), chunk_count=len(part.chunks),
         object_count=0 if uniq is None else len(uniq), group_count=len(extras.group_rows),
