@@ -157,3 +157,8 @@ def test_cli_rechunk(tmp_path, capsys):
                  "--compression", "zstd"]) == 0
     assert "500 vertices" in capsys.readouterr().out
     assert zvf.open(str(tmp_path / "t")).chunk_shape == (5.0,) * 3
+    cls = (pos[:, 0] > 5).astype(np.int32)
+    zvf.write_points(str(tmp_path / "c"), pos, attributes={"cls": cls}, chunk_shape=[2.0] * 3)
+    assert main(["rechunk", str(tmp_path / "c"), str(tmp_path / "u"), "--by-attribute", "cls", "-q"]) == 0
+    with zvf.open(str(tmp_path / "u")) as ds:
+        assert ds.select(where={"cls": 1}).count() == int(cls.sum())

@@ -217,12 +217,24 @@ def test_where_on_the_chunking_attribute_reads_only_its_categories(categorized):
                                   _rows(pos[m], cat[m], oids[m])), where
         one = ds.select(where={"cat": 3}).read()
         assert np.array_equal(_rows(one.positions), _rows(pos[cat == 3]))
+        assert ds.select(where={"cat": 3}).count() == int((cat == 3).sum())  # not the level's count
         chunks = ds.select(where={"cat": 3}).plan().candidate_chunks
         every = ds.select().plan().candidate_chunks
         assert 0 < chunks < every  # the other categories' chunks are never candidates
         got = ds.select(objects=[2, 5], where={"cat": [11]}).read()
         m = np.isin(oids, [2, 5]) & (cat == 11)
         assert np.array_equal(_rows(got.positions, got.object_ids), _rows(pos[m], oids[m]))
+
+
+def test_categorized_iter_chunks_carries_the_chunking_attribute(categorized):
+    """The chunk stream lays rows out as read_all does: the chunking attribute comes back per row."""
+    path, pos, cat, w, oids = categorized
+    with zvf.open(str(path)) as ds:
+        parts = list(ds.iter_chunks(batch_chunks=3))
+    got = {k: np.concatenate([p.attributes[k] for p in parts]) for k in ("cat", "w")}
+    assert np.array_equal(_rows(np.concatenate([p.positions for p in parts]), got["cat"], got["w"],
+                                np.concatenate([p.object_ids for p in parts])),
+                          _rows(pos, cat, w, oids))
 
 
 def test_categorized_objects_span_categories(categorized):

@@ -25,6 +25,8 @@ def cmd_rechunk(args) -> int:
         kw["compression"] = None if args.compression == "none" else args.compression
     if args.shard_shape is not None:
         kw["shard_shape"] = None if args.shard_shape == "none" else [int(v) for v in args.shard_shape.split(",")]
+    if args.by_attribute is not None:
+        kw["by_attribute"] = args.by_attribute
     with ProgressBar("rechunk", quiet=args.quiet) as bar, bar.ticking():
         summary = zvf.rechunk(args.target, args.dst, chunk_shape=_shape(args.chunk_shape),
                               bin_shape=_shape(args.bin_shape), overwrite=args.overwrite,
@@ -42,6 +44,8 @@ def register(sub, target) -> None:
     p.add_argument("--bin-shape", help="'auto', 'none' or numbers per axis (default: the source's)")
     p.add_argument("--compression", help="none, zstd, blosc or gzip (default: the source's)")
     p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, or none (default: the source's)")
+    p.add_argument("--by-attribute", metavar="NAME",
+                   help="chunk a point cloud by this integer vertex attribute first (a leading category axis)")
     p.add_argument("--dst-option", action="append", metavar="KEY=VALUE", help="storage option of DST")
     p.add_argument("--overwrite", action="store_true", help="replace a store at DST")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")

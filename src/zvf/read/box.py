@@ -123,12 +123,14 @@ def needs_chunkset(lvl) -> bool:
     return lvl.categories is not None or is_draco(lvl)
 
 
-async def read_rows(rc: ReadContext, level: int, attributes, *, box=None, categories=None) -> Selection:
-    """Every vertex of the chosen chunks (those in a closed ``box`` when given), with its
-    attributes (the chunking attribute included) and object id, in chunk order."""
+async def read_rows(rc: ReadContext, level: int, attributes, *, box=None, categories=None,
+                    chunks: np.ndarray | None = None) -> Selection:
+    """Every vertex of the chosen chunks (``chunks``, or those of ``categories`` and a closed ``box``
+    when given), with its attributes (the chunking attribute included) and object id, in chunk order."""
     lvl, _, _, cs = await prepare(rc, level, attributes, links=False, table=False)
     lo, hi = box if box is not None else (None, None)
-    chunks = lvl.chunks_in(lo, hi, categories)
+    if chunks is None:
+        chunks = lvl.chunks_in(lo, hi, categories)
     owners = await rc.fragment_owners(level) if rc.has_objects(level) else None
     await cs.load(chunks)
     _, _, pos, _ = cs.concat()

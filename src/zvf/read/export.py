@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format.manifest import ManifestTable
+from .box import needs_chunkset, read_rows
 from .chunkset import ChunkSet
 from .load import LINKED
 from .objects import SEQUENTIAL, level_attributes, prepare, read_grouped, split_ranges
@@ -156,6 +157,8 @@ def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
         return [chunks[i:i + batch_chunks] for i in range(0, len(chunks), batch_chunks)]
 
     async def fetch(chunks: np.ndarray) -> Selection:
+        if needs_chunkset(state["level"]):  # category axis or Draco cells: rows as read_all lays them out
+            return await read_rows(ds.context, level, attributes, chunks=chunks)
         return await read_chunks(ds.context, state["level"], chunks, state["names"])
 
     return BatchStream(setup, fetch, prefetch=prefetch)

@@ -716,8 +716,8 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
         return 0
     limit = spec.limit
     cap = (lambda n: n if limit is None else min(n, limit)) if g == "point_cloud" else (lambda n: n)
-    if ctx.vterms or spec.near is not None:
-        return None
+    if ctx.vterms or spec.near is not None or ctx.categories is not None:
+        return None  # vertex rows to test, or some categories only: read them
     if ctx.allowed is None and spec.bbox is None:
         if g in SEQUENTIAL and (lvl.meta.shared_fragments or limit is not None):
             return None
