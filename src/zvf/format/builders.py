@@ -473,14 +473,8 @@ def object_index_group_document(
 ) -> dict[str, Any]:
     """``object_index/`` group; compact at level 0, indented on pyramid levels."""
     return group_document(
-        {
-            "zv_array": "object_index",
-            "num_objects": int(num_objects),
-            "num_present": int(num_present),
-            "sid_ndim": int(sid_ndim),
-            "layout": "vlen_manifests_v2",
-            "object_ids_sorted": bool(object_ids_sorted),
-        },
+        {"zv_array": "object_index", "num_objects": int(num_objects), "num_present": int(num_present),
+         "sid_ndim": int(sid_ndim), "layout": "vlen_manifests_v2", "object_ids_sorted": bool(object_ids_sorted)},
         compact=compact,
     )
 

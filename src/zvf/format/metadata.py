@@ -260,6 +260,7 @@ class RootMeta:
 
     @property
     def ndim(self) -> int:
+        """Spatial axes of the store (a level's category axis, if any, is not one)."""
         return len(self.chunk_shape)
 
     @property
@@ -338,24 +339,25 @@ class LevelMeta:
 class ArrayMeta:
     """A Zarr v3 array node (``zarr.json`` with ``node_type: array``)."""
 
-    key: str
-    shape: tuple[int, ...]
-    data_type: str
-    chunk_shape: tuple[int, ...]
+    key: str  # the array's path in the store, e.g. "0/vertices"
+    shape: tuple[int, ...]  # the chunk grid's extent, in cells (zarr-vectors arrays hold one item per cell)
+    data_type: str  # zarr v3 data type name ("variable_length_bytes" for vlen cells)
+    chunk_shape: tuple[int, ...]  # the regular grid's chunk shape: a shard's when sharded
     chunk_key_encoding: dict[str, Any]
     fill_value: Any
-    codecs: tuple[dict[str, Any], ...]
+    codecs: tuple[dict[str, Any], ...]  # as stored: sharding_indexed wraps the inner codecs
     attributes: dict[str, Any]
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
     def zv_array(self) -> str | None:
+        """The ``zv_array`` role named in the attributes (vertices, links, ...), if any."""
         v = self.attributes.get("zv_array")
         return v if isinstance(v, str) else None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
 
     @property
     def is_vlen(self) -> bool:

@@ -208,7 +208,6 @@ def parse_level(doc: Any, *, key: str = "0/zarr.json") -> LevelMeta:
     sparsity = lv.get("object_sparsity", 1.0)
     if not is_real(sparsity) or not 0 < sparsity <= 1:
         raise fail(key, f + "object_sparsity", f"must be in (0, 1], got {sparsity!r}")
-    method = _field(lv, "coarsening_method", need_str, key, f, default="none")
     parent = lv.get("parent_level")
     if parent is not None:
         parent = need_int(parent, key, f + "parent_level", lo=0, hi=1 << 16)
@@ -227,7 +226,7 @@ def parse_level(doc: Any, *, key: str = "0/zarr.json") -> LevelMeta:
         level=level,
         vertex_count=vc,
         object_sparsity=sparsity,
-        coarsening_method=method,
+        coarsening_method=_field(lv, "coarsening_method", need_str, key, f, default="none"),
         parent_level=parent,
         arrays_present=present,
         fragments_tile=_field(lv, "fragments_tile", need_bool, key, f, default=False),
