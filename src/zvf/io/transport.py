@@ -28,10 +28,13 @@ refuses writes.  A dict-backed test double with injectable faults lives in
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+
+import anyio
 
 from ..errors import (
     ConcurrentModificationError,
@@ -55,6 +58,66 @@ __all__ = [
 ]
 
 Chunks = Any  # bytes-like, Iterable[bytes-like] or AsyncIterable[bytes-like]
+
+
+#: seconds a cancelled caller waits for its obstore request to finish before abandoning it
+SETTLE_SECONDS = 5.0
+
+
+async def _settled(call: Any) -> Any:
+    """Await one obstore request; when the caller is cancelled (an error elsewhere, Ctrl-C), let the
+    request finish first (up to ``SETTLE_SECONDS``).
+
+    obstore completes a request from its own threads by posting to the event loop: a request still
+    running when its loop closes (a CLI command or ``asyncio.run`` ending on an error) posts to a
+    closed loop ("Event loop is closed" on stderr), and a cancelled PUT could land after its caller
+    returned.  Waiting keeps both from happening.
+    """
+    fut = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(fut)
+    except BaseException:
+        if not fut.done():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_SECONDS):
+                await asyncio.wait({fut})
+        if fut.done() and not fut.cancelled():
+            fut.exception()  # retrieved: what propagates is the caller's own error or cancellation
+        raise
+
+
+async def _settled_stream(stream: Any) -> Any:
+    """An obstore async stream (a listing) whose every step is awaited with :func:`_settled`."""
+    it = stream.__aiter__()
+    while True:
+        try:
+            item = await _settled(it.__anext__())
+        except StopAsyncIteration:
+            return
+        yield item
+
+
+class _SettlingObstore:
+    """The ``obstore`` module with every ``*_async`` function awaited through :func:`_settled`."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._module, name)
+        if not name.endswith("_async"):
+            return fn
+
+        async def settled(*args: Any, **kwargs: Any) -> Any:
+            return await _settled(fn(*args, **kwargs))
+
+        return settled
+
+
+def _settling_obstore() -> Any:
+    """``obstore`` (imported on first use, so ``import zvf`` stays light) through :class:`_SettlingObstore`."""
+    import obstore
+
+    return _SettlingObstore(obstore)
 
 
 class TransientError(RemoteError):
@@ -271,17 +334,17 @@ class ObstoreTransport:
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, key: str) -> bytes | None:
-        import obstore as obs
+        obs = _settling_obstore()
 
         try:
             res = await obs.get_async(self.store, self._path(key))
-            return bytes(await res.bytes_async())
+            return bytes(await _settled(res.bytes_async()))
         except Exception as e:
             self._raise_unless_missing(e, "get", key)
             return None
 
     async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
-        import obstore as obs
+        obs = _settling_obstore()
 
         if end is not None and end <= start:
             return b""
@@ -294,7 +357,7 @@ class ObstoreTransport:
                 res = await obs.get_async(
                     self.store, self._path(key), options={"range": {"offset": start}}
                 )
-                return memoryview(await res.bytes_async())
+                return memoryview(await _settled(res.bytes_async()))
             return memoryview(await obs.get_range_async(self.store, self._path(key), start=start, end=end))
         except Exception as e:
             err = self._read_error(e, "get_range", key)
@@ -311,7 +374,7 @@ class ObstoreTransport:
         self, key: str, starts: Sequence[int], ends: Sequence[int]
     ) -> list[bytes | memoryview] | None:
         """Several bounded ranges of one object; obstore does not merge them (coalesce=0)."""
-        import obstore as obs
+        obs = _settling_obstore()
 
         starts, ends = [int(s) for s in starts], [int(e) for e in ends]
         if len(starts) != len(ends):
@@ -343,13 +406,13 @@ class ObstoreTransport:
         return out
 
     async def get_suffix(self, key: str, nbytes: int) -> bytes | memoryview | None:
-        import obstore as obs
+        obs = _settling_obstore()
 
         if nbytes <= 0:
             raise InvalidArgumentError(f"suffix of {key!r} needs nbytes > 0, got {nbytes}")
         try:
             res = await obs.get_async(self.store, self._path(key), options={"range": {"suffix": nbytes}})
-            return memoryview(await res.bytes_async())
+            return memoryview(await _settled(res.bytes_async()))
         except Exception as e:
             from obstore.exceptions import NotSupportedError
 
@@ -367,7 +430,7 @@ class ObstoreTransport:
             raise err from None
 
     async def head(self, key: str) -> int | None:
-        import obstore as obs
+        obs = _settling_obstore()
 
         try:
             meta = await obs.head_async(self.store, self._path(key))
@@ -379,12 +442,12 @@ class ObstoreTransport:
     async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None:
         """The object and its tag for a later ``put(key, data, mode=tag)`` (a compare-and-swap); the
         tag is None where the store has no conditional update (obstore's LocalStore)."""
-        import obstore as obs
+        obs = _settling_obstore()
         from obstore.store import LocalStore
 
         try:
             res = await obs.get_async(self.store, self._path(key))
-            data = bytes(await res.bytes_async())
+            data = bytes(await _settled(res.bytes_async()))
         except Exception as e:
             self._raise_unless_missing(e, "get", key)
             return None
@@ -399,7 +462,7 @@ class ObstoreTransport:
     # -- writes -----------------------------------------------------------------------
 
     async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None:
-        import obstore as obs
+        obs = _settling_obstore()
         from obstore.exceptions import PreconditionError
 
         _check_mode(mode, key)
@@ -420,7 +483,7 @@ class ObstoreTransport:
         self, key: str, chunks: Chunks, *, part_size: int, max_concurrency: int = 4
     ) -> None:
         """Upload in parts of ``part_size`` bytes (S3 needs >= 5 MiB except the last)."""
-        import obstore as obs
+        obs = _settling_obstore()
 
         if isinstance(chunks, (bytes, bytearray, memoryview)) or hasattr(chunks, "__array__"):
             chunks = _flat(chunks)
@@ -436,7 +499,7 @@ class ObstoreTransport:
 
     async def copy(self, src: str, dst: str) -> None:
         """Copy one object, server side where the store can (S3, GCS, Azure): no bytes through us."""
-        import obstore as obs
+        obs = _settling_obstore()
 
         try:
             await obs.copy_async(self.store, self._path(src), self._path(dst), overwrite=True)
@@ -447,7 +510,7 @@ class ObstoreTransport:
 
     async def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys``; missing ones are ignored."""
-        import obstore as obs
+        obs = _settling_obstore()
 
         keys = list(keys)
         if not keys:
@@ -473,12 +536,12 @@ class ObstoreTransport:
         return path[len(self.prefix):] if self.prefix and path.startswith(self.prefix) else path
 
     async def list(self, prefix: str = "") -> list[tuple[str, int]]:
-        import obstore as obs
+        obs = _settling_obstore()
 
         p = (self.prefix + (prefix or "").strip("/")).strip("/") or None
         out: list[tuple[str, int]] = []
         try:
-            async for batch in obs.list(self.store, p, chunk_size=1000):
+            async for batch in _settled_stream(obs.list(self.store, p, chunk_size=1000)):
                 out.extend((self._strip(m["path"]), int(m["size"])) for m in batch)
         except FileNotFoundError:
             return []
@@ -488,7 +551,7 @@ class ObstoreTransport:
         return out
 
     async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
-        import obstore as obs
+        obs = _settling_obstore()
 
         p = (self.prefix + (prefix or "").strip("/")).strip("/") or None
         try:
