@@ -247,7 +247,7 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
 
     kwargs = dict(kwargs)
     level = await ds.level(0)
-    old_tables = await rechunk._tables(ds)
+    old_tables = await rechunk.level_tables(ds)
     new_tables = {k: kwargs.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
     old_ids = await ds.object_ids() if ds.has_objects(0) else None
     dtypes = {n: attribute_layout(level.array(f"vertex_attributes/{n}"))[0] for n in level.named("vertex_attributes")}
@@ -302,7 +302,7 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
     new_ids = kwargs.pop("object_ids", None)
     if (new_ids is None) == has_ids:
         raise InvalidArgumentError("object_ids: give them exactly when the store has object ids")
-    old_tables = await rechunk._tables(ds)
+    old_tables = await rechunk.level_tables(ds)
     new_tables = {k: kwargs.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
     if kwargs:
         raise InvalidArgumentError(f"append_points: unexpected arguments {sorted(kwargs)}")

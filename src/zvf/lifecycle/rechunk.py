@@ -38,7 +38,7 @@ async def store_options(ds) -> dict:
     }
 
 
-async def _tables(ds) -> dict:
+async def level_tables(ds) -> dict:
     """Object attributes, groups and group attributes of level 0 (writer keywords)."""
     out: dict = {}
     level = await ds.family(0, "object_attributes")
@@ -130,7 +130,7 @@ async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
     ids = await ds.object_ids()
     if geometry in ("polyline", "streamline", "line") and not np.array_equal(ids, np.arange(len(ids))):
         raise InvalidArgumentError(f"{ds.url}: {geometry} object ids are not 0..P-1; cannot rewrite")
-    kw = await _tables(ds)
+    kw = await level_tables(ds)
     if geometry in ("polyline", "streamline", "graph", "skeleton"):
         kw["geometry_type"] = geometry
     lo, hi = ds.bounds
@@ -172,7 +172,7 @@ async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int, by_attr
     into an attribute-chunked target through the in-memory writer."""
     from ..write.points import write_points
 
-    tables = await _tables(ds)
+    tables = await level_tables(ds)
     lo, hi = ds.bounds
     kw = dict(bounds=(lo.tolist(), hi.tolist()), **tables, **write_kw)
     level = await ds.level(0)
