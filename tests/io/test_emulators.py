@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import assert_rows_equal, rows, store_files
+from tests.points import assert_overwrite_needed, assert_rows_equal, rows, store_files
 from zvf.errors import StoreExistsError, StoreNotFoundError
 from zvf.io.store import open_store
 
@@ -135,13 +135,7 @@ def test_reference_store_served_as_is(cloud_target, tmp_path):
 
 def test_existing_store_needs_overwrite_and_missing_store_is_named(cloud_target, cloud):
     url, opts = cloud_target
-    pos = cloud["positions"][:40]
-    zvf.write_points(url, pos, storage_options=opts, chunk_shape=(60.0,) * 3, bounds=BOUNDS)
-    with pytest.raises(StoreExistsError, match="overwrite=True"):
-        zvf.write_points(url, pos[:5], storage_options=opts, chunk_shape=(60.0,) * 3, bounds=BOUNDS)
-    zvf.write_points(url, pos[:5], storage_options=opts, chunk_shape=(60.0,) * 3, bounds=BOUNDS, overwrite=True)
-    with zvf.open(url, storage_options=opts) as ds:
-        assert len(ds.read_all()) == 5
+    assert_overwrite_needed(url, opts, cloud["positions"][:40], BOUNDS)
     with pytest.raises(StoreNotFoundError, match=r"zarr\.json"):
         zvf.open(url + "/nothing", storage_options=opts)
 

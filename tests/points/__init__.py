@@ -79,3 +79,18 @@ def unwrap_cell(value) -> bytes:
     if isinstance(value, np.ndarray):
         return value.tobytes()  # an |S<n> array keeps trailing NUL bytes, np.bytes_ would drop them
     return bytes(value)
+
+
+def assert_overwrite_needed(url: str, opts: dict, pos: np.ndarray, bounds) -> None:
+    """A second write to an existing store is refused until ``overwrite=True``, which replaces it."""
+    import pytest
+
+    import zvf
+    from zvf.errors import StoreExistsError
+
+    zvf.write_points(url, pos, storage_options=opts, chunk_shape=(60.0,) * 3, bounds=bounds)
+    with pytest.raises(StoreExistsError, match="overwrite=True"):
+        zvf.write_points(url, pos[:5], storage_options=opts, chunk_shape=(60.0,) * 3, bounds=bounds)
+    zvf.write_points(url, pos[:5], storage_options=opts, chunk_shape=(60.0,) * 3, bounds=bounds, overwrite=True)
+    with zvf.open(url, storage_options=opts) as ds:
+        assert len(ds.read_all()) == 5

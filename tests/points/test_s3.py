@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import assert_rows_equal, rows, store_files
-from zvf.errors import StoreExistsError, StoreNotFoundError
+from tests.points import assert_overwrite_needed, assert_rows_equal, rows, store_files
+from zvf.errors import StoreNotFoundError
 
 pytestmark = pytest.mark.s3
 
@@ -162,13 +162,7 @@ async def test_async_api_on_s3(s3_target, cloud):
 
 def test_existing_s3_store_needs_overwrite(s3_target, cloud):
     url, opts = s3_target
-    pos = cloud["positions"][:50]
-    zvf.write_points(url, pos, storage_options=opts, chunk_shape=(60.0,) * 3, bounds=BOUNDS)
-    with pytest.raises(StoreExistsError, match="overwrite=True"):
-        zvf.write_points(url, pos[:5], storage_options=opts, chunk_shape=(60.0,) * 3, bounds=BOUNDS)
-    zvf.write_points(url, pos[:5], storage_options=opts, chunk_shape=(60.0,) * 3, bounds=BOUNDS, overwrite=True)
-    with zvf.open(url, storage_options=opts) as ds:
-        assert len(ds.read_all()) == 5
+    assert_overwrite_needed(url, opts, cloud["positions"][:50], BOUNDS)
 
 
 def test_missing_s3_store(s3_target):

@@ -15,10 +15,9 @@ import pytest
 
 import zvf
 from tests.write import cell_payload, nonempty, store_files
-from tests.write.test_objects_compat import OPTIONS, make_case
+from tests.write.test_objects_compat import OPTIONS, make_case, write_three
 from zvf.errors import InvalidArgumentError
 from zvf.format.fragments import decode_fragment_index
-from zvf.write.quirks import reference_quirks
 
 # 0.9.2 takes fragment_attributes on write_polylines and write_graph (graphs and skeletons)
 CASES = [("polyline", "2d-raw-sharded"), ("streamline", "3d-zstd-sharded-finebins"),
@@ -50,14 +49,7 @@ def written(request, tmp_path_factory):
     case.zvf_write(probe)
     table = fragment_table(fragment_counts(probe))
     case.kwargs["fragment_attributes"] = table
-    paths = {k: base / k / f"{geometry}.zarrvectors" for k in ("ref", "same", "mine")}
-    for p in paths.values():
-        p.parent.mkdir()
-    case.ref_write(paths["ref"])
-    with reference_quirks():
-        case.zvf_write(paths["same"], object_index_layout="reference")
-    case.zvf_write(paths["mine"])
-    return case, table, paths
+    return case, table, write_three(case, base, geometry)
 
 
 def test_bytes_match_reference(written):

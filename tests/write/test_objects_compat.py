@@ -201,7 +201,13 @@ def written(request, tmp_path_factory):
     geometry, okey = request.param
     opt = OPTIONS[okey]
     case = make_case(geometry, opt, seed=GEOMETRIES.index(geometry) * 10 + list(OPTIONS).index(okey))
-    base = tmp_path_factory.mktemp(f"{geometry}-{okey}")
+    paths = write_three(case, tmp_path_factory.mktemp(f"{geometry}-{okey}"), geometry)
+    return Written(case, opt, okey, paths["same"], paths["mine"], paths["ref"])
+
+
+def write_three(case: Case, base, geometry: str) -> dict:
+    """The case written by 0.9.2 ("ref"), by zvf with the reference's quirks and object-index layout
+    ("same": expected to be the same bytes), and by zvf with its defaults ("mine")."""
     paths = {k: base / k / f"{geometry}.zarrvectors" for k in ("same", "mine", "ref")}
     for p in paths.values():
         p.parent.mkdir()
@@ -209,7 +215,7 @@ def written(request, tmp_path_factory):
     with reference_quirks():
         case.zvf_write(paths["same"], object_index_layout="reference")
     case.zvf_write(paths["mine"])
-    return Written(case, opt, okey, paths["same"], paths["mine"], paths["ref"])
+    return paths
 
 
 def _differing(mine: dict, ref: dict) -> list[str]:

@@ -94,10 +94,6 @@ class Stats:
     sequential round trips the work needed (latency ~ round_trips * RTT).
     """
 
-    FIELDS = (
-        "requests", "bytes", "retries", "failures", "cache_hits", "cache_misses",
-        "inflight_shared", "puts", "bytes_put", "max_inflight", "round_trips",
-    )
     requests: int
     bytes: int
     retries: int
@@ -109,6 +105,7 @@ class Stats:
     bytes_put: int
     max_inflight: int
     round_trips: int
+    FIELDS = tuple(__annotations__)  # the counters above, in order (snapshot keys)
 
     def __init__(self) -> None:
         self.reset()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
@@ -113,6 +114,7 @@ class _SettlingObstore:
         return settled
 
 
+@functools.cache
 def _settling_obstore() -> Any:
     """``obstore`` (imported on first use, so ``import zvf`` stays light) through :class:`_SettlingObstore`."""
     import obstore
