@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/dask_engine.py                       # 8 M points in 16 .npy files
     .venv/bin/python benchmarks/dask_engine.py --points 1e6 --files 8
+    .venv/bin/python benchmarks/dask_engine.py --streamlines 2e5 --files 16   # object ingest instead
 
 Each row is the median of ``--reps`` runs on a local directory store, the
 cluster started beforehand (its start-up is not timed).  The load average is
@@ -36,7 +37,11 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--chunk", type=float, default=100.0, help="chunk edge (coordinates are uniform in 0..1000)")
+    ap.add_argument("--streamlines", type=float, default=0,
+                    help="ingest this many 50-vertex streamlines instead of points (object writers)")
     args = ap.parse_args()
+    if args.streamlines:
+        return streamlines(args)
 
     from distributed import Client, LocalCluster
 
@@ -98,6 +103,70 @@ def main() -> None:
     for what in ("write_points", "export parquet"):
         one, two = by[f"zvf.dask.{what}, 1 worker(s)"], by[f"zvf.dask.{what}, 2 worker(s)"]
         print(f"\nspeed-up of 2 workers over 1, {what}: {one / two:.2f}x")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def files_of(root: str) -> dict[str, bytes]:
+    """Every file of a store by relative path."""
+    from pathlib import Path
+
+    return {str(p.relative_to(root)): p.read_bytes() for p in Path(root).rglob("*") if p.is_file()}
+
+
+def load_lines(path: str) -> dict:
+    """One source of the streamline ingest: a batch from an .npz of concatenated vertices (on a worker)."""
+    with np.load(path) as z:
+        return {"polylines": np.split(z["vertices"], np.cumsum(z["lengths"])[:-1])}
+
+
+def streamlines(args) -> None:
+    """Object ingest: serial streamed write_polylines against zvf.dask.write_polylines on 1 and 2 workers."""
+    import functools
+
+    from distributed import Client, LocalCluster
+
+    import zvf
+    import zvf.dask as zd
+
+    n, k, per = int(args.streamlines), args.files, 50
+    tmp = tempfile.mkdtemp(prefix="zvf-dask-bench-")
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(k):
+        m = n // k
+        start = rng.uniform(100, 900, (m, 1, 3))
+        steps = rng.normal(0, 4, (m, per, 3)).cumsum(axis=1)
+        files.append(os.path.join(tmp, f"in{i:03d}.npz"))
+        np.savez(files[-1], vertices=(start + steps).reshape(-1, 3).astype(np.float32), lengths=np.full(m, per))
+    chunk = (args.chunk,) * 3
+    kw = {"chunk_shape": chunk, "geometry_type": "streamline", "bounds": ([0.0] * 3, [1000.0] * 3)}
+    rows = []
+
+    def fresh(name: str) -> str:
+        path = os.path.join(tmp, name, "lines")
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    rows.append(("write_polylines, serial (streamed batches)",
+                 timed(lambda: zvf.write_polylines(fresh("serial"), (load_lines(f) for f in files), **kw), args.reps)))
+    sources = [functools.partial(load_lines, f) for f in files]
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None,
+                          host="127.0.0.1") as cluster, Client(cluster) as client:
+            rows.append((f"zvf.dask.write_polylines, {workers} worker(s)", timed(
+                lambda workers=workers: zd.write_polylines(fresh(f"dask{workers}"), sources, client=client,
+                                                           rows_per_task=n * per // 16, **kw), args.reps)))
+    same = files_of(os.path.join(tmp, "dask2", "lines")) == files_of(os.path.join(tmp, "serial", "lines"))
+    load = os.getloadavg()
+    print(f"\n{n:,} streamlines x {per} vertices in {k} files, chunk {args.chunk:g}, {os.cpu_count()} cores, "
+          f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, median of {args.reps}; "
+          f"Dask store byte-identical to the serial one: {same}\n")
+    print("| run | seconds | M vertices/s |\n|---|---:|---:|")
+    for name, s in rows:
+        print(f"| {name} | {s:.2f} | {n * per / s / 1e6:.2f} |")
+    by = dict(rows)
+    one, two = by["zvf.dask.write_polylines, 1 worker(s)"], by["zvf.dask.write_polylines, 2 worker(s)"]
+    print(f"\nspeed-up of 2 workers over 1, write_polylines: {one / two:.2f}x")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

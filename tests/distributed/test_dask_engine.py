@@ -19,7 +19,7 @@ import zvf.dask as zd
 from zvf.errors import InvalidArgumentError
 from zvf.read.export import export as serial_export
 
-from .conftest import tree
+from .conftest import FailOnce, KillOnce, tree
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests package
 
@@ -69,29 +69,6 @@ def test_dask_array_and_bag_sources(client, tmp_path):
     bag = db.from_sequence([{"positions": p, "attributes": {"w": a}} for p, a in zip(pos, w)], npartitions=3)
     zd.write_points(str(tmp_path / "b" / "c"), bag, chunk_shape=CHUNK, client=client)
     assert tree(tmp_path / "s2" / "c") == tree(tmp_path / "b" / "c")
-
-
-class KillOnce:
-    """A source whose first call kills the worker process running it (a machine lost mid-ingest)."""
-
-    def __init__(self, marker: str, batch: dict):
-        self.marker, self.batch = marker, batch
-
-    def __call__(self):
-        if not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            os._exit(1)
-        return self.batch
-
-
-class FailOnce(KillOnce):
-    """A source whose first call fails (a job that dies and is resumed)."""
-
-    def __call__(self):
-        if not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            raise RuntimeError("source unavailable")
-        return self.batch
 
 
 def test_killed_worker_still_gives_the_identical_store(client, tmp_path):

@@ -20,7 +20,7 @@ from ..write.types import WriteSummary
 from .run import compute, need_dask, spec_of
 
 
-def _route(job: tasks.PointJob, index: int, source: Any) -> dict:
+def _route(job: tasks.WriteJob, index: int, source: Any) -> dict:
     return tasks.route_source(job, index, tasks.batches_of_source(source, index))
 
 
@@ -80,8 +80,8 @@ def write_points(target: Any, sources: Any, *, chunk_shape, bin_shape=None, boun
     todo = [g for g in range(len(plan.groups)) if g not in written]
     shared = dask.delayed(plan, traverse=False)  # one graph node: shipped once per worker, not per task
     cells = dask.delayed(tasks.write_cells, pure=False)
-    for g, s in zip(todo, compute([cells(pj, g, shared, tasks.source_slices(plan, g, summaries)) for g in todo],
-                                  client=client, progress=progress, stage="cells")):
+    jobs = [cells(pj, g, shared, tasks.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]
+    for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="cells")):
         written[g] = s
     return anyio.run(lambda: tasks.commit(
         pj, plan, [written[g] for g in range(len(plan.groups))], overwrite=overwrite,

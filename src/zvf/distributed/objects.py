@@ -1,31 +1,34 @@
 """``zvf.dask.write_polylines`` / ``write_lines`` / ``write_graph`` / ``write_mesh``: object stores from
-many sources, each source loaded on a Dask worker.
+many sources.
 
 A source is whatever produces batches of objects: a dask bag partition (its items are batches), a
 callable or a ``dask.delayed`` object returning one batch or a list of batch dicts, or a batch
 itself.  Loading -- reading and parsing the files users hold, the costly part of most ingests --
-runs on the workers, ``window`` sources at a time; meanwhile the driver streams the batches
-already loaded, in source order, into the streaming object writer
-(:mod:`zvf.write.stream_objects`).  So the store is byte for byte the one ``zvf.write_*`` of the
-concatenated batches writes, and object ids continue across sources as they do across batches.
-Memory on the driver: two windows of loaded sources plus the writer's spill buffers.
+runs on the workers.  Object ids continue across sources as they do across batches, and the store
+is byte for byte the one ``zvf.write_*`` writes from the concatenated batches.
 
-Unlike ``zvf.dask.write_points``, the cells are written by the driver: spreading them over the
-workers needs the route -> cells -> commit split of the point engine over the object writer's
-fragments, links and manifests (docs/DISTRIBUTED.md, "Not yet").
+Every geometry goes route -> cells -> commit (:mod:`zvf.write.object_tasks`): each worker spills
+its sources' rows by chunk under the job prefix of the target store, workers write the cells of
+disjoint chunk groups, and the driver -- holding a few integers per fragment, never a vertex --
+commits the object index and documents, root last.  Graphs, skeletons and meshes take one more
+map between the two: a link cell stores each endpoint's chunk-local row, known once the chunk
+holding it is written, so the cell tasks leave a small vertex table per chunk and link tasks,
+one per chunk group, read the tables of the chunks their records reach.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from ..errors import InvalidArgumentError
+from ..write import inputs, object_tasks, tasks
+from ..write.fragment_attributes import FragmentAttributes
+from ..write.tasks import WriteJob
 from ..write.types import WriteSummary
-from .run import compute, need_dask
+from .run import compute, need_dask, spec_of
 
 
 def _load(source: Any, partition: bool) -> list:
@@ -50,63 +53,100 @@ def _sources(sources: Any) -> list[tuple[Any, bool]]:
                                f"objects or batches), got {type(sources).__name__}")
 
 
-def _write(writer: str, target: Any, sources: Any, *, client: Any, window: int,
-           progress: Callable[[dict], None] | None, options: dict) -> WriteSummary:
-    dask = need_dask()
-    from ..api import aio
+def _route(job: WriteJob, index: int, source: Any, partition: bool) -> dict:
+    """Load one source and route its rows (on a worker)."""
+    return object_tasks.route_objects(job, index, _load(source, partition))
 
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise InvalidArgumentError(f"window must be an integer >= 1, got {window!r}")
+
+def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any, client: Any, job: str | None,
+                   rows_per_task: int, progress: Callable[[dict], None] | None, options: dict) -> WriteSummary:
+    """Route -> cells (-> links) -> commit over :mod:`zvf.write.object_tasks`: workers write every cell."""
+    dask = need_dask()
+    if not isinstance(rows_per_task, int) or isinstance(rows_per_task, bool) or rows_per_task < 1:
+        raise InvalidArgumentError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
+    given_fragments = options.pop("fragment_attributes", None)
+    cfg = inputs.streamed_config(chunk_shape, options, 1)
+    url, opts = spec_of(target, cfg.storage_options)
+    wj = tasks.new_job(url, opts, job=job, chunk_shape=chunk_shape, bin_shape=cfg.bin_shape, bounds=cfg.bounds,
+                       dtype=cfg.dtype, compression=cfg.compression, shard_shape=cfg.shard_shape, geometry=geometry)
+    frag_attrs = FragmentAttributes(given_fragments, len(wj.chunk_shape))
     items = _sources(sources)
     if not items:
         raise InvalidArgumentError("sources: nothing to write (an empty list)")
-    load = dask.delayed(_load, pure=False)
-    windows = [items[i:i + window] for i in range(0, len(items), window)]
-    done = 0
-
-    def run(k: int) -> list:
-        return compute([load(s, part) for s, part in windows[k]], client=client)
-
-    async def batches() -> AsyncIterator[Any]:
-        nonlocal done
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="zvf-dask-load") as pool:
-            pending = pool.submit(run, 0)
-            try:
-                for k in range(len(windows)):
-                    loaded = await anyio.to_thread.run_sync(pending.result)
-                    if k + 1 < len(windows):  # the workers load the next window while this one is written
-                        pending = pool.submit(run, k + 1)
-                    for source_batches in loaded:
-                        for batch in source_batches:
-                            yield batch
-                        done += 1
-                        if progress is not None:
-                            progress({"stage": "load", "done": done, "total": len(items)})
-            finally:
-                pending.cancel()
-
-    return anyio.run(lambda: getattr(aio, writer)(target, batches(), **options), backend="asyncio")
-
-
-def _writer(name: str, doc: str) -> Callable[..., WriteSummary]:
-    """The Dask twin of ``zvf.<name>``: the same keywords, plus ``client``, ``window`` and ``progress``."""
-
-    def write(target: Any, sources: Any, *, client: Any = None, window: int = 8,
-              progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
-        return _write(name, target, sources, client=client, window=window, progress=progress, options=options)
-
-    write.__name__ = write.__qualname__ = name
-    write.__doc__ = doc
-    return write
+    routed, written = anyio.run(lambda: tasks.start(wj, overwrite=cfg.overwrite, n_sources=len(items)),
+                                backend="asyncio")
+    todo = [i for i in range(len(items)) if i not in routed]
+    route = dask.delayed(_route, pure=False)
+    for i, s in zip(todo, compute([route(wj, i, *items[i]) for i in todo], client=client, progress=progress,
+                                  stage="route")):
+        routed[i] = s
+    summaries = [routed[i] for i in range(len(items))]
+    plan = object_tasks.plan_objects(wj, cfg, summaries, rows_per_task=rows_per_task)
+    frag_attrs.written_elsewhere(plan.chunks)
+    frag_attrs.refuse_unused()
+    todo = [g for g in range(len(plan.groups)) if g not in written]
+    cells = dask.delayed(object_tasks.object_cells, pure=False)
+    jobs = [cells(wj, g, object_tasks.cell_task(plan, g, frag_attrs.tables),
+                  tasks.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]
+    for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="cells")):
+        written[g] = s
+    done = [written[g] for g in range(len(plan.groups))]
+    if object_tasks.connected(wj):  # the link cells, once every chunk's vertex table is there
+        linked = anyio.run(lambda: tasks.load_summaries(wj.executor(), f"{wj.prefix}links/"), backend="asyncio")
+        todo = [g for g in range(len(plan.groups)) if g not in linked]
+        links = dask.delayed(object_tasks.link_cells, pure=False)
+        jobs = [links(wj, g, object_tasks.link_task(plan, g),
+                      tasks.source_slices(plan.groups[g], plan.record_chunks, summaries, counts="rec_counts",
+                                          columns="rec_columns")) for g in todo]
+        for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="links")):
+            linked[g] = s
+        done += [linked[g] for g in range(len(plan.groups))]
+    return anyio.run(lambda: object_tasks.commit_objects(wj, cfg, plan, done, frag_attrs), backend="asyncio")
 
 
-write_polylines = _writer("write_polylines", """Polylines or streamlines from ``sources`` (see the module
-docstring) loaded on Dask; the same store as ``zvf.write_polylines`` of their batches, one after another.
-``options``: its keywords.""")
-write_lines = _writer("write_lines", """Line segments from ``sources`` loaded on Dask; the same store as
-``zvf.write_lines`` of their batches.""")
-write_graph = _writer("write_graph", """Graphs or skeletons from ``sources`` loaded on Dask; the same store as
-``zvf.write_graph`` of their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the
-batch's own positions).""")
-write_mesh = _writer("write_mesh", """Meshes from ``sources`` loaded on Dask; the same store as
-``zvf.write_mesh`` of their batches.""")
+def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "polyline",
+                    client: Any = None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                    progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
+    """Polylines or streamlines from ``sources`` (see the module docstring), written by Dask workers; the
+    same store as ``zvf.write_polylines`` of their batches, one after another.
+
+    ``job`` names the job: running again with the same name after a crash
+    resumes it, skipping the tasks that finished.  ``rows_per_task``: vertex
+    rows a cell task gathers at once (bounds a worker's memory).
+    ``progress(dict)`` gets ``stage`` ("route", "cells"), ``done``, ``total``.
+    ``options``: the keywords of ``zvf.write_polylines``.
+    """
+    if geometry_type not in ("polyline", "streamline"):
+        raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry_type!r}")
+    return _write_objects(target, sources, geometry=geometry_type, chunk_shape=chunk_shape, client=client, job=job,
+                        rows_per_task=rows_per_task, progress=progress, options=options)
+
+
+def write_lines(target: Any, sources: Any, *, chunk_shape: Any, client: Any = None, job: str | None = None,
+                rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
+                **options: Any) -> WriteSummary:
+    """Line segments from ``sources``, written by Dask workers; the same store as ``zvf.write_lines`` of
+    their batches.  The other arguments as for :func:`write_polylines`."""
+    return _write_objects(target, sources, geometry="line", chunk_shape=chunk_shape, client=client, job=job,
+                        rows_per_task=rows_per_task, progress=progress, options=options)
+
+
+def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph", client: Any = None,
+                job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
+    """Graphs or skeletons from ``sources``, written by Dask workers; the same store as ``zvf.write_graph`` of
+    their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the batch's own positions).
+    The other arguments as for :func:`write_polylines`; progress stages "route", "cells", "links"."""
+    if geometry_type not in ("graph", "skeleton"):
+        raise InvalidArgumentError(f"geometry_type must be 'graph' or 'skeleton', got {geometry_type!r}")
+    return _write_objects(target, sources, geometry=geometry_type, chunk_shape=chunk_shape, client=client, job=job,
+                          rows_per_task=rows_per_task, progress=progress, options=options)
+
+
+def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, client: Any = None, job: str | None = None,
+               rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
+               **options: Any) -> WriteSummary:
+    """Meshes from ``sources``, written by Dask workers; the same store as ``zvf.write_mesh`` of their
+    batches.  The other arguments as for :func:`write_graph`."""
+    return _write_objects(target, sources, geometry="mesh", chunk_shape=chunk_shape, client=client, job=job,
+                          rows_per_task=rows_per_task, progress=progress, options=options)

@@ -81,11 +81,21 @@ class FragmentAttributes:
             self._unused.discard((name, key))
             await level.array(f"{FAMILY}/{name}", self.docs[name]).add(level.writer, key, rows.tobytes())
 
-    def finish(self, writer, arrays_present: list[str]) -> None:
-        """Refuse rows for chunks without fragments; queue the family group and name it in ``arrays_present``."""
+    def written_elsewhere(self, chunks: np.ndarray) -> None:
+        """Rows of ``chunks`` (absolute coords) go up in other processes (distributed cell tasks): only rows
+        of other chunks are left for :meth:`finish` to refuse."""
+        have = {tuple(c) for c in np.asarray(chunks, np.int64).tolist()}
+        self._unused = {(name, key) for name, key in self._unused if key not in have}
+
+    def refuse_unused(self) -> None:
+        """Rows given for a chunk without fragments are an error, not silently dropped."""
         if self._unused:
             name, key = min(self._unused)
             raise InvalidArgumentError(f"fragment_attributes[{name!r}][{key}]: chunk {key} holds no fragments")
+
+    def finish(self, writer, arrays_present: list[str]) -> None:
+        """Refuse rows for chunks without fragments; queue the family group and name it in ``arrays_present``."""
+        self.refuse_unused()
         if self.tables:
             empty_group(writer, f"0/{FAMILY}")
             arrays_present.append(FAMILY)

@@ -32,19 +32,22 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..format.codecs import CellCodec
-from ..format.fragments import FragmentIndex
 from ..format.grid import Grid
 from ..lifecycle import layout
 from . import inputs
-from .engine import StoreWriter, add_level0_documents
+from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
-from .level import Layout, LevelWriter, put_rows, run_starts
-from .links import LinkWriter, place_records
-from .object_index import (
-    put_groups,
-    put_object_attributes,
-    put_object_index,
+from .level import run_starts
+from .links import LinkWriter
+from .object_cells import (
+    PathRuns,
+    put_connected_chunk,
+    put_connected_index,
+    put_link_records,
+    put_no_rows,
+    put_path_chunk,
+    put_path_index,
+    put_tables,
 )
 from .object_inputs import (
     as_given,
@@ -58,7 +61,6 @@ from .object_inputs import (
     object_tables,
     polyline_input,
 )
-from .partition import Partition, partition
 from .stream import (
     ChunkIds,
     DistinctIds,
@@ -204,26 +206,6 @@ class _Dtype:
         return inputs.position_dtype(np.dtype(np.float32), self.dt)
 
 
-def _one_chunk(coords, frag_starts, frag_counts, frag_keys, n: int) -> Partition:
-    """The partition of one chunk whose rows are already in stored order."""
-    f = len(frag_counts)
-    return Partition(np.arange(n, dtype=np.int64), np.asarray(coords, np.int64).reshape(1, -1),
-                     np.array([0, n], np.int64), np.zeros(f, np.int64), frag_starts, frag_counts, frag_keys)
-
-
-async def _upload_empty(level: LevelWriter, ndim: int, dt: _Dtype, attr_schema: dict) -> None:
-    """No vertex at all: declare the arrays anyway, as the in-memory writers do."""
-    await put_rows(level, partition(np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)),
-                   np.zeros((0, ndim), dt.stored()),
-                   {k: np.zeros((0, *rs), adt) for k, (adt, rs) in attr_schema.items()}, None)
-
-
-async def _put_tables(writer: StoreWriter, obj_attrs: dict, group_rows: list, grp_attrs: dict, compression) -> None:
-    codec = CellCodec.for_writing(compression)  # as objects._put_object_data: these follow the compressor
-    await put_object_attributes(writer, 0, obj_attrs, codec)
-    await put_groups(writer, group_rows, grp_attrs, codec)
-
-
 # ---------------------------------------------------------------------------
 # polylines, streamlines, lines
 
@@ -340,27 +322,9 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
             origin, grid_shape = grid.layout(lo, hi)
             visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
 
-            # Runs: chunk-local fragment index and first row, grouped by chunk (input order kept).
-            run_gid, run_count = np.concatenate(sp.run_gid), np.concatenate(sp.run_count)
-            run_obj = np.repeat(np.arange(num, dtype=np.int64), np.concatenate(sp.obj_runs))
+            runs = PathRuns.build(np.concatenate(sp.run_gid), np.concatenate(sp.run_count),
+                                  np.concatenate(sp.obj_runs), rank)
             sp.run_gid = sp.run_count = sp.obj_runs = []
-            by_chunk = np.argsort(run_gid, kind="stable")
-            g_sorted = run_gid[by_chunk]
-            g_start = np.searchsorted(g_sorted, np.arange(len(coords) + 1))
-            cum = np.cumsum(run_count[by_chunk]) - run_count[by_chunk]
-            row0_sorted = cum - cum[g_start[g_sorted]] if len(cum) else cum
-            del cum
-            frag_local = np.empty(len(run_gid), np.int64)
-            frag_local[by_chunk] = np.arange(len(run_gid)) - g_start[g_sorted]
-            row0 = np.empty(len(run_gid), np.int64)
-            row0[by_chunk] = row0_sorted
-            del g_sorted
-            # Bridges: run r -> r + 1 of one object, filed under the smaller chunk (C order).
-            br = np.flatnonzero(run_obj[1:] == run_obj[:-1])
-            br_src = np.where(rank[run_gid[br]] <= rank[run_gid[br + 1]], run_gid[br], run_gid[br + 1])
-            br_order = br[np.argsort(br_src, kind="stable")]
-            br_start = np.searchsorted(np.sort(br_src), np.arange(len(coords) + 1))
-            del br, br_src
 
             attr_schema = sp.attr_schema()
             arrays_present = ["vertices", "object_index"]
@@ -373,41 +337,28 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos = cols.pop("positions")
                     attrs = {k[5:]: v for k, v in cols.items()}
-                    runs = by_chunk[g_start[gid]:g_start[gid + 1]]
-                    part = _one_chunk(coords[gid], row0_sorted[g_start[gid]:g_start[gid + 1]], run_count[runs],
-                                      runs, len(pos))
-
-                    def fragments_of(k: int, part=part) -> FragmentIndex:
-                        return FragmentIndex.from_ranges(part.frag_starts, part.frag_counts)
-
-                    await put_rows(level, part, pos, attrs, fragments_of)
-                    await frag_attrs.put(level, coords[gid], len(runs))
-                    b = br_order[br_start[gid]:br_start[gid + 1]]
-                    if len(b):
-                        ends_gid = np.stack([run_gid[b], run_gid[b + 1]], axis=1)
-                        ends_vi = np.stack([row0[b] + run_count[b] - 1, row0[b + 1]], axis=1)
-                        await links.add(place_records(coords[ends_gid], ends_vi), {})
+                    await put_path_chunk(level, links, frag_attrs, coords[gid], *runs.fragments(gid), pos, attrs,
+                                         *runs.bridges(gid, coords))
                     shard = shard_done(visit, shard_of, i)
                     if shard is not None:
                         for arr in level.arrays.values():
                             await arr.flush_shard(writer, shard)
-                    del pos, attrs, cols, part
+                    del pos, attrs, cols
                 if not len(visit):
-                    await _upload_empty(level, ndim, dt, attr_schema)
+                    await put_no_rows(level, ndim, dt.stored(), attr_schema)
                 frag_attrs.finish(writer, arrays_present)
                 await level.finish()
                 links.finish()
-                await put_object_index(writer, 0, run_obj, coords[run_gid], frag_local,
-                                       np.arange(num, dtype=np.int64), ndim, compression=cfg.compression,
-                                       layout=cfg.object_index_layout)
-                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
+                await put_path_index(writer, runs, coords, num, ndim, compression=cfg.compression,
+                                     layout=cfg.object_index_layout)
+                await put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
                 add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
                                      chunk_shape=chunk_given, bounds=(lo, hi), bin_shape=bin_given)
         finally:
             sp.rows.close()
     return WriteSummary.of(
         writer, geometry, object_count=int(num), vertex_count=int(n), chunk_count=len(coords),
-        fragment_count=len(run_gid), cross_chunk_link_count=int(links.total), group_count=len(group_rows))
+        fragment_count=len(runs.run_gid), cross_chunk_link_count=int(links.total), group_count=len(group_rows))
 
 
 # ---------------------------------------------------------------------------
@@ -498,15 +449,17 @@ class _ConnectedSpill(_Pass1):
         self.n_rows += n
         self.n_records += len(rec)
 
-    def check_roots(self) -> None:
-        """One tree per skeleton object across batches (each batch checked its own)."""
-        if len(self.roots) > 1:
-            ro = np.sort(np.concatenate(self.roots))
-            rep = ro[1:][ro[1:] == ro[:-1]]
-            if rep.size:
-                raise InvalidArgumentError(
-                    f"object_ids: object {int(rep[0])} holds more than one tree (several roots); a skeleton stores "
-                    "one rooted tree per object -- give each tree its own id, or use geometry_type='graph'")
+
+
+def check_roots(roots: list[np.ndarray]) -> None:
+    """Refuse a skeleton object with several roots (``roots``: the root objects of each batch or source)."""
+    if len(roots) > 1:
+        ro = np.sort(np.concatenate(roots))
+        rep = ro[1:][ro[1:] == ro[:-1]]
+        if rep.size:
+            raise InvalidArgumentError(
+                f"object_ids: object {int(rep[0])} holds more than one tree (several roots); a skeleton stores "
+                "one rooted tree per object -- give each tree its own id, or use geometry_type='graph'")
 
 
 async def write_connected_stream(target: Target, batches: ObjectBatches, *, geometry: str, chunk_shape: Shape,
@@ -522,7 +475,7 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
         sp = _ConnectedSpill(tmp, grid, dt, cfg.bounds, geometry, spill_bytes)
         try:
             await _spill_all(sp, batches)
-            sp.check_roots()
+            check_roots(sp.roots)
             await anyio.to_thread.run_sync(sp.records.finish, len(sp.chunks))
             n = sp.n_rows
             lo, hi = sp.bounds.result()
@@ -545,23 +498,20 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos, oids, vertex = cols.pop("positions"), cols.pop("object_ids"), cols.pop("vertex")
                     attrs = {k[5:]: v for k, v in cols.items()}
-                    lay = Layout.by_key(grid, pos, oids)
-                    part = lay.part
-                    local_of[vertex] = lay.local
+                    got = await put_connected_chunk(level, frag_attrs, grid, coords[gid], pos, oids, attrs, skeleton)
+                    local_of[vertex] = got.local
                     if skeleton:
-                        frag_start[vertex[part.order[lay.frag_first[part.frag_counts > 0]]]] = True
-                    await put_rows(level, part, pos, attrs, lay.fragments_of)
-                    await frag_attrs.put(level, coords[gid], len(part.frag_keys))
-                    frag_oid.append(part.frag_keys)
-                    frag_rank.append(np.full(len(part.frag_keys), rank[gid], np.int64))
-                    frag_local.append(np.arange(len(part.frag_keys), dtype=np.int64))
+                        frag_start[vertex] = got.starts
+                    frag_oid.append(got.frag_keys)
+                    frag_rank.append(np.full(len(got.frag_keys), rank[gid], np.int64))
+                    frag_local.append(np.arange(len(got.frag_keys), dtype=np.int64))
                     shard = shard_done(visit, shard_of, i)
                     if shard is not None:
                         for arr in level.arrays.values():
                             await arr.flush_shard(writer, shard)
-                    del pos, oids, vertex, attrs, cols, lay, part
+                    del pos, oids, vertex, attrs, cols, got
                 if not len(visit):
-                    await _upload_empty(level, ndim, dt, attr_schema)
+                    await put_no_rows(level, ndim, dt.stored(), attr_schema)
                 frag_attrs.finish(writer, arrays_present)
 
                 links = LinkWriter(level, ndim=ndim, width=sp.width or (3 if geometry == "mesh" else 2),
@@ -570,15 +520,9 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                     rec = await anyio.to_thread.run_sync(sp.records.read, gid)
                     vertex, chunk = rec.pop("vertex", None), rec.pop("chunk", None)
                     if vertex is not None and len(vertex):
-                        vi = local_of[vertex].astype(np.int64)
-                        la = {k[5:]: v for k, v in rec.items()}
-                        if skeleton:  # the edges the reader implies: parent right before child in one fragment
-                            keep = ~((chunk[:, 0] == chunk[:, 1]) & (vi[:, 0] == vi[:, 1] + 1)
-                                     & ~frag_start[vertex[:, 0]])
-                            vi, chunk = vi[keep], chunk[keep]
-                            la = {k: v[keep] for k, v in la.items()}
-                        if len(vi):
-                            await links.add(place_records(coords[chunk], vi), la)
+                        await put_link_records(links, coords[chunk], local_of[vertex].astype(np.int64),
+                                               {k[5:]: v for k, v in rec.items()},
+                                               frag_start[vertex[:, 0]] if skeleton else None)
                     shard = shard_done(visit, shard_of, i)
                     if shard is not None:
                         for arr in level.arrays.values():
@@ -590,11 +534,9 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                 fo = np.concatenate(frag_oid) if frag_oid else np.zeros(0, np.int64)
                 fr = np.concatenate(frag_rank) if frag_rank else np.zeros(0, np.int64)
                 fl = np.concatenate(frag_local) if frag_local else np.zeros(0, np.int64)
-                frag_object = np.searchsorted(uniq, fo)
-                order = np.lexsort((fr, frag_object))
-                await put_object_index(writer, 0, frag_object[order], coords[np.argsort(rank)][fr[order]], fl[order],
-                                       uniq, ndim, compression=cfg.compression, layout=cfg.object_index_layout)
-                await _put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
+                await put_connected_index(writer, fo, fr, fl, uniq, coords[np.argsort(rank)], ndim,
+                                          compression=cfg.compression, layout=cfg.object_index_layout)
+                await put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
                 add_level0_documents(writer, handle.url, geometry=geometry, n=n, arrays_present=arrays_present,
                                      chunk_shape=chunk_given, bounds=(lo, hi), bin_shape=bin_given)
         finally:

@@ -2,7 +2,7 @@
 
 ``write_points`` of one big input, cut into *sources* (files, array blocks,
 bag partitions), becomes three kinds of task; any engine (``zvf.dask``) runs
-them, each with only a :class:`PointJob` (store URL + storage options, never
+them, each with only a :class:`WriteJob` (store URL + storage options, never
 a live store object) and small arguments:
 
 1. :func:`route_source` -- one per source: checks and casts its batches with
@@ -56,7 +56,7 @@ from .level import LevelWriter, put_rows, shard_tuple
 from .object_index import check_layout
 from .partition import partition
 from .point_level import PointExtras, manifest_rows, publish_level
-from .stream import Spill
+from .stream import RunSpill, Spill
 from .types import WriteSummary
 
 JOBS_PREFIX = ".zvf-jobs/"
@@ -64,7 +64,7 @@ ROWS_PER_TASK = 4_000_000  # rows a write_cells task gathers at once (bounds a w
 
 
 @dataclass(frozen=True)
-class PointJob:
+class WriteJob:
     """Everything a task needs, picklable: where the store is and how it is laid out."""
 
     url: str
@@ -77,6 +77,7 @@ class PointJob:
     compression: str | None
     shard_shape: tuple | None
     implicit_ids: bool  # groups without object ids: every row is an object, numbered in input order
+    geometry: str = "point_cloud"
 
     @property
     def prefix(self) -> str:
@@ -97,7 +98,7 @@ class PointJob:
 
 
 def new_job(url: str, storage_options, *, job: str | None, chunk_shape, bin_shape, bounds, dtype, compression,
-            shard_shape, implicit_ids: bool) -> PointJob:
+            shard_shape, implicit_ids: bool = False, geometry: str = "point_cloud") -> WriteJob:
     """Check the layout arguments once, on the driver (the same checks ``write_points`` makes)."""
     if isinstance(chunk_shape, str):
         raise InvalidArgumentError("chunk_shape: a distributed write needs numbers per axis ('auto' looks at "
@@ -116,14 +117,14 @@ def new_job(url: str, storage_options, *, job: str | None, chunk_shape, bin_shap
     def plain(v):  # as the caller gave it (0.9.2 records ints as ints)
         return None if v is None else tuple(x.item() if hasattr(x, "item") else x for x in np.ravel(v).tolist())
 
-    return PointJob(url, None if storage_options is None else dict(storage_options), job or uuid.uuid4().hex,
-                    plain(chunk_shape), plain(bin_shape), bounds, dtype, compression, shard, implicit_ids)
+    return WriteJob(url, None if storage_options is None else dict(storage_options), job or uuid.uuid4().hex,
+                    plain(chunk_shape), plain(bin_shape), bounds, dtype, compression, shard, implicit_ids, geometry)
 
 
 # ----------------------------------------------------------------------------- small blobs
 
 
-def _pack(summary: dict) -> bytes:
+def pack_summary(summary: dict) -> bytes:
     """A task summary as one .npz: arrays as themselves, the rest as JSON (never pickled)."""
     arrays = {k: v for k, v in summary.items() if isinstance(v, np.ndarray)}
     meta = {k: v for k, v in summary.items() if not isinstance(v, np.ndarray)}
@@ -132,7 +133,7 @@ def _pack(summary: dict) -> bytes:
     return buf.getvalue()
 
 
-def _unpack(blob: bytes, key: str) -> dict:
+def unpack_summary(blob: bytes, key: str) -> dict:
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             out = json.loads(bytes(z["__meta__"]).decode())
@@ -142,58 +143,45 @@ def _unpack(blob: bytes, key: str) -> dict:
     return out
 
 
-async def _load_summaries(ex: Executor, prefix: str) -> dict[int, dict]:
+async def load_summaries(ex: Executor, prefix: str) -> dict[int, dict]:
     """Summaries stored under ``prefix`` (``NNNNNN.npz``), by task index."""
     keys = [k for k, _ in await ex.list(prefix) if k.endswith(".npz")]
     blobs = await ex.gather([ex.get(k) for k in keys])
-    return {int(k.rsplit("/", 1)[1][:-4]): _unpack(b, k) for k, b in zip(keys, blobs) if b is not None}
+    return {int(k.rsplit("/", 1)[1][:-4]): unpack_summary(b, k) for k, b in zip(keys, blobs) if b is not None}
 
 
 # ----------------------------------------------------------------------------- 1. route
 
 
-def route_source(job: PointJob, index: int, batches: Iterable, *, spill_bytes: int = 64 << 20) -> dict:
+def route_source(job: WriteJob, index: int, batches: Iterable, *, spill_bytes: int = 64 << 20) -> dict:
     """Spill one source's rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary."""
     return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
 
 
-async def _route(job: PointJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
+def add_source(spill: Any, batches: Iterable, index: int) -> None:
+    """Feed one source's batches to a routing task's spill; its errors name the source."""
+    try:
+        for batch in batches:
+            spill.add(batch)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"sources[{index}]: {exc}") from None
+
+
+async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
     grid = job.grid()
     ex = job.executor()
     with tempfile.TemporaryDirectory(prefix="zvf-route-") as tmp:
         spill = Spill(tmp, grid, None if job.dtype is None else np.dtype(job.dtype), job.bounds,
                       implicit_ids=job.implicit_ids, spill_bytes=spill_bytes)
         try:
-            try:
-                for batch in batches:
-                    spill.add(batch)
-            except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"sources[{index}]: {exc}") from None
+            add_source(spill, batches, index)
             spill.finish()
-            coords = spill.chunk_coords
-            order = np.lexsort(coords.T[::-1]) if len(coords) else np.zeros(0, np.int64)  # C order of chunks
-            parts: dict[str, list[np.ndarray]] = {}
-            counts = np.zeros(len(order), np.int64)
-            for i, gid in enumerate(order.tolist()):
-                cols = spill.rows.read(gid)
-                counts[i] = len(cols["positions"])
-                for name, col in cols.items():
-                    parts.setdefault(name, []).append(col)
-            schema = spill.rows.schema or {}
-            layout, blobs, offset = [], [], 0
-            for name, (dtype, row_shape) in schema.items():
-                col = np.concatenate(parts[name]) if name in parts else np.zeros((0, *row_shape), dtype)
-                data = np.ascontiguousarray(col).tobytes()
-                layout.append([name, np.dtype(dtype).str, list(row_shape), offset])
-                blobs.append(data)
-                offset += len(data)
-            del parts
-            await ex.put(f"{job.prefix}spill/{index:06d}.bin", b"".join(blobs))
+            layout, chunks, counts = await upload_spill(ex, f"{job.prefix}spill/{index:06d}.bin", spill.rows,
+                                                        spill.chunk_coords)
             summary = {
                 "n": int(spill.n_rows), "dtype": None if spill.dtype is None else np.dtype(spill.dtype).str,
                 "attributes": {k: [np.dtype(d).str, list(r)] for k, (d, r) in (spill.attr_schema or {}).items()},
-                "explicit_ids": spill.explicit_ids, "columns": layout,
-                "chunks": coords[order].astype(np.int64).reshape(-1, grid.ndim), "counts": counts,
+                "explicit_ids": spill.explicit_ids, "columns": layout, "chunks": chunks, "counts": counts,
                 "lo": np.asarray([] if spill.lo is None else spill.lo, np.float64),
                 "hi": np.asarray([] if spill.hi is None else spill.hi, np.float64),
             }
@@ -201,8 +189,40 @@ async def _route(job: PointJob, index: int, batches: Iterable, spill_bytes: int)
                 summary["ids"] = spill.object_ids()
         finally:
             spill.close()
-    await ex.put(f"{job.prefix}map/{index:06d}.npz", _pack(summary))
+    await ex.put(f"{job.prefix}map/{index:06d}.npz", pack_summary(summary))
     return summary
+
+
+async def upload_spill(ex: Executor, key: str, rows: RunSpill, coords: np.ndarray,
+                       convert: Callable[[str, np.ndarray], np.ndarray] | None = None
+                       ) -> tuple[list, np.ndarray, np.ndarray]:
+    """Upload every row of a finished ``rows`` spill as one object at ``key``: chunks in C order, input order
+    within a chunk, each column a contiguous block.  ``coords``: chunk coords by id; ``convert(name, col)``
+    rewrites a column on the way (e.g. chunk ids, local to this spill, to coordinates).  Returns the column
+    layout (name, dtype, row shape, byte offset) and the (C order) chunks with their row counts."""
+    ndim = coords.shape[1] if coords.ndim == 2 else 0
+    order = np.lexsort(coords.T[::-1]) if len(coords) else np.zeros(0, np.int64)  # C order of chunks
+    parts: dict[str, list[np.ndarray]] = {}
+    counts = np.zeros(len(order), np.int64)
+    for i, gid in enumerate(order.tolist()):
+        cols = rows.read(gid)
+        counts[i] = len(next(iter(cols.values()))) if cols else 0
+        for name, col in cols.items():
+            parts.setdefault(name, []).append(col if convert is None else convert(name, col))
+    layout, blobs, offset = [], [], 0
+    for name, (dtype, row_shape) in (rows.schema or {}).items():
+        if name in parts:
+            col = np.concatenate(parts.pop(name))
+        else:
+            col = np.zeros((0, *row_shape), dtype)
+            if convert is not None:
+                col = convert(name, col)
+        data = np.ascontiguousarray(col).tobytes()
+        layout.append([name, col.dtype.str, list(col.shape[1:]), offset])
+        blobs.append(data)
+        offset += len(data)
+    await ex.put(key, b"".join(blobs))
+    return layout, coords[order].astype(np.int64).reshape(-1, ndim), counts
 
 
 # ----------------------------------------------------------------------------- plan
@@ -228,7 +248,7 @@ class CellPlan:
     source_chunks: list[np.ndarray]  # per source: row in ``chunks`` of each of its chunks
 
 
-def plan_cells(job: PointJob, summaries: list[dict], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
+def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
     """Check the sources agree (dtype, attributes, ids) and cut the chunks into task groups."""
     grid = job.grid()
     ndim = grid.ndim
@@ -248,13 +268,7 @@ def plan_cells(job: PointJob, summaries: list[dict], *, rows_per_task: int = ROW
     counts = np.asarray([s["n"] for s in summaries], np.int64)
     n = int(counts.sum())
     dtype = np.dtype(dtypes[0]) if dtypes else inputs.position_dtype(np.dtype(np.float32), job.dtype)
-    if job.bounds is None:
-        if n == 0:
-            raise InvalidArgumentError("bounds are required when there are no positions")
-        lo = np.min([s["lo"] for s in summaries if s["n"]], axis=0).astype(np.float64).tolist()
-        hi = np.max([s["hi"] for s in summaries if s["n"]], axis=0).astype(np.float64).tolist()
-    else:
-        lo, hi = (list(c) for c in job.bounds)
+    lo, hi = extent(job, summaries)
     origin, grid_shape = grid.layout(lo, hi, by_bin=not with_ids)
     every = [s["chunks"].reshape(-1, ndim) for s in summaries]
     chunks = np.unique(np.concatenate(every), axis=0) if n else np.zeros((0, ndim), np.int64)  # C order
@@ -262,7 +276,7 @@ def plan_cells(job: PointJob, summaries: list[dict], *, rows_per_task: int = ROW
     rows = np.zeros(len(chunks), np.int64)
     for s, idx in zip(summaries, at):
         rows[idx] += s["counts"]
-    groups = _groups(chunks, rows, origin, job.codec().shard, rows_per_task)
+    groups = chunk_groups(chunks, rows, origin, job.codec().shard, rows_per_task)
     uniq = None
     if explicit:
         uniq = np.unique(np.concatenate([s["ids"] for s in summaries if "ids" in s] or [np.zeros(0, np.int64)]))
@@ -273,7 +287,19 @@ def plan_cells(job: PointJob, summaries: list[dict], *, rows_per_task: int = ROW
                     np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64), uniq, at)
 
 
-def _groups(chunks: np.ndarray, rows: np.ndarray, origin, shard, rows_per_task: int) -> list[np.ndarray]:
+def extent(job: WriteJob, summaries: list[dict]) -> tuple[list, list]:
+    """The store's bounds: the job's, else the union of the sources' extents."""
+    if job.bounds is not None:
+        lo, hi = (list(c) for c in job.bounds)
+        return lo, hi
+    full = [s for s in summaries if s["n"]]
+    if not full:
+        raise InvalidArgumentError("bounds are required when there are no positions")
+    return (np.min([s["lo"] for s in full], axis=0).astype(np.float64).tolist(),
+            np.max([s["hi"] for s in full], axis=0).astype(np.float64).tolist())
+
+
+def chunk_groups(chunks: np.ndarray, rows: np.ndarray, origin, shard, rows_per_task: int) -> list[np.ndarray]:
     """Chunks cut into runs of about ``rows_per_task`` rows; a shard never spans two groups."""
     if not len(chunks):
         return []
@@ -301,7 +327,7 @@ def _groups(chunks: np.ndarray, rows: np.ndarray, origin, shard, rows_per_task: 
 # ----------------------------------------------------------------------------- 2. cells
 
 
-class _CellWriter(StoreWriter):
+class CellWriter(StoreWriter):
     """Uploads cells only: the driver claimed the store and publishes its documents at commit."""
 
     async def _claim(self) -> None:
@@ -311,24 +337,26 @@ class _CellWriter(StoreWriter):
         pass
 
 
-def write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
+def write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
     """Write the cells of ``plan.groups[index]`` from every source's spill; returns its summary."""
     return anyio.run(_write_cells, job, index, plan, sources, backend="asyncio")
 
 
-def source_slices(plan: CellPlan, index: int, sources: list[dict]) -> list[dict]:
-    """Only what ``write_cells(index)`` needs of each source summary (small task arguments)."""
-    group = plan.groups[index]  # sorted rows of ``plan.chunks``
+def source_slices(group: np.ndarray, source_chunks: list[np.ndarray], sources: list[dict], *,
+                  counts: str = "counts", columns: str = "columns") -> list[dict]:
+    """Only what a task writing ``group`` (sorted rows of the plan's chunks) needs of each source summary
+    (small task arguments): ``source_chunks[i]`` locates source ``i``'s spilled chunks in the plan's,
+    ``sources[i][counts]`` their row counts and ``sources[i][columns]`` the spill's column layout."""
     out = []
-    for s, idx in zip(sources, plan.source_chunks):
-        starts = np.concatenate(([0], np.cumsum(s["counts"])[:-1])).astype(np.int64)
+    for s, idx in zip(sources, source_chunks):
+        starts = np.concatenate(([0], np.cumsum(s[counts])[:-1])).astype(np.int64)
         k = np.minimum(np.searchsorted(group, idx), max(len(group) - 1, 0))
         hit = np.flatnonzero(group[k] == idx) if len(group) else np.zeros(0, np.int64)
-        out.append({"chunk": k[hit], "row": starts[hit], "count": s["counts"][hit], "columns": s["columns"]})
+        out.append({"chunk": k[hit], "row": starts[hit], "count": s[counts][hit], "columns": s[columns]})
     return out
 
 
-async def _write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
+async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
     grid = job.grid()
     ex = job.executor()
     want = plan.chunks[plan.groups[index]]
@@ -336,32 +364,14 @@ async def _write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[
     schema.update((f"attr:{k}", v) for k, v in plan.attributes.items())
     if plan.with_ids:
         schema["object_ids"] = (np.dtype(np.int64), ())
-    # (chunk in group, source, column) -> byte range, read in one coalesced batch
-    ranges, where = [], []
-    for si, s in enumerate(sources):
-        layout = {name: (np.dtype(d), tuple(r), off) for name, d, r, off in s["columns"]}
-        total = int(s["count"].sum()) if len(s["count"]) else 0
-        if not total:
-            continue
-        for name, (dtype, row_shape, off) in layout.items():
-            rb = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
-            for k, r, c in zip(s["chunk"].tolist(), s["row"].tolist(), s["count"].tolist()):
-                ranges.append(ByteRange(f"{job.prefix}spill/{si:06d}.bin", off + r * rb, off + (r + c) * rb))
-                where.append((k, si, name, dtype, row_shape, c))
-    payloads = await ex.read_ranges(ranges)
-    pieces: dict[str, dict[tuple[int, int], np.ndarray]] = {name: {} for name in schema}
-    for (k, si, name, dtype, row_shape, c), blob in zip(where, payloads):
-        if blob is None or len(blob) != c * dtype.itemsize * int(np.prod(row_shape, dtype=np.int64)):
-            raise FormatError(f"{job.prefix}spill/{si:06d}.bin: missing or shorter than its summary says")
-        arr = np.frombuffer(blob, dtype).reshape(c, *row_shape)
-        if name == "object_ids" and not plan.explicit_ids:
-            arr = arr + plan.row_offsets[si]  # row numbers of the source -> of the whole input
-        pieces[name][(k, si)] = arr
+    pieces = await read_spilled(ex, f"{job.prefix}spill/", sources)
+    if not plan.explicit_ids and "object_ids" in pieces:  # row numbers of the source -> of the whole input
+        pieces["object_ids"] = [(k, si, arr + plan.row_offsets[si]) for k, si, arr in pieces["object_ids"]]
     cols = {}
     for name, (dtype, row_shape) in schema.items():  # chunk by chunk, sources in input order
-        got = [pieces[name][key] for key in sorted(pieces[name])]
+        got = [arr for _, _, arr in pieces.get(name, [])]
         cols[name] = np.concatenate(got).astype(dtype, copy=False) if got else np.zeros((0, *row_shape), dtype)
-    del pieces, payloads
+    del pieces
     pos = cols.pop("positions")
     oids = cols.pop("object_ids", None)
     attrs = {name[5:]: v for name, v in cols.items()}
@@ -377,7 +387,7 @@ async def _write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[
         s = part.chunk_fragments(k)
         return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
-    async with _CellWriter(ex) as writer:
+    async with CellWriter(ex) as writer:
         level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
         await put_rows(level, part, pos, attrs, fragments_of)
         await level.finish()  # flushes this group's whole shards; the documents come at commit
@@ -385,14 +395,42 @@ async def _write_cells(job: PointJob, index: int, plan: CellPlan, sources: list[
     if oids is not None:
         summary["frag_chunk"] = plan.groups[index][part.frag_chunk]
         summary["frag_keys"] = np.asarray(part.frag_keys, np.int64)
-    await ex.put(f"{job.prefix}cells/{index:06d}.npz", _pack(summary))
+    await ex.put(f"{job.prefix}cells/{index:06d}.npz", pack_summary(summary))
     return summary
+
+
+async def read_spilled(ex: Executor, folder: str, sources: list[dict]) -> dict[str, list[tuple[int, int, np.ndarray]]]:
+    """The rows of a task's chunks from every source's spill ``<folder><source>.bin`` (one coalesced read).
+
+    ``sources``: :func:`source_slices` of the task.  Returns, per column,
+    ``(chunk in group, source, rows)`` sorted chunk by chunk, sources in input
+    order -- the order the concatenated input has them.
+    """
+    ranges, where = [], []
+    for si, s in enumerate(sources):
+        if not len(s["count"]) or not int(s["count"].sum()):
+            continue
+        for name, d, r, off in s["columns"]:
+            dtype, row_shape = np.dtype(d), tuple(r)
+            rb = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+            for k, row, c in zip(s["chunk"].tolist(), s["row"].tolist(), s["count"].tolist()):
+                ranges.append(ByteRange(f"{folder}{si:06d}.bin", off + row * rb, off + (row + c) * rb))
+                where.append((k, si, name, dtype, row_shape, c, rb))
+    payloads = await ex.read_ranges(ranges)
+    pieces: dict[str, list[tuple[int, int, np.ndarray]]] = {}
+    for (k, si, name, dtype, row_shape, c, rb), blob in zip(where, payloads):
+        if blob is None or len(blob) != c * rb:
+            raise FormatError(f"{folder}{si:06d}.bin: missing or shorter than its summary says")
+        pieces.setdefault(name, []).append((k, si, np.frombuffer(blob, dtype).reshape(c, *row_shape)))
+    for got in pieces.values():
+        got.sort(key=lambda p: (p[0], p[1]))
+    return pieces
 
 
 # ----------------------------------------------------------------------------- job state
 
 
-async def start(job: PointJob, *, overwrite: bool, n_sources: int) -> tuple[dict[int, dict], dict[int, dict]]:
+async def start(job: WriteJob, *, overwrite: bool, n_sources: int) -> tuple[dict[int, dict], dict[int, dict]]:
     """Claim the store (or resume the job that claimed it); returns the finished (route, cells) summaries."""
     ex = job.executor()
     manifest_key = f"{job.prefix}job.json"
@@ -405,7 +443,7 @@ async def start(job: PointJob, *, overwrite: bool, n_sources: int) -> tuple[dict
                                        f"({state.get('params')}); start a new job or pass the same ones")
         if await ex.get(CLAIM_KEY) != state["claim"].encode():
             raise StoreExistsError(f"{ex.handle.url}: job {job.job!r} no longer holds the store's claim")
-        return await _load_summaries(ex, f"{job.prefix}map/"), await _load_summaries(ex, f"{job.prefix}cells/")
+        return await load_summaries(ex, f"{job.prefix}map/"), await load_summaries(ex, f"{job.prefix}cells/")
     claimer = StoreWriter(ex, overwrite=overwrite)
     await claimer._claim()  # the serial writers' claim: one writer per new store
     claim = (await ex.get(CLAIM_KEY) or b"").decode()
@@ -414,14 +452,14 @@ async def start(job: PointJob, *, overwrite: bool, n_sources: int) -> tuple[dict
     return {}, {}
 
 
-class _CommitWriter(StoreWriter):
+class CommitWriter(StoreWriter):
     """Publishes documents and the root over cells already uploaded (the claim is the job's)."""
 
     async def _claim(self) -> None:
         pass
 
 
-async def commit(job: PointJob, plan: CellPlan, cells: list[dict], *, overwrite: bool, object_attributes=None,
+async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite: bool, object_attributes=None,
                  groups=None, group_attributes=None, object_index_layout: str = "sharded") -> WriteSummary:
     """Array documents, object index, per-object/group data, level and root; then remove the job prefix."""
     check_layout(object_index_layout)
@@ -431,7 +469,7 @@ async def commit(job: PointJob, plan: CellPlan, cells: list[dict], *, overwrite:
         inputs.check_name(name, "attribute")
     extras = PointExtras.check(plan.uniq, object_attributes, groups, group_attributes,
                                plan.uniq if plan.explicit_ids else None)
-    async with _CommitWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
+    async with CommitWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
         level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
         if plan.attributes:
             empty_group(writer, "0/vertex_attributes")
@@ -470,7 +508,7 @@ def _shape(v):
     return None if v is None else list(v)
 
 
-async def discard(job: PointJob) -> None:
+async def discard(job: WriteJob) -> None:
     """Remove the job's spills and summaries (after its commit, or to abandon it)."""
     ex = job.executor()
     keys = [k for k, _ in await ex.list(job.prefix)]
