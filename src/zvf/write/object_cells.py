@@ -89,22 +89,26 @@ class PathRuns:
         frags = [self.fragments(g) for g in gids.tolist()]
         links = [self.bridges(g, coords) for g in gids.tolist()]
         ndim = coords.shape[1]
-        return {
+        return {k: _narrow(v) for k, v in {  # task arguments: half the bytes while int32 holds them
             "frag_first": np.concatenate([f for f, _ in frags] or [np.zeros(0, np.int64)]),
             "frag_count": np.concatenate([c for _, c in frags] or [np.zeros(0, np.int64)]),
             "frag_off": np.cumsum([0] + [len(f) for f, _ in frags]).astype(np.int64),
             "bridge_chunks": np.concatenate([c for c, _ in links] or [np.zeros((0, 2, ndim), np.int64)]),
             "bridge_vi": np.concatenate([v for _, v in links] or [np.zeros((0, 2), np.int64)]),
             "bridge_off": np.cumsum([0] + [len(v) for _, v in links]).astype(np.int64),
-        }
+        }.items()}
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int32) if not a.size or (a.min() >= -(1 << 31) and a.max() < 1 << 31) else a
 
 
 def chunk_slice(work: dict[str, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Chunk ``k``'s (fragment first rows, counts, bridge chunks, bridge vertices) of :meth:`PathRuns.for_chunks`."""
     f0, f1 = work["frag_off"][k], work["frag_off"][k + 1]
     b0, b1 = work["bridge_off"][k], work["bridge_off"][k + 1]
-    return (work["frag_first"][f0:f1], work["frag_count"][f0:f1], work["bridge_chunks"][b0:b1],
-            work["bridge_vi"][b0:b1])
+    return tuple(a.astype(np.int64) for a in (work["frag_first"][f0:f1], work["frag_count"][f0:f1],
+                                             work["bridge_chunks"][b0:b1], work["bridge_vi"][b0:b1]))
 
 
 async def put_path_chunk(level: LevelWriter, links: LinkWriter, frag_attrs: FragmentAttributes, chunk: np.ndarray,
