@@ -66,6 +66,15 @@ class CellArray:
                     for raw, g in zip(raws, grid)]
         return await self._sharded(grid)
 
+    async def payload(self, chunk) -> bytes | memoryview | None:
+        """Decoded payload of one absolute chunk: one GET of a plain cell, no gather around it."""
+        grid = self.cell_coords(chunk)
+        if self.codec.shard is not None:
+            return (await self._sharded([grid]))[0]
+        key = self.key_of(grid)
+        raw = await self.executor.get(key)
+        return None if raw is None else self.codec.decode_view(raw, key=key)
+
     async def items(self, grid_coords: tuple[int, ...]) -> list[memoryview] | None:
         """All items of one multi-item cell (1-D vlen arrays such as manifests)."""
         key = self.key_of(grid_coords)

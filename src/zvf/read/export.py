@@ -37,7 +37,7 @@ from .box import needs_chunkset, read_rows
 from .chunkset import ChunkSet
 from .load import LINKED
 from .objects import SEQUENTIAL, level_attributes, prepare, read_grouped, split_ranges
-from .points import pick_attributes, read_chunks, row_nbytes
+from .points import pick_attributes, read_chunks, row_nbytes, size_concurrency
 from .rowops import expand_ranges, match_rows, unique_rows
 from .selection import Selection
 from .writers import check_out, format_of, link_table, open_writer
@@ -153,7 +153,7 @@ def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
         if objects:  # decode the object index once, before batches race for it
             await ds.fragment_owners(lvl.index)
         chunks = lvl.nonempty_chunks
-        _size_concurrency(lvl, len(chunks) * (1 + len(state["names"]) + objects), len(state["names"]))
+        size_concurrency(lvl, len(chunks) * (1 + len(state["names"]) + objects), len(state["names"]))
         return [chunks[i:i + batch_chunks] for i in range(0, len(chunks), batch_chunks)]
 
     async def fetch(chunks: np.ndarray) -> Selection:
@@ -162,15 +162,6 @@ def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
         return await read_chunks(ds.context, state["level"], chunks, state["names"])
 
     return BatchStream(setup, fetch, prefetch=prefetch)
-
-
-def _size_concurrency(level, n_requests: int, n_attributes: int) -> None:
-    """Let the store-wide limit fit the whole export (cell bytes estimated from the vertex count)."""
-    vert = level.array("vertices")
-    if vert is None or not n_requests:
-        return
-    row = np.dtype(vert.meta.attributes.get("dtype", "float32")).itemsize * level.grid.ndim
-    vert.executor.widen(n_requests, max(1, level.meta.vertex_count) * row * (1 + n_attributes))
 
 
 def iter_objects(ds, ids=None, *, level: int = 0, attributes=None, batch: int = 256,
@@ -263,24 +254,29 @@ class ObjectSweep:
         self.cache_bytes = SWEEP_BYTES if cache_bytes is None else int(cache_bytes)  # < 0: one window, always
         self.keep = 2 * self.window  # dead chunks tolerated besides as many as are live (set in setup)
         self.batches: list[np.ndarray] = []  # manifest rows of each window's objects
+        self.preloaded = False  # the ChunkSet holds every chunk the manifests name (set in setup)
 
     async def setup(self) -> list[int]:
         rc = self.ds.context
         lvl, self.names, _, self.cs = await prepare(rc, self.level, self.attributes, links=True, table=False)
-        self.oids, self.table = await rc.manifests(lvl.index)
         chunks = lvl.nonempty_chunks
-        table = self.table
         self.keep = max(2 * self.window, int(self.cache_bytes * max(1, len(chunks)) // level_bytes(lvl, self.names)))
+        self.whole = self.keep >= len(chunks) or self.cache_bytes < 0
+        # a level read whole downloads its cells while its object index is decoded
+        load = [self.cs.load(chunks)] if self.whole and len(chunks) else []
+        (self.oids, self.table), *_ = await rc.ex.gather([rc.manifests(lvl.index), *load])
+        table = self.table
         # chunk rank of every manifest reference; a chunk outside the listing counts as the first
         # (the read of its object then names it as missing)
-        rank = np.maximum(match_rows(chunks, table.coords), 0) if len(table) else np.zeros(0, np.int64)
+        hit = match_rows(chunks, table.coords) if len(table) else np.zeros(0, np.int64)
+        rank = np.maximum(hit, 0)
+        self.preloaded = bool(load) and not (hit < 0).any()  # every chunk a manifest names is in
         self.off = off = table.object_offsets
         lens = np.diff(off)
         last = np.zeros(len(self.oids), np.int64)
         has = np.flatnonzero(lens)
         if len(has):
             last[has] = np.maximum.reduceat(rank, off[has])
-        self.whole = self.keep >= len(chunks) or self.cache_bytes < 0
         if self.whole:  # every cell fits: one window, objects in ``object_ids`` order
             self.window = max(1, len(chunks))
         window_of = last // self.window
@@ -309,18 +305,19 @@ class ObjectSweep:
 
     async def _read(self, k: int) -> list[Selection]:
         rows, w = self.batches[k], self.window_ids[k]
-        if self.whole and k == 0 and len(self.table):
+        if self.whole and k == 0 and len(self.table) and not self.preloaded:
             await self.cs.load(unique_rows(self.table.coords))
         dead = self.held & (self.free_after < w)
         if dead.sum() > max(int((self.held & ~dead).sum()), self.keep):  # start afresh
             cs = self.cs
             self.cs = ChunkSet(self.ds.context, cs.level, cs.names, cs.links, False, category=cs.category)
             self.held[:] = False
+            self.preloaded = False
         t, lens = self.table, self.off[rows + 1] - self.off[rows]
         refs = expand_ranges(self.off[rows], lens)
         sub = ManifestTable(np.repeat(np.arange(len(rows), dtype=np.int64), lens), t.block[refs], t.coords[refs],
                             t.fragment[refs], len(rows))
-        g = await read_grouped(self.ds.context, self.cs, self.oids[rows], sub)
+        g = await read_grouped(self.ds.context, self.cs, self.oids[rows], sub, loaded=self.preloaded)
         self.held[self.rank[refs]] = True
         cuts = np.unique(np.r_[np.arange(0, len(rows), self.per_batch), len(rows)])
         return split_ranges(g, cuts)

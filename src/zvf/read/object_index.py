@@ -24,10 +24,13 @@ from ..format.shard import decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
 from .chunkset import required_array
 from .dense import read_dense
+from .points import off_loop
 
 EMPTY = 2**64 - 1
 # Prefetch object ids and shard indexes at open only while they are this small.
 PREFETCH_LIMIT = 1 << 20
+# Stored (compressed) manifest bytes past which shards are decoded off the event loop.
+OFFLOAD_STORED = 1 << 19
 
 
 class ObjectIndex:
@@ -98,8 +101,12 @@ class ObjectIndex:
         """Decoded manifests of ``rows``; ``object_row`` indexes into ``rows``."""
         rows = np.asarray(rows, dtype=np.int64)
         parts, part, local = await (self._sharded(rows) if self.inner is not None else self._plain(rows))
-        buf, starts, lengths = _gather(parts, part, local)
-        return decode_manifests_packed(buf, starts, lengths, self.ndim, key=self.manifests.path)
+
+        def decode() -> ManifestTable:
+            buf, starts, lengths = _gather(parts, part, local)
+            return decode_manifests_packed(buf, starts, lengths, self.ndim, key=self.manifests.path)
+
+        return await off_loop(sum(int(u[0].size) for u in parts), decode)
 
     def _remember(self, what, unit) -> None:
         """Cache a decoded unit (buffer, starts, lengths), charged for its own bytes."""
@@ -194,10 +201,13 @@ class ObjectIndex:
                     inner_ids.append(i)
         need = [ByteRange(self.manifests.key_of((s,)), 0, end) for s, raw, *_, end in fetch_whole if raw is None]
         blobs = iter(await self.ex.read_ranges(need + inner_ranges))
-        for s, raw, offsets, nbytes, present, end in fetch_whole:
-            if raw is None:
-                raw = _whole(next(blobs), ByteRange(self.manifests.key_of((s,)), 0, end))
-            whole[s] = self._decode_shard(s, raw, offsets, nbytes, present)
+        raws = [(s, _whole(next(blobs), ByteRange(self.manifests.key_of((s,)), 0, end)) if raw is None else raw,
+                 offsets, nbytes, present) for s, raw, offsets, nbytes, present, end in fetch_whole]
+        units = await off_loop(sum(len(r[1]) for r in raws), lambda: [self._decode_shard(*r) for r in raws],
+                               OFFLOAD_STORED)
+        for (s, *_), unit in zip(raws, units):
+            self._remember(("rows", s), unit)
+            whole[s] = unit
         if inner_ranges:
             got = [_whole(next(blobs), r) for r in inner_ranges]
             lens = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
@@ -221,7 +231,7 @@ class ObjectIndex:
         return parts, part, local
 
     def _decode_shard(self, shard: int, raw, offsets, nbytes, present):
-        """Every inner chunk of a shard in one batch -> one unit of ``rows_per_chunk`` rows."""
+        """Every inner chunk of a shard in one batch -> one unit of ``rows_per_chunk`` rows (pure: runs in a thread)."""
         per, k = self.rows_per_chunk, self.inner
         slots = np.flatnonzero(present)
         starts = offsets[slots].astype(np.int64)
@@ -233,9 +243,7 @@ class ObjectIndex:
         at = (slots[:, None] * k + np.arange(k)).reshape(-1)
         row_starts[at] = ist
         row_lengths[at] = iln
-        unit = (buf, row_starts, row_lengths)
-        self._remember(("rows", shard), unit)
-        return unit
+        return buf, row_starts, row_lengths
 
 
 def _empty(n: int):

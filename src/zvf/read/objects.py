@@ -158,10 +158,12 @@ async def object_table(rc: ReadContext, lvl, ids) -> tuple[np.ndarray, ManifestT
     return oids[rows], table.take_objects(rows)
 
 
-async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: ManifestTable) -> Grouped:
-    """Objects ``ids`` whose manifests are ``sub`` (``object_row`` k = ``ids[k]``), chunks through ``cs``."""
+async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: ManifestTable, *,
+                       loaded: bool = False) -> Grouped:
+    """Objects ``ids`` whose manifests are ``sub`` (``object_row`` k = ``ids[k]``), chunks through ``cs``
+    (``loaded``: the caller knows ``cs`` holds every chunk ``sub`` names)."""
     geometry = rc.geometry_type
-    if len(sub):
+    if len(sub) and not loaded:
         await cs.load(unique_rows(sub.coords))
     await cs.learn_widths()
     grows, lens = cs.gather(sub.coords, sub.fragment, ids[sub.object_row])

@@ -9,7 +9,8 @@ chunk) and the inverted object index.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from .selection import Selection
 
 if TYPE_CHECKING:
     from .context import ReadContext
+
+T = TypeVar("T")
 
 
 def attribute_layout(arr) -> tuple[np.dtype, tuple[int, ...]]:
@@ -84,6 +87,19 @@ def chunks_in_box(level, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 # Decoding more than this many payload bytes runs in a worker thread, not on the event loop.
 OFFLOAD_BYTES = 4 << 20
+# A whole-level read sizes its outputs from the level's vertex count, an unchecked metadata field:
+# at most this many rows up front (more are made room for as they arrive, by doubling).
+PREALLOC_ROWS = 1 << 26
+
+
+async def off_loop(nbytes: int, fn: Callable[[], T], limit: int = OFFLOAD_BYTES) -> T:
+    """``fn()``, in a worker thread when it decodes more than ``limit`` bytes: the event loop keeps
+    issuing requests meanwhile (zstd and numpy's copies run without the GIL)."""
+    if nbytes > limit:
+        import anyio
+
+        return await anyio.to_thread.run_sync(fn)
+    return fn()
 
 
 async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[str], box=None) -> Selection:
@@ -98,6 +114,8 @@ async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[st
     if missing:
         raise FormatError(f"{level.index}/{missing[0]}/zarr.json: missing or not an array")
     chunk_list = list(map(tuple, chunks.tolist()))
+    if box is None and len(chunks) == len(level.nonempty_chunks) and np.array_equal(chunks, level.nonempty_chunks):
+        return await read_level(rc, level, arrays, chunk_list, names, labelled)
     owners = None
     if labelled:  # the cells download while the object index is decoded to label their rows
         payloads, owners = await vert.executor.gather([fetch(vert.executor, arrays, chunk_list, None),
@@ -112,6 +130,207 @@ async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[st
 
         return await anyio.to_thread.run_sync(assemble, *args)
     return assemble(*args)
+
+
+async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, names: list[str],
+                     labelled: bool) -> Selection:
+    """Every stored chunk of a level, each chunk's rows placed as its cells arrive.
+
+    The vertex count in the level's metadata sizes the outputs up front, so
+    decoding, copying and labelling rows with their object overlap the
+    download of the chunks still to come (chunks are placed in order, each
+    once every earlier one is in), and no end-of-read concatenation copies
+    them again.  Labels wait for the object index, decoded alongside.
+    """
+    vert = arrays["vertices"]
+    ex = vert.executor
+    rows = LevelRows(level, arrays, chunk_list, names, labelled, min(level.meta.vertex_count, PREALLOC_ROWS))
+    size_concurrency(level, len(chunk_list) * len(arrays), len(names))
+    if any(arr.codec.shard is not None for arr in arrays.values()):
+        groups = chunk_groups(vert, chunk_list)  # a shard's chunks together, so their ranges coalesce
+        todo = iter(groups)
+
+        async def worker(_: int) -> None:
+            for group in todo:
+                payloads = await fetch(ex, arrays, [chunk_list[i] for i in group], None)
+                for j, i in enumerate(group):
+                    rows.arrived(i, {name: ps[j] for name, ps in payloads.items()})
+        n_jobs = len(groups)
+    else:  # one request per cell, in chunk order; a chunk is decoded when its last cell lands
+        landed: dict[int, dict] = {}
+        todo_cells = iter([(i, name) for i in range(len(chunk_list)) for name in arrays])
+
+        async def worker(_: int) -> None:
+            for i, name in todo_cells:
+                got = landed.setdefault(i, {})
+                got[name] = await arrays[name].payload(chunk_list[i])
+                if len(got) == len(arrays):
+                    rows.arrived(i, landed.pop(i))
+        n_jobs = len(chunk_list) * len(arrays)
+
+    async def fetch_all() -> None:
+        await ex.map(worker, range(min(n_jobs, ex.concurrency)))  # as many as the limit: map widens no further
+
+    async def label() -> None:
+        rows.label_with(await rc.fragment_owners(level.index))
+
+    async def allocate() -> None:
+        rows.take(await off_loop(rows.cap * rows.ndim * rows.dtype.itemsize, rows.allocate))
+
+    # the object index's requests queue first: its decoding is the longest job besides the download
+    await ex.gather([label(), allocate(), fetch_all()] if labelled else [allocate(), fetch_all()])
+    return rows.finish()
+
+
+def size_concurrency(level, n_requests: int, n_attributes: int) -> None:
+    """Let the store-wide limit fit a read of every cell of a level (bytes estimated from the vertex count)."""
+    vert = level.array("vertices")
+    if vert is None or not n_requests:
+        return
+    row = np.dtype(vert.meta.attributes.get("dtype", "float32")).itemsize * level.grid.ndim
+    vert.executor.widen(n_requests, max(1, level.meta.vertex_count) * row * (1 + n_attributes))
+
+
+def chunk_groups(vert, chunk_list: list) -> list[list[int]]:
+    """Chunks fetched together: those of one shard of the vertex cells (one each when not sharded)."""
+    if vert.codec.shard is None:
+        return [[i] for i in range(len(chunk_list))]
+    inner = np.asarray(vert.codec.shard, dtype=np.int64)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, c in enumerate(chunk_list):
+        groups.setdefault(tuple((np.asarray(vert.cell_coords(c)) // inner).tolist()), []).append(i)
+    return list(groups.values())
+
+
+class LevelRows:
+    """The outputs of a whole-level read, filled chunk by chunk in chunk order."""
+
+    def __init__(self, level, arrays: dict, chunk_list: list, names: list[str], labelled: bool, capacity: int):
+        self.arrays, self.chunk_list, self.names = arrays, chunk_list, names
+        vert = arrays["vertices"]
+        self.dtype = np.dtype(vert.meta.attributes.get("dtype", "float32")).newbyteorder("<")
+        self.ndim = level.grid.ndim
+        self.cap = max(0, int(capacity))
+        self.labelled = labelled
+        self.pos: np.ndarray | None = None  # set by take(allocate()): chunks wait in ``pending`` till then
+        self.attrs: dict[str, np.ndarray | None] = {n: None for n in names}
+        self.oids: np.ndarray | None = None
+        self.channels: dict[str, int] = {}
+        self.pending: dict[int, tuple] = {}  # chunk index -> decoded rows waiting for earlier chunks
+        self.next = 0  # first chunk not placed yet
+        self.at = 0  # rows placed so far
+        self.owners = None
+        self.unlabelled: list[tuple] = []  # (chunk, first row, rows, fragment index) placed before the owners came
+
+    def arrived(self, i: int, payloads: dict) -> None:
+        """Decode chunk ``i`` from its cells' payloads; place every chunk whose predecessors are all in."""
+        vert = self.arrays["vertices"]
+        chunk = self.chunk_list[i]
+        pos = rows_from_payload(payloads["vertices"], self.dtype, (self.ndim,),
+                                key=vert.key_of(vert.cell_coords(chunk)))
+        attrs = {}
+        for n in self.names:
+            arr = self.arrays[f"vertex_attributes/{n}"]
+            attrs[n] = attribute_rows(n, arr, payloads[f"vertex_attributes/{n}"], len(pos),
+                                      arr.key_of(arr.cell_coords(chunk)), self.channels)
+        fi = None
+        if self.labelled:
+            frag = self.arrays["vertex_fragments"]
+            fi = decode_fragment_index(payloads["vertex_fragments"] or b"",
+                                       key=frag.key_of(frag.cell_coords(chunk)), n_rows=len(pos))
+        self.pending[i] = (pos, attrs, fi)
+        self._place_ready()
+
+    def allocate(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The outputs, every page touched once (pure: a worker thread pays the kernel's page zeroing
+        while the first cells download, instead of the event loop as it copies rows in)."""
+        oids = prefaulted((self.cap,), np.int64) if self.labelled else None
+        return prefaulted((self.cap, self.ndim), self.dtype), oids
+
+    def take(self, outputs: tuple[np.ndarray, np.ndarray | None]) -> None:
+        self.pos, self.oids = outputs
+        self._place_ready()
+
+    def _place_ready(self) -> None:
+        while self.pos is not None and self.next in self.pending:
+            self._place(self.next, *self.pending.pop(self.next))
+            self.next += 1
+
+    def _grow(self, need: int) -> None:
+        """More room than the metadata's vertex count promised (kept correct, not fast)."""
+        cap = max(need, 2 * self.cap)
+        assert self.pos is not None
+        self.pos = _regrown(self.pos, cap)
+        self.attrs = {n: None if a is None else _regrown(a, cap) for n, a in self.attrs.items()}
+        self.oids = None if self.oids is None else _regrown(self.oids, cap)
+        self.cap = cap
+
+    def _place(self, i: int, pos: np.ndarray, attrs: dict, fi) -> None:
+        at, n = self.at, len(pos)
+        if at + n > self.cap:
+            self._grow(at + n)
+        assert self.pos is not None
+        self.pos[at:at + n] = pos
+        for name, rows in attrs.items() if n else ():
+            out = self.attrs[name]
+            if out is None:
+                out = self.attrs[name] = np.empty((self.cap, *rows.shape[1:]), rows.dtype)
+            out[at:at + n] = rows
+        if fi is not None:
+            if self.owners is None:
+                self.unlabelled.append((i, at, n, fi))
+            else:
+                self._label(i, at, n, fi)
+        self.at = at + n
+
+    def label_with(self, owners) -> None:
+        """The object index is decoded: label the rows placed so far, and every later chunk as it lands."""
+        self.owners = owners
+        for item in self.unlabelled:
+            self._label(*item)
+        self.unlabelled = []
+
+    def _label(self, i: int, at: int, n: int, fi) -> None:
+        assert self.oids is not None and self.owners is not None
+        self.oids[at:at + n] = chunk_owners(fi, self.owners.get(self.chunk_list[i]), n)
+
+    def finish(self) -> Selection:
+        if self.next != len(self.chunk_list):  # pragma: no cover - every chunk's fetch either lands or raises
+            raise FormatError(f"{self.arrays['vertices'].path}: {len(self.chunk_list) - self.next} chunks never placed")
+        total = self.at
+        trim = (lambda a: a) if total == self.cap else (lambda a: a[:total].copy())
+        attrs = {}
+        for n, out in self.attrs.items():
+            if out is None:
+                adt, rshape = attribute_layout(self.arrays[f"vertex_attributes/{n}"])
+                out = np.zeros((0, *(rshape or ((self.channels[n],) if self.channels.get(n) else ()))), adt)
+            attrs[n] = trim(out) if len(out) else out
+        oids = None if self.oids is None else trim(self.oids)
+        return Selection(trim(self.pos), attrs, oids)
+
+
+def prefaulted(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)`` with one byte of every page written (numpy drops the GIL for it)."""
+    out = np.empty(shape, dtype)
+    out.reshape(-1).view(np.uint8)[::4096] = 0
+    return out
+
+
+def _regrown(a: np.ndarray, cap: int) -> np.ndarray:
+    out = np.empty((cap, *a.shape[1:]), a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+def chunk_owners(fi, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
+    """Object id of each of a chunk's ``n_rows`` rows from its fragment index (-1: no object names it)."""
+    if per_frag is not None and len(per_frag) >= fi.num_fragments and fi.tiles(n_rows):
+        return np.repeat(per_frag[: fi.num_fragments], fi.counts)
+    oids = np.full(n_rows, -1, dtype=np.int64)
+    if per_frag is not None and fi.num_fragments:
+        rows, lengths = fi.gather(np.arange(fi.num_fragments))
+        oids[rows] = np.repeat(per_frag[: fi.num_fragments], lengths)
+    return oids
 
 
 async def fetch(executor, arrays: dict, chunk_list: list, spans: dict | None) -> dict[str, list]:
@@ -208,14 +427,7 @@ def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: 
         if owners is not None:
             fkey = arrays["vertex_fragments"].key_of(arrays["vertex_fragments"].cell_coords(chunk))
             fi = decode_fragment_index(payloads["vertex_fragments"][i] or b"", key=fkey, n_rows=len(pos))
-            per_frag = owners.get(chunk)
-            if per_frag is not None and len(per_frag) >= fi.num_fragments and fi.tiles(len(pos)):
-                oids = np.repeat(per_frag[: fi.num_fragments], fi.counts)
-            else:
-                oids = np.full(len(pos), -1, dtype=np.int64)
-                if per_frag is not None and fi.num_fragments:
-                    rows, lengths = fi.gather(np.arange(fi.num_fragments))
-                    oids[rows] = np.repeat(per_frag[: fi.num_fragments], lengths)
+            oids = chunk_owners(fi, owners.get(chunk), len(pos))
             oid_parts.append(oids if keep is None else oids[keep])
 
     positions = np.concatenate(pos_parts) if pos_parts else np.zeros((0, ndim), dtype)
