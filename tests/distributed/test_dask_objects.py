@@ -173,30 +173,3 @@ def test_object_sources_errors(tmp_path):
         zvf_dask.write_graph(str(tmp_path / "g"), [mesh_of(0)], geometry_type="mesh", **KW)
     with pytest.raises(InvalidArgumentError, match="rows_per_task"):
         zvf_dask.write_polylines(str(tmp_path / "g"), [polylines_of(0)], rows_per_task=0, **KW)
-
-
-def test_a_job_that_died_in_its_link_tasks_resumes_from_them(tmp_path, monkeypatch):
-    import dask
-
-    from zvf.write import object_tasks
-
-    rng = np.random.default_rng(8)
-    batches, _ = graph_batches(rng, [50, 40, 30], 3)
-    kw = kw_of(OPTS[2])
-    zvf.write_graph(tmp_path / "s" / "store", batches, **kw)
-    real, calls = object_tasks.link_cells, []
-
-    def dies_once(job, index, task, sources):  # the second link task to run fails, the first one finished
-        calls.append(index)
-        if len(calls) == 2:
-            raise RuntimeError("worker lost")
-        return real(job, index, task, sources)
-
-    monkeypatch.setattr(object_tasks, "link_cells", dies_once)
-    target = str(tmp_path / "d" / "store")
-    with dask.config.set(scheduler="sync"):  # one task at a time, in this process
-        with pytest.raises(RuntimeError, match="worker lost"):
-            zvf_dask.write_graph(target, batches, job="j", rows_per_task=20, **kw)
-        zvf_dask.write_graph(target, batches, job="j", rows_per_task=20, **kw)
-    assert tree(tmp_path / "s" / "store") == tree(target)
-    assert calls[0] not in calls[2:] and calls[1] in calls[2:]  # the finished link task was not rerun

@@ -110,7 +110,8 @@ def cmd_export(args) -> int:
     async def run() -> dict:
         async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
             return await export(ds, args.out, level=args.level, fmt=fmt, prefetch=args.prefetch,
-                                batch_chunks=args.batch_chunks, batch_objects=args.batch_objects, progress=progress)
+                                batch_chunks=args.batch_chunks, batch_objects=args.batch_objects or 1024,
+                                progress=progress)
 
     with bar:
         s = anyio.run(run, backend="asyncio")
@@ -189,8 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("npz", "csv", "parquet"), help="default: from OUT's suffix")
     p.add_argument("--prefetch", type=_positive, default=4, help="batches fetched ahead (default 4)")
     p.add_argument("--batch-chunks", type=_positive, default=16, help="chunks per batch, point clouds (default 16)")
-    p.add_argument("--batch-objects", type=_positive, default=1024, help="objects per batch, object geometries "
-                                                                        "(default 1024)")
+    p.add_argument("--batch-objects", type=_positive, help="objects per batch, object geometries (default 1024; "
+                                                          "with --workers: a chunk window's objects each)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     from .ingest import add_cluster_flags
 

@@ -1,10 +1,13 @@
 """``zvf.dask.to_dask`` / ``zvf.dask.export``: a level as a Dask DataFrame, or as one file per partition.
 
-The driver plans (chunk batches of a point cloud, id batches of an object
-geometry: the batches ``zvf export`` streams), each task opens the store
-from its spec and reads its batch.  Columns and rows are those of the
-serial export (``zvf.read.writers``): the concatenated partitions equal its
-vertex table, or its edges/faces table with ``table=``.
+The driver plans (chunk batches of a point cloud; for an object geometry,
+objects grouped by the chunk window holding their last chunk, as the serial
+export's sweep goes), each task opens the store from its spec and reads its
+batch.  Columns and rows are those of the serial export (``zvf.read.writers``):
+the concatenated partitions of a point cloud equal its vertex table; those of
+an object geometry hold the same objects with the same rows (and edges/faces
+with ``table=``), in window order -- the serial export's order for a level
+larger than its sweep cache, ids ascending for a smaller one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from .run import compute, need_dask, spec_of
 TABLES = ("vertices", "edges", "faces")
 
 
-async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int, batch_objects: int) -> dict:
+async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int, batch_objects: int | None) -> dict:
     """Batches (chunk coords or object ids), attribute names and an empty Selection of the right shape."""
     import zvf
 
@@ -33,8 +36,8 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
     from ..read.points import chunks_in_box, pick_attributes, read_chunks
     from ..read.writers import link_table
 
-    for name, v in (("batch_chunks", batch_chunks), ("batch_objects", batch_objects)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
+    for name, v in (("batch_chunks", batch_chunks), ("batch_objects", 1 if batch_objects is None else batch_objects)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise InvalidArgumentError(f"{name} must be an integer >= 1, got {v!r}")
     async with await zvf.aio.open(url, storage_options=opts) as ds:
         lvl = await ds.level(level)
@@ -44,9 +47,9 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
             if bbox is not None:
                 raise InvalidArgumentError("bbox: a Dask export of an object geometry exports whole objects; "
                                            "select them with a query instead")
-            ids = await ds.object_ids(level=level)
-            template = await ds.read_objects(ids[:0], level=level, attributes=names, combined=True)
-            parts = [ids[i:i + batch_objects] for i in range(0, len(ids), batch_objects)]
+            template = await ds.read_objects(np.zeros(0, np.int64), level=level, attributes=names, combined=True)
+            parts = object_parts(*await ds.context.manifests(lvl.index), lvl.nonempty_chunks, batch_chunks,
+                                 batch_objects)
         else:
             box = None if bbox is None else check_bbox(bbox, ds.ndim)
             chunks = lvl.nonempty_chunks if box is None else chunks_in_box(lvl, *box)
@@ -55,6 +58,26 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
             bbox = box
         return {"kind": "objects" if by_object else "chunks", "parts": parts, "names": names, "box": bbox,
                 "template": template, "links": link_table(ds.geometry_type) if by_object else None}
+
+
+def object_parts(oids: np.ndarray, table, chunks: np.ndarray, batch_chunks: int, batch_objects: int | None) -> list:
+    """Object ids by partition: grouped by the window of ``batch_chunks`` chunks (store order) that holds
+    each object's last chunk, ids ascending inside a window, at most ``batch_objects`` per partition
+    (None: a window each).
+
+    So a partition reads about its window's chunks and the neighbours its objects reach into, not the
+    whole level: ids in ``object_ids`` order are rarely near each other in space, and partitions cut
+    from that order would each fetch most cells of the level.
+    """
+    from ..read.export import last_chunks
+
+    window_of = last_chunks(chunks, table, len(oids))[1] // batch_chunks
+    order = np.argsort(window_of, kind="stable")
+    parts = []
+    for rows in np.split(order, np.flatnonzero(np.diff(window_of[order])) + 1) if len(order) else []:
+        step = batch_objects or len(rows)
+        parts += [oids[rows[i:i + step]] for i in range(0, len(rows), step)]
+    return parts
 
 
 async def _read(url: str, opts, level: int, kind: str, part: np.ndarray, names: list[str], box):
@@ -84,12 +107,13 @@ def _read_frame(url: str, opts, level: int, kind: str, part, names, box, table: 
 
 
 def to_dask(target: Any, *, level: int = 0, bbox=None, attributes=None, table: str = "vertices",
-            batch_chunks: int = 16, batch_objects: int = 1024, storage_options=None):
+            batch_chunks: int = 16, batch_objects: int | None = None, storage_options=None):
     """A level (or the points of a point cloud in the closed box ``bbox``) as a dask DataFrame.
 
-    One partition per ``batch_chunks`` chunks (point clouds) or
-    ``batch_objects`` objects (object geometries, with ``object_id`` and
-    ``vertex_index``).  ``table="edges"``/``"faces"`` gives the link table of
+    One partition per ``batch_chunks`` chunks (point clouds), or per window
+    of ``batch_chunks`` chunks and at most ``batch_objects`` objects (object
+    geometries, with ``object_id`` and ``vertex_index``; see the module
+    docstring for their order).  ``table="edges"``/``"faces"`` gives the link table of
     graphs, skeletons and meshes instead, ``v0, v1[, v2]`` local to the object.
     """
     dask = need_dask()
@@ -126,14 +150,14 @@ def _write_part(url: str, opts, level: int, kind: str, part, names, box, path: s
 
 
 def export(target: Any, out: str | os.PathLike[str], *, format: str = "parquet", level: int = 0,
-           attributes=None, batch_chunks: int = 16, batch_objects: int = 1024, storage_options=None,
+           attributes=None, batch_chunks: int = 16, batch_objects: int | None = None, storage_options=None,
            client: Any = None, progress: Callable[[dict], None] | None = None) -> dict:
     """Write a level as ``out/part.NNNNN.<format>``, one file per partition (with ``.edges``/``.faces`` files).
 
-    The files, read in name order and concatenated, equal what ``zvf export``
-    writes into one file.  Each is written under a temporary name and renamed
-    when complete, so a retried task replaces it.  Returns files, vertices,
-    partitions and seconds.
+    The files, read in name order and concatenated, hold what ``zvf export``
+    writes into one file (objects in window order: see the module docstring).
+    Each is written under a temporary name and renamed when complete, so a
+    retried task replaces it.  Returns files, vertices, partitions and seconds.
     """
     dask = need_dask()
     from ..read.writers import check_out, companion, format_of

@@ -214,6 +214,19 @@ def level_bytes(lvl, names: list[str]) -> int:
     return max(1, lvl.meta.vertex_count) * (8 + sum(row_nbytes(a) for a in arrays if a is not None))
 
 
+def last_chunks(chunks: np.ndarray, table: ManifestTable, n_objects: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rank, last): the position in ``chunks`` (store order) of the chunk of every manifest reference
+    (-1: a chunk outside the listing), and of each object's last chunk (a chunk outside the listing
+    counts as the first: the read of its object then names it as missing)."""
+    hit = match_rows(chunks, table.coords) if len(table) else np.zeros(0, np.int64)
+    off = table.object_offsets
+    last = np.zeros(n_objects, np.int64)
+    has = np.flatnonzero(np.diff(off))
+    if len(has):
+        last[has] = np.maximum.reduceat(np.maximum(hit, 0), off[has])
+    return hit, last
+
+
 class ObjectSweep:
     """Every object of a level, each cell fetched once (or nearly), in bounded memory.
 
@@ -266,17 +279,10 @@ class ObjectSweep:
         load = [self.cs.load(chunks)] if self.whole and len(chunks) else []
         (self.oids, self.table), *_ = await rc.ex.gather([rc.manifests(lvl.index), *load])
         table = self.table
-        # chunk rank of every manifest reference; a chunk outside the listing counts as the first
-        # (the read of its object then names it as missing)
-        hit = match_rows(chunks, table.coords) if len(table) else np.zeros(0, np.int64)
+        hit, last = last_chunks(chunks, table, len(self.oids))
         rank = np.maximum(hit, 0)
         self.preloaded = bool(load) and not (hit < 0).any()  # every chunk a manifest names is in
-        self.off = off = table.object_offsets
-        lens = np.diff(off)
-        last = np.zeros(len(self.oids), np.int64)
-        has = np.flatnonzero(lens)
-        if len(has):
-            last[has] = np.maximum.reduceat(rank, off[has])
+        self.off = table.object_offsets
         if self.whole:  # every cell fits: one window, objects in ``object_ids`` order
             self.window = max(1, len(chunks))
         window_of = last // self.window
