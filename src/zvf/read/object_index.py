@@ -265,12 +265,15 @@ def _gather(parts: list, part: np.ndarray, local: np.ndarray):
     if len(parts) == 1:
         buf, st, ln = parts[0]
         return buf, st[local], ln[local]
-    bufs = [u[0] for u in parts]
+    # units decoded in one batch share that batch's buffer: join each buffer once, not once per unit
+    slot: dict[int, int] = {}
+    which = [slot.setdefault(id(u[0]), len(slot)) for u in parts]
+    bufs = list({id(u[0]): u[0] for u in parts}.values())
     sizes = np.fromiter((b.size for b in bufs), dtype=np.int64, count=len(bufs))
-    bases = np.cumsum(sizes) - sizes
+    bases = (np.cumsum(sizes) - sizes).tolist()
     counts = np.fromiter((len(u[1]) for u in parts), dtype=np.int64, count=len(parts))
     first = np.cumsum(counts) - counts
-    starts = np.concatenate([u[1] + b for u, b in zip(parts, bases.tolist())])
+    starts = np.concatenate([u[1] + bases[w] for u, w in zip(parts, which)])
     lengths = np.concatenate([u[2] for u in parts])
     at = first[part] + local
     return np.concatenate(bufs), starts[at], lengths[at]
