@@ -20,6 +20,14 @@ place rows by bin (or by chunk and object), one sort, one gather per chunk, and 
 bytes written with no framing and no metadata (local files from 8 threads; S3 PUTs with
 64 in flight).  Input data are generated once per run into ``.npy`` files that every child
 loads, so a child's peak RSS is its input plus what the writer itself holds.
+
+Local stores are deleted only at the end of the run, not between children: on ext4 a
+directory tree deleted less than a minute or so earlier makes the next writer's file
+creations scan the freed inodes (``recently_deleted`` in the kernel's profile), which
+tripled the system time of whichever child came right after a deletion (``--eager-delete``
+restores that order for comparison), and each local child starts after an ``os.sync()``, the order
+of implementations rotated (and reversed every other repetition).  ``--baseline DIR`` adds ``zvf@base``: the same zvf
+writer run with ``PYTHONPATH=DIR`` (a copy of an older ``src/``), interleaved with the others.
 """
 
 from __future__ import annotations
@@ -296,9 +304,13 @@ ROWS = {  # row -> (kind, where, implementations)
 }
 
 
-def run_child(kind, impl, data: Path, target: str, endpoint: str | None) -> dict:
+def run_child(kind, impl, data: Path, target: str, endpoint: str | None, baseline: str | None = None) -> dict:
+    env = None
+    if impl == "zvf@base":  # the zvf writer from an older copy of src/
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (baseline, os.environ.get("PYTHONPATH")) if p)}
+        impl = "zvf"
     cmd = [sys.executable, str(Path(__file__).resolve()), "child", kind, impl, str(data), target, endpoint or ""]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -311,6 +323,9 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS), help="subset of " + ",".join(ROWS))
     ap.add_argument("--json", help="write every measurement to this file")
     ap.add_argument("--markdown", help="write the table to this file")
+    ap.add_argument("--baseline", help="also run zvf from this src/ copy (PYTHONPATH), as 'zvf@base'")
+    ap.add_argument("--eager-delete", action="store_true",
+                    help="delete each local store right after its child (the old order; see the module docstring)")
     args = ap.parse_args()
     size = "quick" if args.quick else "full"
     rows = [r for r in args.rows.split(",") if r]
@@ -327,20 +342,29 @@ def main() -> None:
             weed = Seaweed(root)
         for row in rows:
             kind, where, impls = ROWS[row]
+            if args.baseline:
+                impls = (*impls[:2], "zvf@base", *impls[2:])
             runs: dict[str, list] = {i: [] for i in impls}
             for rep in range(args.reps):
-                for impl in impls:  # interleaved, so a burst of load does not land on one implementation
+                # interleaved, so a burst of load does not land on one implementation; rotated and, every
+                # other rep, reversed, so none always runs right after the same one (a child right after
+                # the reference's 4,000-file write measured ~0.6 s more system time on ext4)
+                order = impls[rep % len(impls):] + impls[:rep % len(impls)]
+                for impl in order[::-1] if rep % 2 else order:
                     if where == "local":
-                        target = str(root / f"{row}-{impl}")
-                        shutil.rmtree(target, ignore_errors=True)
+                        os.sync()  # the previous child's dirty pages are not written back during this one
+                        target = str(root / "stores" / f"{row}-{impl}-{rep}")
                         endpoint = None
                     else:
                         target = f"s3://zvf-write/{row}-{impl}-{rep}"
                         endpoint = weed.endpoint
-                    r = run_child(kind, impl, data, target, endpoint)
-                    if where == "local" and "error" not in r:
-                        r["bytes"] = sum(p.stat().st_size for p in Path(target).rglob("*") if p.is_file())
-                        shutil.rmtree(target, ignore_errors=True)
+                    r = run_child(kind, impl, data, target, endpoint, args.baseline)
+                    r["load"] = round(os.getloadavg()[0], 1)
+                    if where == "local":
+                        if "error" not in r:
+                            r["bytes"] = sum(p.stat().st_size for p in Path(target).rglob("*") if p.is_file())
+                        if args.eager_delete:
+                            shutil.rmtree(target, ignore_errors=True)
                     runs[impl].append(r)
                     print(f"  {row} {impl} rep {rep}: {r}", file=sys.stderr)
             results[row] = runs
@@ -395,9 +419,10 @@ def render(results: dict, size: str, reps: int, load0: float, load1: float, secs
             ratio = f"{ref_t / t:.2f}x" if ref_t and impl != "ref" else ""
             vs_floor = f"{t / floor_t:.2f}" if floor_t and impl != "floor" else ""
             times = ", ".join(f"{r['seconds']:.2f}" for r in rs if "seconds" in r)
+            loads = ", ".join(f"{r['load']:.1f}" for r in rs if "load" in r)
             lines.append(f"| {row} | {impl} | {t:.2f} | {n / t / 1e6:.2f} M | {rss:.0f} | {inp:.0f} | "
                          f"{'-' if written is None else f'{written / 1e6:.1f}'} | {ratio} | {vs_floor} | "
-                         f"runs {times} |")
+                         f"runs {times}" + (f"; load {loads}" if loads else "") + " |")
     return "\n".join(lines)
 
 

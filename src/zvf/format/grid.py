@@ -69,11 +69,14 @@ def extremes(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([c.min() for c in cols], dtype=p.dtype), np.array([c.max() for c in cols], dtype=p.dtype)
 
 
-def _exact(p: np.ndarray, shape: ArrayLike) -> bool:
-    """Whether every ``floor(p / shape)`` is below 2**52 in magnitude (so float64 integer arithmetic is exact)."""
+def _exact(p: np.ndarray, shape: ArrayLike, ext: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
+    """Whether every ``floor(p / shape)`` is below 2**52 in magnitude (so float64 integer arithmetic is exact).
+
+    ``ext``: the per-axis extremes of ``p`` when the caller has them already (one pass over the rows saved).
+    """
     if p.size == 0:
         return True
-    lo, hi = extremes(p.reshape(-1, p.shape[-1]))
+    lo, hi = ext if ext is not None else extremes(p.reshape(-1, p.shape[-1]))
     top = np.maximum(np.abs(lo.astype(np.float64)), np.abs(hi.astype(np.float64))) / np.asarray(shape, np.float64)
     return bool(np.all(top < _EXACT - 1))
 
@@ -89,9 +92,11 @@ def _blocks(
     sh = np.asarray(shape, dtype=np.float64)
     bpc = np.asarray(bins_per_chunk, dtype=np.float64)
     split = bool(np.any(bpc > 1))
+    buf = np.empty((min(p.shape[0], _BLOCK), *p.shape[1:]), np.float64)  # reused: no allocation per block
     for s in range(0, p.shape[0], _BLOCK):
-        bins = p[s:s + _BLOCK].astype(np.float64)
-        np.divide(bins, sh, out=bins)
+        src = p[s:s + _BLOCK]
+        bins = buf[:src.shape[0]]
+        np.divide(src, sh, out=bins)  # the stored values widened to float64 (exact), then divided in float64
         np.floor(bins, out=bins)
         rows = slice(s, s + bins.shape[0])
         if not split:
@@ -101,6 +106,20 @@ def _blocks(
         np.floor(chunk, out=chunk)
         bins -= chunk * bpc
         yield rows, chunk, bins
+
+
+def _weighted(
+    cols: NDArray[np.float64], weights: NDArray[np.float64], out: NDArray[np.float64] | None = None
+) -> NDArray[np.float64]:
+    """``cols @ weights`` (over the last axis) one column at a time, without BLAS: a float ``@`` wakes
+    OpenBLAS's threads, which then spin on the other cores.  Exact on the integer values here (every
+    partial sum is below 2**52 and non-negative), so the same as ``@``."""
+    if out is None:
+        out = np.empty(cols.shape[:-1], np.float64)
+    np.multiply(cols[..., 0], weights[0], out=out)
+    for j in range(1, cols.shape[-1]):
+        out += cols[..., j] * weights[j]
+    return out
 
 
 @dataclass(frozen=True)
@@ -123,7 +142,11 @@ class CellCodes:
         if self.table is not None:
             return self.table[idx]
         assert self.first is not None and self.span is not None  # set whenever table is not
-        return np.stack(np.unravel_index(idx, tuple(int(s) for s in self.span)), axis=1) + self.first
+        cols = np.unravel_index(idx, tuple(int(s) for s in self.span))
+        out = np.empty((*idx.shape, len(cols)), np.int64)
+        for d, col in enumerate(cols):  # offset straight into the output column: no stacked temporary
+            np.add(col, self.first[d], out=out[..., d])
+        return out
 
 
 @dataclass(frozen=True)
@@ -199,7 +222,7 @@ class Grid:
         for rows, chunk, local in _blocks(p, shape, bpc):
             chunks[rows] = chunk
             if local is not None:
-                flat[rows] = local @ strides
+                flat[rows] = _weighted(local, strides)
         return chunks, flat
 
     def cell_codes(self, points: ArrayLike, *, by_bin: bool) -> CellCodes:
@@ -217,21 +240,26 @@ class Grid:
         per_chunk = self.bins_in_chunk if by_bin else 1
         if n == 0:
             return CellCodes(np.zeros(0, np.int64), per_chunk, np.zeros(ndim, np.int64), np.ones(ndim, np.int64))
-        first, last = self.chunk_of(np.stack(extremes(p)), by_bin=by_bin)
+        ext = extremes(p)
+        first, last = self.chunk_of(np.stack(ext), by_bin=by_bin)
         span = last - first + 1
         shape = self.effective_bin_shape if by_bin else self.chunk_shape
-        if math.prod(int(s) for s in span) * per_chunk >= _EXACT or not _exact(p, shape):
+        if math.prod(int(s) for s in span) * per_chunk >= _EXACT or not _exact(p, shape, ext):
             return self._ranked_codes(p, by_bin)
         cstrides = np.cumprod(np.concatenate(([1], span[::-1][:-1])))[::-1].astype(np.float64)
         bstrides = self._bin_strides().astype(np.float64)
         codes = np.empty(n, np.int64)
+        code = np.empty(min(n, _BLOCK), np.float64)  # one block's codes, reused
+        bin_code = np.empty_like(code) if by_bin else code
         for rows, chunk, local in _blocks(p, shape, self.bins_per_chunk if by_bin else (1,) * ndim):
-            chunk -= first
-            code = chunk @ cstrides
+            chunk -= first  # small offsets in the box: every product and sum below stays exact
+            out = code[:chunk.shape[0]]
+            _weighted(chunk, cstrides, out)
             if local is not None:
-                code *= per_chunk
-                code += local @ bstrides
-            codes[rows] = code
+                out *= per_chunk
+                _weighted(local, bstrides, bin_code[:out.shape[0]])
+                out += bin_code[:out.shape[0]]
+            codes[rows] = out
         return CellCodes(codes, per_chunk, first, span)
 
     def _ranked_codes(self, p: np.ndarray, by_bin: bool) -> CellCodes:

@@ -32,6 +32,7 @@ __all__ = [
     "decode_vlen_spans",
     "encode_vlen",
     "encode_vlen_packed",
+    "encode_vlen_rows",
 ]
 
 _U32 = struct.Struct("<I")
@@ -78,6 +79,23 @@ def encode_vlen(items: Sequence[BytesLike]) -> bytes:
         parts.append(_U32.pack(n))
         parts.append(item if isinstance(item, (bytes, bytearray, memoryview)) else memoryview(item))  # type: ignore[arg-type]  # ndarray: see byte_view
     return b"".join(parts)
+
+
+def encode_vlen_rows(rows: NDArray[np.void], take: NDArray[np.integer]) -> NDArray[np.uint8] | None:
+    """``encode_vlen([rows[take]])`` with the rows gathered straight into the frame (a cell's vertices:
+    one copy of the payload instead of a gathered copy and a joined one), as a uint8 array.
+
+    ``rows``: a 1-D array of whole rows (e.g. ``np.void`` row views); None when the item would exceed
+    the u32 length prefix (:func:`encode_vlen` says so).
+    """
+    nbytes = len(take) * rows.itemsize
+    if nbytes > _MAX_ITEM:
+        return None
+    frame = np.empty(8 + nbytes, dtype=np.uint8)
+    frame[:8] = np.array([1, nbytes], dtype="<u4").view(np.uint8)
+    # mode="clip": a direct gather into ``out`` (the default buffers it); the caller's indices are valid
+    np.take(rows, take, axis=0, out=frame[8:].view(rows.dtype), mode="clip")
+    return frame
 
 
 def encode_vlen_packed(data: BytesLike, offsets: ArrayLike) -> bytes:

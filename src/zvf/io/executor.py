@@ -40,6 +40,12 @@ Many small requests (latency-bound) thus run wide, a few big ones (bandwidth-
 bound) stay at the default; a plan of unknown sizes (``map``) is taken as
 latency-bound.  The limiter stays one per executor; it only grows.
 
+Batched puts: where the transport can put with blocking calls (local files,
+memory: ``blocking_puts``), :meth:`Executor.put_batch` stores many small blobs
+in one worker-thread call under one token -- an async put there costs more
+event-loop time than the write itself.  Counted per blob in ``Stats``; the
+first blob that fails, and those after it, go through :meth:`Executor.put`.
+
 Caches: byte-budget LRUs per namespace ("meta", "shard_index",
 "fragment_index", "manifest", ...); ``get(key, cache="meta")`` reads through,
 ``get_cached``/``put_cached`` store any object with an explicit size.  Missing
@@ -53,9 +59,9 @@ import builtins
 import inspect
 import logging
 import random
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -246,23 +252,30 @@ class Executor:
     # core: limiter + retries
     # ------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _slot(self, tokens: int = 1) -> Any:
-        if tokens <= 1:
-            async with self.limiter:
-                yield
-            return
-        borrowers = [object() for _ in range(min(tokens, self.concurrency))]
+    async def _take_one(self) -> None:
+        """One token for the current task; give it back with ``limiter.release()``.  ``acquire``'s
+        checkpoint is kept on purpose: concurrent requests start on the loop's next turn, in order, so a
+        process that stops mid-publish has sent none of the documents queued behind the one it stopped at."""
+        await self.limiter.acquire()
+
+    async def _take(self, tokens: int) -> list[object]:
+        """Take ``tokens`` limiter tokens (at most ``concurrency``) for one request; give them back with
+        :meth:`_give_back`.  Serialised by a lock so two multi-token requests never each hold half."""
         taken: list[object] = []
         try:
             async with self._multi_lock:
-                for b in borrowers:
+                for _ in range(min(tokens, self.concurrency)):
+                    b = object()
                     await self.limiter.acquire_on_behalf_of(b)
                     taken.append(b)
-            yield
-        finally:
-            for b in taken:
-                self.limiter.release_on_behalf_of(b)
+        except BaseException:
+            self._give_back(taken)
+            raise
+        return taken
+
+    def _give_back(self, taken: list[object]) -> None:
+        for b in taken:
+            self.limiter.release_on_behalf_of(b)
 
     async def call(
         self,
@@ -283,26 +296,40 @@ class Executor:
         Each attempt is one DEBUG line on the ``zvf.io`` logger (``span``: the byte range).
         """
         policy = self.retry
-        t0 = anyio.current_time()
+        t0 = time.monotonic()
+        trace = _log.isEnabledFor(logging.DEBUG)
+        limiter = self.limiter
         attempt = 0
         while True:
             attempt += 1
             try:
-                async with self._slot(tokens):
+                held = None
+                if tokens > 1:
+                    held = await self._take(tokens)
+                else:
+                    await self._take_one()
+                try:
                     depth = self.stats._begin()
                     if put:
                         self.stats.puts += 1
-                    sent = anyio.current_time()
+                    sent = anyio.current_time() if trace else 0.0
                     try:
                         result = await fn()
                     except BaseException as exc:
-                        _trace(op, key, span, getattr(exc, "reason", None) or type(exc).__name__, None, sent)
+                        if trace:
+                            _trace(op, key, span, getattr(exc, "reason", None) or type(exc).__name__, None, sent)
                         raise
                     finally:
                         self.stats._end(depth)
-                    _trace(op, key, span, "missing" if result is None else "ok", result, sent)
+                    if trace:
+                        _trace(op, key, span, "missing" if result is None else "ok", result, sent)
+                finally:
+                    if held is None:
+                        limiter.release()
+                    else:
+                        self._give_back(held)
             except TransientError as e:
-                elapsed = anyio.current_time() - t0
+                elapsed = time.monotonic() - t0
                 if not retry or (e.ambiguous and not retry_ambiguous):
                     self.stats.failures += 1
                     why = (
@@ -534,6 +561,41 @@ class Executor:
             self.invalidate(key)
         self.stats.bytes_put += size
 
+    @property
+    def batch_puts(self) -> bool:
+        """Whether :meth:`put_batch` stores many blobs in one worker-thread call (local files, memory)."""
+        return bool(getattr(self.transport, "blocking_puts", False)) and not self.handle.read_only
+
+    async def put_batch(self, items: Sequence[tuple[str, Any]]) -> None:
+        """Overwrite-put many small blobs: one limiter token and one worker-thread call where the transport
+        allows blocking puts (:attr:`batch_puts`), else one :meth:`put` each.  Whatever the batch did not
+        store (from its first failure on) goes through :meth:`put`, with its retries and errors."""
+        if not items:
+            return
+        self._check_writable(items[0][0])
+        sizes = [memoryview(d).nbytes for _, d in items]
+        t = self.transport
+        put_batch = getattr(t, "put_batch", None)
+        done = 0
+        if (put_batch is not None and self.batch_puts and len(items) > 1 and not _log.isEnabledFor(logging.DEBUG)
+                and max(sizes) <= self.handle.multipart_threshold):
+            await self._take_one()
+            try:
+                depth = self.stats._begin()
+                try:
+                    done = int(await anyio.to_thread.run_sync(put_batch, items))
+                finally:
+                    self.stats._end(depth + max(done, 1) - 1)  # one request after another
+            finally:
+                self.limiter.release()
+            self.stats.requests += max(done, 1) - 1
+            self.stats.puts += done
+            self.stats.bytes_put += sum(sizes[:done])
+            for key, _ in items[:done]:
+                self.invalidate(key)
+        for key, data in items[done:]:
+            await self.put(key, data)
+
     async def put_multipart(
         self, key: str, chunks: Any, *, part_size: int | None = None
     ) -> None:
@@ -550,6 +612,8 @@ class Executor:
         tokens = max(1, min(self.handle.multipart_concurrency, self.concurrency))
         t = self.transport
         counted = [0]
+        if hasattr(chunks, "__array_interface__"):  # a numpy buffer (a cell framed in place) is one blob
+            chunks = memoryview(chunks)
 
         if isinstance(chunks, (bytes, bytearray, memoryview)):
             replayable = True

@@ -70,6 +70,12 @@ class ByteBudget:
                 self._cond.notify_all()
 
 
+#: Most blobs one uploader stores per worker-thread call where the executor batches puts.
+PUT_BATCH = 64
+#: A cell's stored bytes: ``bytes``, or a 1-D uint8 array where it was framed in place (``level.put_rows``).
+Blob = bytes | np.ndarray
+
+
 class StoreWriter:
     """Uploads one store through an executor; use as ``async with StoreWriter(...) as w``."""
 
@@ -81,7 +87,7 @@ class StoreWriter:
         self._budget = ByteBudget(max_inflight_bytes)
         self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
         self._tg = None
-        self._queue: collections.deque[tuple[str, bytes]] = collections.deque()  # blobs waiting for an uploader
+        self._queue: collections.deque[tuple[str, Blob]] = collections.deque()  # blobs waiting for an uploader
         self._uploaders = 0
         self._error: Exception | None = None  # first failed upload; stops the write
         self.cells_written = 0
@@ -139,7 +145,7 @@ class StoreWriter:
             if await self.ex.get(key) != data:
                 raise
 
-    async def put_cell(self, key: str, data: bytes) -> None:
+    async def put_cell(self, key: str, data: Blob) -> None:
         """Queue one data blob; waits while too many bytes are in flight; raises once an upload failed.
 
         Blobs go up in queue order through at most as many uploader tasks as the executor runs
@@ -155,13 +161,32 @@ class StoreWriter:
             self._tg.start_soon(self._uploader)
 
     async def _uploader(self) -> None:
+        batch = self.ex.batch_puts  # local files / memory: blobs go up in batches, one worker-thread call each
         try:
             while self._queue:
-                await self._upload(*self._queue.popleft())
+                # two or more at once (a thread hop costs about one async put), at most an even share of
+                # what waits, so the other uploaders get blobs too
+                n = min(len(self._queue), PUT_BATCH, max(2, -(-len(self._queue) // max(1, self.ex.concurrency))))
+                if batch and n > 1:
+                    await self._upload_batch([self._queue.popleft() for _ in range(n)])
+                else:
+                    await self._upload(*self._queue.popleft())
         finally:
             self._uploaders -= 1
 
-    async def _upload(self, key: str, data: bytes) -> None:
+    async def _upload_batch(self, items: list[tuple[str, Blob]]) -> None:
+        nbytes = sum(len(d) for _, d in items)
+        try:
+            await self.ex.put_batch(items)
+            self.cells_written += len(items)
+            self.bytes_written += nbytes
+        except Exception as exc:  # as in _upload
+            if self._error is None:
+                self._error = exc
+        finally:
+            await self._budget.release(nbytes)
+
+    async def _upload(self, key: str, data: Blob) -> None:
         try:
             await self.ex.put(key, data)
             self.cells_written += 1
@@ -193,6 +218,8 @@ class StoreWriter:
 
 #: Worker threads encoding cells (numpy gathers, joins and compressors release the GIL).
 ENCODE_WORKERS = min(4, os.cpu_count() or 1)
+#: Rows of a sharded vlen array (manifests) framed and compressed per work item (see ``write_vlen_1d``).
+PIECE_ROWS = 8192
 
 
 async def ordered_map(items: Sequence, work: Callable[[Any], Any], consume: Callable[[Any, Any], Awaitable[None]],
@@ -249,7 +276,7 @@ class SpatialArrayOut:
     grid_shape: tuple[int, ...]
     attributes: dict
     nonempty: list[tuple[int, ...]] = field(default_factory=list)
-    _shards: dict[tuple[int, ...], dict[int, bytes]] = field(default_factory=dict)
+    _shards: dict[tuple[int, ...], dict[int, Blob]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._keys = ChunkKeyEncoding.from_metadata(None)
@@ -258,7 +285,7 @@ class SpatialArrayOut:
         """Store the payload of absolute chunk ``chunk``."""
         await self.put(writer, chunk, self.codec.encode(payload))
 
-    async def put(self, writer: StoreWriter, chunk, blob: bytes) -> None:
+    async def put(self, writer: StoreWriter, chunk, blob: Blob) -> None:
         """Store a cell already encoded with ``self.codec`` (e.g. in a worker thread)."""
         chunk = tuple(int(c) for c in chunk)
         self.nonempty.append(chunk)
@@ -345,25 +372,34 @@ async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, 
     per = chunk if codec.shard is None else codec.inner_rows or 1  # items per vlen frame, padded with b""
     packed = getattr(items, "packed", None)
     compress = dense_codec(codec)  # the compressors alone, for frames built here
+    # work pieces (stored object, first row, end row): a shard's inner chunks are framed and compressed
+    # PIECE_ROWS at a time, so a level with a few big shards still keeps every encode worker busy
+    step = chunk if codec.shard is None or packed is None else max(per, PIECE_ROWS // per * per)
+    pieces = [(c, a, min(a + step, (c + 1) * chunk, n))
+              for c in range(-(-n // chunk) if n else 0) for a in range(c * chunk, min((c + 1) * chunk, n), step)]
 
-    def encode(c: int) -> bytes | None:  # in a worker thread: framing and compression of one stored object
-        lo, hi = c * chunk, min((c + 1) * chunk, n)
+    def encode(piece: tuple[int, int, int]) -> list[bytes]:  # in a worker thread: framing and compression
+        _, lo, hi = piece
         groups = -(-(hi - lo) // per)
         if packed is not None:
             buf, bounds = vlen_frames(*packed(lo, hi), per, groups)
-            blobs = [compress.encode(buf[x:y]) for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
-        else:
-            rows = list(items[lo:hi]) + [b""] * (groups * per - (hi - lo))
-            blobs = [codec.encode_items(rows[j * per:(j + 1) * per]) for j in range(groups)]
-        if codec.shard is None:
-            return blobs[0]
-        return encode_shard(dict(enumerate(blobs)), chunk // per)
+            return [compress.encode(buf[x:y]) for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        rows = list(items[lo:hi]) + [b""] * (groups * per - (hi - lo))
+        return [codec.encode_items(rows[j * per:(j + 1) * per]) for j in range(groups)]
 
-    async def store(c: int, blob: bytes | None) -> None:
+    inner: list[bytes] = []  # the encoded inner chunks of the stored object being assembled
+
+    async def store(piece: tuple[int, int, int], blobs: list[bytes]) -> None:
+        c, _, hi = piece
+        inner.extend(blobs)
+        if hi < min((c + 1) * chunk, n):  # more pieces of this stored object to come (pieces arrive in order)
+            return
+        blob = inner[0] if codec.shard is None else encode_shard(dict(enumerate(inner)), chunk // per)
+        inner.clear()
         if blob is not None:
             await writer.put_cell(keys.key(path, (c,)), blob)
 
-    await ordered_map(range(-(-n // chunk) if n else 0), encode, store)
+    await ordered_map(pieces, encode, store)
     writer.add_document(f"{path}/zarr.json", doc, stage=0)
 
 
