@@ -1,27 +1,35 @@
-"""An object write (polylines, streamlines, lines) split into tasks an engine maps over many workers.
+"""An object write split into tasks an engine maps over many workers.
 
 The same plan -> map -> commit as the point tasks of :mod:`.tasks`, over the
 chunk-local steps of :mod:`.object_cells`:
 
 1. :func:`route_objects` -- one per source: the streaming writer's first pass
-   (:class:`~.stream_objects._PathSpill`: checks, casts, placement) over the
-   source's batches; its rows are uploaded as one spill object sorted by
-   chunk, and its summary keeps the runs (chunk and length of each, runs per
-   object), extent, schemas and per-batch object attributes.
+   (``_PathSpill`` / ``_ConnectedSpill``: checks, casts, placement) over the
+   source's batches.  Its vertex rows are uploaded as one spill object sorted
+   by chunk (graphs, skeletons, meshes: their link records too, filed by the
+   chunk of their link cell); its summary keeps what needs every object --
+   paths: the runs (chunk and length of each, runs per object) and per-batch
+   object attributes; graphs: distinct ids, skeleton roots, record width --
+   and the extent and schemas.
 2. :func:`object_cells` -- one per group of chunks (whole shards when
    sharded): reads its chunks' rows from every spill, in source order, and
-   writes their vertex cells, fragment indexes, fragment attributes and the
-   bridge links filed under them.  Returns the arrays it wrote cells of.
-3. :func:`commit_objects` -- one, on the driver: the array documents, the
-   object index, the per-object and group tables, the level and the root.
+   writes their vertex cells, fragment indexes and fragment attributes; for
+   paths also the bridge links filed under them (their runs come with the
+   task), for graphs a vertex -> chunk-local row table per chunk.
+3. :func:`link_cells` (graphs, skeletons, meshes) -- one per group: its link
+   cells, each endpoint's row looked up in the tables of the chunks its
+   records reach.
+4. :func:`commit_objects` -- one, on the driver: the array documents (chunk
+   lists from the task summaries), the object index, the per-object and group
+   tables, the level and the root.
 
-The driver holds the runs of every object (a few integers per fragment, as
-the streaming writer does), never a vertex.  Object ids continue across
-sources as across batches, and every chunk sees its rows in the order of the
-concatenated input, so the store is byte for byte what ``zvf.write_polylines``
-(or ``write_lines``) writes from the concatenated batches.  Keys are
-functions of the job and the task index: a retried task rewrites the same
-bytes, and a resumed job skips the tasks whose summaries are stored.
+The driver holds a few integers per fragment, as the streaming writer does,
+never a vertex.  Object ids continue across sources as across batches, and
+every chunk sees its rows in the order of the concatenated input, so the
+store is byte for byte what the streaming writer makes of the concatenated
+batches.  Keys are functions of the job, the task and the chunk: a retried
+task rewrites the same bytes, and a resumed job skips the tasks whose
+summaries are stored.
 """
 
 from __future__ import annotations
