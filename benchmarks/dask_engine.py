@@ -92,18 +92,23 @@ def main() -> None:
 
     t_serial_export = timed(lambda: zvf_export(src, os.path.join(tmp, "serial.parquet")), args.reps)
     rows.append(("zvf export parquet, serial", t_serial_export))
+    report(f"{n:,} points in {k} files, chunk {args.chunk:g} (~{int((1000 / args.chunk) ** 3):,} chunks)",
+           args.reps, rows, n, "points", ("write_points", "export parquet"))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(what: str, reps: int, rows: list, n: int, unit: str, jobs: tuple[str, ...]) -> None:
+    """The table (rows/s in millions of ``unit``) and the speed-up of 2 workers over 1 for each of ``jobs``."""
     load = os.getloadavg()
-    print(f"\n{n:,} points in {k} files, chunk {args.chunk:g} (~{int((1000 / args.chunk) ** 3):,} chunks), "
-          f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, "
-          f"median of {args.reps}\n")
-    print("| run | seconds | M points/s |\n|---|---:|---:|")
+    print(f"\n{what}, {os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, "
+          f"median of {reps}\n")
+    print(f"| run | seconds | M {unit}/s |\n|---|---:|---:|")
     for name, s in rows:
         print(f"| {name} | {s:.2f} | {n / s / 1e6:.2f} |")
     by = dict(rows)
-    for what in ("write_points", "export parquet"):
-        one, two = by[f"zvf.dask.{what}, 1 worker(s)"], by[f"zvf.dask.{what}, 2 worker(s)"]
-        print(f"\nspeed-up of 2 workers over 1, {what}: {one / two:.2f}x")
-    shutil.rmtree(tmp, ignore_errors=True)
+    for job in jobs:
+        one, two = by[f"zvf.dask.{job}, 1 worker(s)"], by[f"zvf.dask.{job}, 2 worker(s)"]
+        print(f"\nspeed-up of 2 workers over 1, {job}: {one / two:.2f}x")
 
 
 def files_of(root: str) -> dict[str, bytes]:
@@ -157,16 +162,8 @@ def streamlines(args) -> None:
                 lambda workers=workers: zd.write_polylines(fresh(f"dask{workers}"), sources, client=client,
                                                            rows_per_task=n * per // 16, **kw), args.reps)))
     same = files_of(os.path.join(tmp, "dask2", "lines")) == files_of(os.path.join(tmp, "serial", "lines"))
-    load = os.getloadavg()
-    print(f"\n{n:,} streamlines x {per} vertices in {k} files, chunk {args.chunk:g}, {os.cpu_count()} cores, "
-          f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, median of {args.reps}; "
-          f"Dask store byte-identical to the serial one: {same}\n")
-    print("| run | seconds | M vertices/s |\n|---|---:|---:|")
-    for name, s in rows:
-        print(f"| {name} | {s:.2f} | {n * per / s / 1e6:.2f} |")
-    by = dict(rows)
-    one, two = by["zvf.dask.write_polylines, 1 worker(s)"], by["zvf.dask.write_polylines, 2 worker(s)"]
-    print(f"\nspeed-up of 2 workers over 1, write_polylines: {one / two:.2f}x")
+    report(f"{n:,} streamlines x {per} vertices in {k} files, chunk {args.chunk:g} (Dask store byte-identical "
+           f"to the serial one: {same})", args.reps, rows, n * per, "vertices", ("write_polylines",))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
