@@ -24,6 +24,10 @@ concatenation.  Every key a task writes is a function of the job and the
 task's index, and its bytes of the input: a retried task (its worker died)
 rewrites the same objects with the same bytes.  A task's summary is stored
 under the job prefix after its data, so a resumed job skips what is done.
+
+The job state (:class:`WriteJob`, :func:`start`, :func:`discard`), spills
+(:func:`upload_spill`, :func:`read_spilled`, :func:`source_slices`), chunk
+groups and summaries serve the object tasks of :mod:`.object_tasks` too.
 """
 
 from __future__ import annotations
