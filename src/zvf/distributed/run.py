@@ -62,7 +62,8 @@ def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None]
     ``note(result)`` adds keys of its own to the progress dict of each
     finished task.  On a ``distributed`` cluster a task lost with its worker
     is rerun by the scheduler on another worker; zvf tasks are idempotent,
-    so that is safe.
+    so that is safe.  When a task fails, the call returns (raises) only once
+    every other task has ended.
     """
     dask = need_dask()
     if not tasks:
@@ -79,17 +80,24 @@ def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None]
         for done, result in enumerate(out, 1):
             report(done, result)
         return out
-    from distributed import as_completed
+    from distributed import as_completed, wait
 
     futures = client.compute(tasks)
-    if progress is None:
-        return client.gather(futures)
-    slot = {id(f): i for i, f in enumerate(futures)}
-    out = [None] * total
-    for done, (future, result) in enumerate(as_completed(futures, with_results=True), 1):
-        out[slot[id(future)]] = result
-        report(done, result)
-    return out
+    try:
+        if progress is None:
+            return client.gather(futures)
+        slot = {id(f): i for i, f in enumerate(futures)}
+        out = [None] * total
+        for done, (future, result) in enumerate(as_completed(futures, with_results=True), 1):
+            out[slot[id(future)]] = result
+            report(done, result)
+        return out
+    except Exception:
+        # A task failed: let the others run out before raising, so none writes under the job prefix
+        # after this call returns (a resumed job's commit would leave its files behind), and what
+        # they finish is kept for the resume.
+        wait(futures)
+        raise
 
 
 @contextlib.contextmanager
