@@ -39,3 +39,23 @@ def test_a_job_that_died_in_its_link_tasks_resumes_from_them(tmp_path, monkeypat
         zvf_dask.write_graph(target, batches, job="j", rows_per_task=20, **kw)
     assert tree(tmp_path / "s" / "store") == tree(target)
     assert calls[0] not in calls[2:] and calls[1] in calls[2:]  # the finished link task was not rerun
+
+
+def test_a_failed_task_returns_only_after_the_others_ended(tmp_path):
+    """No task of a failed job may write after the call raised (a resumed job's commit would leave it)."""
+    import time
+
+    import dask
+
+    from zvf.distributed.run import compute
+
+    def slow():
+        time.sleep(0.5)
+        (tmp_path / "late").write_text("written")
+
+    def fails():
+        raise RuntimeError("source unavailable")
+
+    with pytest.raises(RuntimeError, match="source unavailable"):
+        compute([dask.delayed(slow)(), dask.delayed(fails)()])  # Dask's local threaded scheduler
+    assert (tmp_path / "late").exists()

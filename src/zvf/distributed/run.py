@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 from collections.abc import Callable, Iterator
@@ -75,8 +76,10 @@ def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None]
         if progress is not None:
             progress({"stage": stage, "done": done, "total": total, **(note(result) if note else {})})
 
-    if client is None:
-        out = list(dask.compute(*tasks))
+    if client is None:  # Dask's local scheduler; a pool of our own, left only when every started task ended
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="zvf-dask") as pool, \
+                dask.config.set(pool=pool):
+            out = list(dask.compute(*tasks))
         for done, result in enumerate(out, 1):
             report(done, result)
         return out
