@@ -85,6 +85,7 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any
     frag_attrs.written_elsewhere(plan.chunks)
     frag_attrs.refuse_unused()
     todo = [g for g in range(len(plan.groups)) if g not in written]
+    anyio.run(lambda: object_tasks.put_runs(wj, plan, todo), backend="asyncio")
     cells = dask.delayed(object_tasks.object_cells, pure=False)
     jobs = [cells(wj, g, object_tasks.cell_task(plan, g, frag_attrs.tables),
                   tasks.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]

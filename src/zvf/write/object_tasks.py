@@ -285,16 +285,32 @@ def object_cells(job: WriteJob, index: int, task: dict, sources: list[dict]) -> 
 
 
 def cell_task(plan: ObjectPlan, index: int, fragment_attributes: dict | None) -> dict:
-    """The small arguments of cell task ``index``: its chunks (and paths: their runs), the layout, and the
-    fragment attribute rows of its chunks."""
+    """The small arguments of cell task ``index``: its chunks, the layout and the fragment attribute rows
+    of its chunks (paths: their runs wait in the store, :func:`put_runs`)."""
     group = plan.groups[index]
     chunks = plan.chunks[group]
     keys = {tuple(c) for c in chunks.tolist()}
     frag = {name: {k: v for k, v in table.items() if k in keys} for name, table in (fragment_attributes or {}).items()}
     return {"chunks": chunks, "group": group, "dtype": plan.dtype.str, "origin": plan.origin,
             "grid_shape": plan.grid_shape, "attributes": {k: (d.str, r) for k, (d, r) in plan.attributes.items()},
-            "work": None if plan.runs is None else plan.runs.for_chunks(group, plan.chunks),
-            "row_offsets": plan.row_offsets, "fragment_attributes": {k: v for k, v in frag.items() if v} or None}
+            "runs": plan.runs is not None, "row_offsets": plan.row_offsets,
+            "fragment_attributes": {k: v for k, v in frag.items() if v} or None}
+
+
+def _runs_key(job: WriteJob, index: int) -> str:
+    return f"{job.prefix}runs/{index:06d}.npz"
+
+
+async def put_runs(job: WriteJob, plan: ObjectPlan, indexes: list[int]) -> None:
+    """Paths: each cell task's slice of the runs (:meth:`PathRuns.for_chunks`, a few integers per fragment),
+    uploaded under the job prefix for the task to read: task data goes through the store, not the
+    scheduler."""
+    if plan.runs is None:
+        return
+    ex = job.executor()
+    for i in range(0, len(indexes), 64):  # a few dozen slices in memory at a time
+        await ex.gather([ex.put(_runs_key(job, g), pack_summary(plan.runs.for_chunks(plan.groups[g], plan.chunks)))
+                         for g in indexes[i:i + 64]])
 
 
 def _local_key(job: WriteJob, chunk) -> str:
@@ -325,6 +341,12 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
     ndim = grid.ndim
     dtype = np.dtype(task["dtype"])
     rows = _Pieces(await read_spilled(ex, f"{job.prefix}spill/", sources), task["row_offsets"])
+    work = None
+    if task["runs"]:
+        blob = await ex.get(_runs_key(job, index))
+        if blob is None:
+            raise FormatError(f"{_runs_key(job, index)}: the runs of this cell task are missing")
+        work = unpack_summary(blob, _runs_key(job, index))
     linked = connected(job)
     frag_keys, frag_counts = [], []
     async with CellWriter(ex) as writer:
@@ -336,7 +358,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
             attrs = {name: rows.take(f"attr:{name}", k, np.dtype(d), tuple(r))
                      for name, (d, r) in task["attributes"].items()}
             if links is not None:
-                first, count, b_chunks, b_vi = chunk_slice(task["work"], k)
+                first, count, b_chunks, b_vi = chunk_slice(work, k)
                 if int(count.sum()) != len(pos):
                     raise FormatError(f"{job.prefix}: chunk {tuple(chunk.tolist())} has {len(pos)} spilled rows, "
                                       f"its runs {int(count.sum())}")
