@@ -13,6 +13,7 @@ Rows (each measurement runs in a fresh subprocess, so its peak RSS is its own):
   by this script on 127.0.0.1.  The reference writes through its obstore path (a pre-built
   ``obstore`` S3Store, which 0.9.2 wraps in ``zarr.storage.ObjectStore``).
 * ``streamlines local``: 200 k streamlines, 10 M float32 vertices, chunk 125.
+* ``streamlines S3``: the same to SeaweedFS.
 
 Implementations: ``zvf`` (``zvf.aio.write_points`` / ``write_polylines``), ``ref``
 (``zarr_vectors.building.write_points`` / ``write_polylines``), and ``floor``: numpy only --
@@ -301,6 +302,7 @@ ROWS = {  # row -> (kind, where, implementations)
     "points-local": ("points", "local", ("ref", "zvf", "floor")),
     "points-s3": ("points", "s3", ("ref", "zvf", "floor")),
     "streamlines-local": ("lines", "local", ("ref", "zvf", "floor")),
+    "streamlines-s3": ("lines", "s3", ("ref", "zvf", "floor")),
 }
 
 
