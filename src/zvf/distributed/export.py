@@ -36,7 +36,9 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
     from ..read.points import chunks_in_box, pick_attributes, read_chunks
     from ..read.writers import link_table
 
-    for name, v in (("batch_chunks", batch_chunks), ("batch_objects", 1 if batch_objects is None else batch_objects)):
+    for name, v in (("batch_chunks", batch_chunks), ("batch_objects", batch_objects)):
+        if name == "batch_objects" and v is None:  # a chunk window's objects per partition
+            continue
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise InvalidArgumentError(f"{name} must be an integer >= 1, got {v!r}")
     async with await zvf.aio.open(url, storage_options=opts) as ds:

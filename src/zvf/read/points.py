@@ -147,7 +147,7 @@ async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, nam
     rows = LevelRows(level, arrays, chunk_list, names, labelled, min(level.meta.vertex_count, PREALLOC_ROWS))
     size_concurrency(level, len(chunk_list) * len(arrays), len(names))
     if any(arr.codec.shard is not None for arr in arrays.values()):
-        groups = chunk_groups(vert, chunk_list)  # a shard's chunks together, so their ranges coalesce
+        groups = shard_groups(vert, chunk_list)  # a shard's chunks together, so their ranges coalesce
         todo = iter(groups)
 
         async def worker(_: int) -> None:
@@ -191,7 +191,7 @@ def size_concurrency(level, n_requests: int, n_attributes: int) -> None:
     vert.executor.widen(n_requests, max(1, level.meta.vertex_count) * row * (1 + n_attributes))
 
 
-def chunk_groups(vert, chunk_list: list) -> list[list[int]]:
+def shard_groups(vert, chunk_list: list) -> list[list[int]]:
     """Chunks fetched together: those of one shard of the vertex cells (one each when not sharded)."""
     if vert.codec.shard is None:
         return [[i] for i in range(len(chunk_list))]

@@ -103,6 +103,18 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32) if not a.size or (a.min() >= -(1 << 31) and a.max() < 1 << 31) else a
 
 
+def path_links(level: LevelWriter, ndim: int) -> LinkWriter:
+    """The links of a paths write: bridges between consecutive runs only, no all-zero offsets array and no
+    link fragments (as 0.9.2 files them)."""
+    return LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
+
+
+def graph_links(level: LevelWriter, ndim: int, width: int, attribute_names) -> LinkWriter:
+    """The links of a graph, skeleton or mesh: every record, the all-zero offsets array and link fragments."""
+    return LinkWriter(level, ndim=ndim, width=width, attribute_names=list(attribute_names), intra_array=True,
+                      link_fragments=True)
+
+
 def chunk_slice(work: dict[str, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Chunk ``k``'s (fragment first rows, counts, bridge chunks, bridge vertices) of :meth:`PathRuns.for_chunks`."""
     f0, f1 = work["frag_off"][k], work["frag_off"][k + 1]

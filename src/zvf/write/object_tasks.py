@@ -48,10 +48,11 @@ from ..lifecycle.pyramid import _rows_in
 from . import inputs
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
-from .links import LinkWriter
 from .object_cells import (
     PathRuns,
     chunk_slice,
+    graph_links,
+    path_links,
     put_connected_chunk,
     put_connected_index,
     put_link_records,
@@ -293,7 +294,7 @@ def cell_task(plan: ObjectPlan, index: int, fragment_attributes: dict | None) ->
     frag = {name: {k: v for k, v in table.items() if k in keys} for name, table in (fragment_attributes or {}).items()}
     return {"chunks": chunks, "group": group, "dtype": plan.dtype.str, "origin": plan.origin,
             "grid_shape": plan.grid_shape, "attributes": {k: (d.str, r) for k, (d, r) in plan.attributes.items()},
-            "runs": plan.runs is not None, "row_offsets": plan.row_offsets,
+            "row_offsets": plan.row_offsets,
             "fragment_attributes": {k: v for k, v in frag.items() if v} or None}
 
 
@@ -341,17 +342,17 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
     ndim = grid.ndim
     dtype = np.dtype(task["dtype"])
     rows = _Pieces(await read_spilled(ex, f"{job.prefix}spill/", sources), task["row_offsets"])
+    linked = connected(job)
     work = None
-    if task["runs"]:
+    if not linked:  # paths: this task's runs
         blob = await ex.get(_runs_key(job, index))
         if blob is None:
             raise FormatError(f"{_runs_key(job, index)}: the runs of this cell task are missing")
         work = unpack_summary(blob, _runs_key(job, index))
-    linked = connected(job)
     frag_keys, frag_counts = [], []
     async with CellWriter(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), bool(task["attributes"]))
-        links = None if linked else LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
+        links = None if linked else path_links(level, ndim)
         frag_attrs = FragmentAttributes(task["fragment_attributes"], ndim)
         for k, chunk in enumerate(chunks):
             pos = rows.take("positions", k, dtype, (ndim,))
@@ -434,8 +435,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]
     width = task["width"]
     async with CellWriter(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), False)
-        links = LinkWriter(level, ndim=ndim, width=width, attribute_names=list(task["link_attributes"]),
-                           intra_array=True, link_fragments=True)
+        links = graph_links(level, ndim, width, task["link_attributes"])
         for k in range(len(task["chunks"])):
             v = recs.take("vertex", k, np.dtype(np.int64), (width,))
             if not len(v):
@@ -486,11 +486,7 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
         if not len(plan.chunks):
             await put_no_rows(level, ndim, plan.dtype, plan.attributes)
         fragment_attributes.finish(writer, arrays_present)
-        if linked:
-            links = LinkWriter(level, ndim=ndim, width=plan.width, attribute_names=list(plan.link_attributes or {}),
-                               intra_array=True, link_fragments=True)
-        else:
-            links = LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
+        links = graph_links(level, ndim, plan.width, plan.link_attributes or {}) if linked else path_links(level, ndim)
         links.total = sum(int(c["links"]) for c in cells)
         await level.finish()
         links.finish()

@@ -38,9 +38,10 @@ from . import inputs
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
 from .level import run_starts
-from .links import LinkWriter
 from .object_cells import (
     PathRuns,
+    graph_links,
+    path_links,
     put_connected_chunk,
     put_connected_index,
     put_link_records,
@@ -332,7 +333,7 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
                 arrays_present.append("vertex_attributes")
             async with store_writer(ex, cfg, upload_bytes) as writer:
                 level = level0(writer, origin, grid_shape, codec, bool(attr_schema))
-                links = LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
+                links = path_links(level, ndim)
                 for i, gid in enumerate(visit.tolist()):
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos = cols.pop("positions")
@@ -514,8 +515,7 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                     await put_no_rows(level, ndim, dt.stored(), attr_schema)
                 frag_attrs.finish(writer, arrays_present)
 
-                links = LinkWriter(level, ndim=ndim, width=sp.width or (3 if geometry == "mesh" else 2),
-                                   attribute_names=link_names, intra_array=True, link_fragments=True)
+                links = graph_links(level, ndim, sp.width or (3 if geometry == "mesh" else 2), link_names)
                 for i, gid in enumerate(visit.tolist()):
                     rec = await anyio.to_thread.run_sync(sp.records.read, gid)
                     vertex, chunk = rec.pop("vertex", None), rec.pop("chunk", None)

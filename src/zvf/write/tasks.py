@@ -204,7 +204,6 @@ async def upload_spill(ex: Executor, key: str, rows: RunSpill, coords: np.ndarra
     within a chunk, each column a contiguous block.  ``coords``: chunk coords by id; ``convert(name, col)``
     rewrites a column on the way (e.g. chunk ids, local to this spill, to coordinates).  Returns the column
     layout (name, dtype, row shape, byte offset) and the (C order) chunks with their row counts."""
-    ndim = coords.shape[1] if coords.ndim == 2 else 0
     order = np.lexsort(coords.T[::-1]) if len(coords) else np.zeros(0, np.int64)  # C order of chunks
     parts: dict[str, list[np.ndarray]] = {}
     counts = np.zeros(len(order), np.int64)
@@ -226,7 +225,7 @@ async def upload_spill(ex: Executor, key: str, rows: RunSpill, coords: np.ndarra
         blobs.append(data)
         offset += len(data)
     await ex.put(key, b"".join(blobs))
-    return layout, coords[order].astype(np.int64).reshape(-1, ndim), counts
+    return layout, coords[order].astype(np.int64).reshape(-1, coords.shape[1]), counts
 
 
 # ----------------------------------------------------------------------------- plan
