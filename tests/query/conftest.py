@@ -173,6 +173,8 @@ def _test(v, cond):
 class Recorder:
     """Wraps a dataset's transport: logs (start time, op, key, start, end) of every read, with latency."""
 
+    blocking_gets = False  # a remote store's reads: one get each, every one logged (no get_batch runs)
+
     def __init__(self, inner, latency: float = 0.0):
         self.inner = inner
         self.latency = latency

@@ -254,9 +254,10 @@ class ObstoreTransport:
         self.prefix = _dir_prefix(prefix)
         self._secrets = tuple(secrets)
         self.label = label or type(store).__name__
-        #: puts may run as blocking calls in worker threads (:meth:`put_batch`): local files and memory,
-        #: where an async put costs more event-loop time than the write itself
-        self.blocking_puts = type(store).__name__ in ("LocalStore", "MemoryStore")
+        #: puts and whole-object gets may run as blocking calls in worker threads (:meth:`put_batch`,
+        #: :meth:`get_batch`): local files and memory, where an async request costs more event-loop time
+        #: than the transfer itself
+        self.blocking_puts = self.blocking_gets = type(store).__name__ in ("LocalStore", "MemoryStore")
 
     def __repr__(self) -> str:
         return f"ObstoreTransport({self.label!r})"
@@ -348,6 +349,22 @@ class ObstoreTransport:
         except Exception as e:
             self._raise_unless_missing(e, "get", key)
             return None
+
+    def get_batch(self, keys: Sequence[str]) -> list[memoryview | None]:
+        """Whole objects of ``keys`` (None where missing), one after another with blocking calls, in a
+        worker thread (only where ``blocking_gets``), as views of obstore's buffers (no copy).  Returns the
+        results up to the first failure, which the caller repeats through :meth:`get` to get its error."""
+        import obstore
+
+        out: list[memoryview | None] = []
+        for key in keys:
+            try:
+                out.append(memoryview(obstore.get(self.store, self._path(key)).bytes()))
+            except Exception as e:
+                if not _missing(e):
+                    break
+                out.append(None)
+        return out
 
     async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
         obs = _settling_obstore()

@@ -61,7 +61,7 @@ class CellArray:
         """Decoded payload of each absolute chunk (None for an absent cell)."""
         grid = [self.cell_coords(c) for c in chunks]
         if self.codec.shard is None:
-            raws = await self.executor.gather([self.executor.get(self.key_of(g)) for g in grid])
+            raws = await self.executor.get_many([self.key_of(g) for g in grid])
             return [None if raw is None else self.codec.decode_view(raw, key=self.key_of(g))
                     for raw, g in zip(raws, grid)]
         return await self._sharded(grid)

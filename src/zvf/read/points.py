@@ -146,8 +146,11 @@ async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, nam
     ex = vert.executor
     rows = LevelRows(level, arrays, chunk_list, names, labelled, min(level.meta.vertex_count, PREALLOC_ROWS))
     size_concurrency(level, len(chunk_list) * len(arrays), len(names))
-    if any(arr.codec.shard is not None for arr in arrays.values()):
-        groups = shard_groups(vert, chunk_list)  # a shard's chunks together, so their ranges coalesce
+    sharded = any(arr.codec.shard is not None for arr in arrays.values())
+    if sharded or ex.batch_gets:
+        # a shard's chunks together, so their ranges coalesce; else (local files, memory: get_many fetches
+        # a run of cells per worker-thread call) runs of consecutive chunks
+        groups = shard_groups(vert, chunk_list) if sharded else batch_groups(len(chunk_list), ex.concurrency)
         todo = iter(groups)
 
         async def worker(_: int) -> None:
@@ -189,6 +192,12 @@ def size_concurrency(level, n_requests: int, n_attributes: int) -> None:
         return
     row = np.dtype(vert.meta.attributes.get("dtype", "float32")).itemsize * level.grid.ndim
     vert.executor.widen(n_requests, max(1, level.meta.vertex_count) * row * (1 + n_attributes))
+
+
+def batch_groups(n_chunks: int, width: int) -> list[list[int]]:
+    """Runs of consecutive chunks, a few per worker so every worker stays busy to the end."""
+    per = max(1, -(-n_chunks // (4 * max(1, width))))
+    return [list(range(i, min(i + per, n_chunks))) for i in range(0, n_chunks, per)]
 
 
 def shard_groups(vert, chunk_list: list) -> list[list[int]]:
