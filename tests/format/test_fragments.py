@@ -286,3 +286,40 @@ def test_gather_refuses_huge_expansion_without_n_rows():
     # beyond what any cell can hold: rejected outright
     with pytest.raises(FormatError, match="rows a cell can hold"):
         decode_fragment_index(encode_fragment_index(FragmentIndex.from_ranges([1 << 40], [1])), key=KEY)
+
+
+def _fields(fi: FragmentIndex) -> list:
+    return [fi.is_range, fi.starts, fi.counts, fi.explicit_offsets, fi.explicit_indices, fi._base, fi.n_rows]
+
+
+@pytest.mark.parametrize("f", [1, 7, 8, 9, 64, 1001])
+def test_all_range_fast_path_gives_the_full_parse(f):
+    """All-range indexes (what writers produce) skip the general parser; what they decode to, and
+    every defect's message, are the general parser's."""
+    rng = np.random.default_rng(f)
+    counts = rng.integers(0, 50, f)
+    blob = encode_fragment_index(FragmentIndex.from_ranges(np.cumsum(counts) - counts, counts))
+    n = int(counts.sum())
+    for n_rows in (None, n):
+        got = decode_fragment_index(blob, key=KEY, n_rows=n_rows)
+        want = FragmentIndex(np.ones(f, bool), np.cumsum(counts) - counts, counts, n_rows=n_rows)
+        for a, b in zip(_fields(got), _fields(want)):
+            assert np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
+        assert got.tiles(n)
+    last = len(blob) - 4 - 16  # the last range's start
+    bad = bytearray(blob)
+    bad[last:last + 8] = struct.pack("<q", -1)
+    with pytest.raises(FormatError, match="start -1"):
+        decode_fragment_index(bytes(bad), key=KEY)
+    bad = bytearray(blob)
+    bad[last + 8:last + 16] = struct.pack("<q", n + 1)
+    with pytest.raises(FormatError, match="past the chunk"):
+        decode_fragment_index(bytes(bad), key=KEY, n_rows=n)
+    bad = bytearray(blob)
+    bad[16 + (f - 1) // 8] &= ~(1 << ((f - 1) % 8))  # the last fragment no longer marked a range
+    with pytest.raises(FormatError, match="bitmap"):
+        decode_fragment_index(bytes(bad), key=KEY)
+    bad = bytearray(blob)
+    bad[-4:] = struct.pack("<I", 1)
+    with pytest.raises(FormatError, match="explicit_offsets"):
+        decode_fragment_index(bytes(bad), key=KEY)

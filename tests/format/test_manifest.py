@@ -11,6 +11,7 @@ import pytest
 from zvf.errors import FormatError, InvalidArgumentError
 from zvf.format.manifest import (
     EMPTY_MANIFEST,
+    ManifestTable,
     decode_manifests,
     decode_manifests_packed,
     encode_manifest,
@@ -234,3 +235,16 @@ def test_encode_validation():
         encode_manifest([[0, 0]], [[-1]])
     assert encode_manifest(np.zeros((0, 3)), []) == EMPTY_MANIFEST
     assert encode_manifests([], np.zeros((0, 2)), [], 2) == [EMPTY_MANIFEST] * 2
+
+
+def test_concat_renumbers_object_rows():
+    rng = np.random.default_rng(5)
+    nb = rng.integers(0, 4, 50)
+    obj = np.repeat(np.arange(50), nb)
+    coords, frag = rng.integers(0, 9, (obj.size, 2)), rng.integers(0, 30, obj.size)
+    blobs = encode_manifests(obj, coords, frag, 50)
+    whole = decode_manifests(blobs, 2)
+    joined = ManifestTable.concat([decode_manifests(blobs[a:b], 2) for a, b in ((0, 7), (7, 7), (7, 31), (31, 50))])
+    for name in ("object_row", "block", "coords", "fragment"):
+        assert np.array_equal(getattr(joined, name), getattr(whole, name))
+    assert joined.num_objects == 50

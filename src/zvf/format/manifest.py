@@ -81,6 +81,21 @@ class ManifestTable:
         """CSR offsets (``num_objects + 1``) of each object's rows."""
         return np.searchsorted(self.object_row, np.arange(self.num_objects + 1), side="left").astype(np.int64)
 
+    @classmethod
+    def concat(cls, tables: Sequence[ManifestTable]) -> ManifestTable:
+        """The tables of consecutive runs of manifests as one (object rows renumbered in order)."""
+        if len(tables) == 1:
+            return tables[0]
+        counts = np.array([t.num_objects for t in tables], dtype=np.int64)
+        firsts = (np.cumsum(counts) - counts).tolist()
+        return cls(
+            np.concatenate([t.object_row + f for t, f in zip(tables, firsts)]),
+            np.concatenate([t.block for t in tables]),
+            np.concatenate([t.coords for t in tables]),
+            np.concatenate([t.fragment for t in tables]),
+            int(counts.sum()),
+        )
+
     def take_objects(self, rows: ArrayLike) -> ManifestTable:
         """Sub-table of the given object rows (renumbered 0..k-1 in the given order)."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)

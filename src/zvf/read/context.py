@@ -15,6 +15,7 @@ import anyio
 import numpy as np
 
 from ..errors import DatasetClosedError, FormatError
+from ..format.grid import extremes
 from ..format.manifest import ManifestTable, decode_manifests
 from . import load
 
@@ -144,7 +145,7 @@ class ReadContext(RootFacts):
             raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")
         else:
             oindex = level.object_index
-            got = (await oindex.ids(), await oindex.table(np.arange(oindex.count, dtype=np.int64)))
+            got = (await oindex.ids(), await oindex.every_row())
         self.manifest_cache[index] = got
         return got
 
@@ -157,17 +158,27 @@ class ReadContext(RootFacts):
         if len(table.fragment):
             # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
             coords, frags = table.coords, table.fragment
-            lo = coords.min(axis=0)
-            span = coords.max(axis=0) - lo + 1
-            if float(np.prod(span.astype(np.float64))) < 2.0**62:
-                cells, chunk_of = np.unique(np.ravel_multi_index(tuple((coords - lo).T), tuple(span)),
-                                            return_inverse=True)
-                chunks = np.stack(np.unravel_index(cells, tuple(span)), axis=1) + lo
+            lo, hi = extremes(coords)
+            span = hi - lo + 1
+            n_cells = float(np.prod(span.astype(np.float64)))
+            if n_cells <= max(1 << 20, 4 * len(frags)):  # a dense table over the chunks' bounding grid: no sort
+                rel = coords - lo
+                cell = rel[:, 0].copy()
+                for d in range(1, rel.shape[1]):
+                    cell *= span[d]
+                    cell += rel[:, d]
+                dense = np.zeros(int(n_cells), dtype=np.int64)
+                np.maximum.at(dense, cell, frags + 1)
+                present = np.flatnonzero(dense)
+                chunks = np.stack(np.unravel_index(present, tuple(span.tolist())), axis=1) + lo
+                sizes = dense[present]
+                dense[present] = np.arange(len(present))
+                chunk_of = dense[cell]
             else:
                 chunks, chunk_of = np.unique(coords, axis=0, return_inverse=True)
-            chunk_of = chunk_of.reshape(-1)
-            sizes = np.zeros(len(chunks), dtype=np.int64)
-            np.maximum.at(sizes, chunk_of, frags + 1)
+                chunk_of = chunk_of.reshape(-1)
+                sizes = np.zeros(len(chunks), dtype=np.int64)
+                np.maximum.at(sizes, chunk_of, frags + 1)
             ends = np.cumsum(sizes)
             flat = np.full(int(ends[-1]), -1, dtype=np.int64)
             flat[ends[chunk_of] - sizes[chunk_of] + frags] = oids[table.object_row]

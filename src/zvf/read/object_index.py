@@ -16,6 +16,8 @@ way, and :func:`decode_manifests_packed` reads the rows straight from it.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError, MissingDataError
@@ -107,6 +109,15 @@ class ObjectIndex:
             return decode_manifests_packed(buf, starts, lengths, self.ndim, key=self.manifests.path)
 
         return await off_loop(sum(int(u[0].size) for u in parts), decode)
+
+    async def every_row(self) -> ManifestTable:
+        """Every manifest of the level.  Sharded: shard by shard, each parsed in a worker thread as soon as
+        it is decoded, so parsing one overlaps the download and decompression of the others."""
+        if self.inner is None or self.count <= self.rows_per_chunk:
+            return await self.table(np.arange(self.count, dtype=np.int64))
+        per = self.rows_per_chunk
+        return ManifestTable.concat(await self.ex.gather(
+            [self.table(np.arange(lo, min(lo + per, self.count), dtype=np.int64)) for lo in range(0, self.count, per)]))
 
     def _remember(self, what, unit) -> None:
         """Cache a decoded unit (buffer, starts, lengths), charged for its own bytes."""
@@ -203,8 +214,9 @@ class ObjectIndex:
         blobs = iter(await self.ex.read_ranges(need + inner_ranges))
         raws = [(s, _whole(next(blobs), ByteRange(self.manifests.key_of((s,)), 0, end)) if raw is None else raw,
                  offsets, nbytes, present) for s, raw, offsets, nbytes, present, end in fetch_whole]
-        units = await off_loop(sum(len(r[1]) for r in raws), lambda: [self._decode_shard(*r) for r in raws],
-                               OFFLOAD_STORED)
+        # each shard in its own worker thread: zstd drops the GIL, so two cores decode two shards
+        units = await self.ex.gather([off_loop(len(r[1]), partial(self._decode_shard, *r), OFFLOAD_STORED)
+                                      for r in raws])
         for (s, *_), unit in zip(raws, units):
             self._remember(("rows", s), unit)
             whole[s] = unit
