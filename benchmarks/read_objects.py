@@ -10,7 +10,9 @@ Rows (medians of ``--reps``):
   read (``read_all``: positions + object ids), every object (``read_objects`` of all ids,
   combined, and an ``iter_objects`` pass), a pass of ``iter_chunks`` (the chunk-order stream)
   and ``export`` to ``.npz`` (by object, ``--export-reps`` runs), each after a fresh open, against the floor:
-  GET every vertices cell and concatenate the rows (obstore).  ``--baseline DIR`` runs these
+  GET every vertices cell and concatenate the rows (obstore).  A second column divides by the
+  every-cell floor: the same GETs plus every other object ``read_all`` must fetch to label rows with
+  their objects (the fragment-index cells and the object index), none of it decoded.  ``--baseline DIR`` runs these
   rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved with
   the current one in subprocesses, so before/after ratios share the machine's load.
 * ``seaweed``: the same store uploaded to SeaweedFS (``weed`` from the ``bench`` extra,
@@ -59,8 +61,9 @@ def median_of(reps: int, fn) -> tuple[float, object]:
     return statistics.median(secs), out
 
 
-async def floor_read(store, keys: list[str]) -> int:
-    """GET every cell (64 in flight) and concatenate the rows: what any reader must at least do."""
+async def floor_read(store, keys: list[str], more: list[str] = ()) -> int:
+    """GET every vertex cell (and the ``more`` objects; 64 in flight) and concatenate the rows: what any
+    reader must at least do."""
     import obstore
 
     sem = asyncio.Semaphore(w.FLOOR_CONCURRENCY)
@@ -69,13 +72,15 @@ async def floor_read(store, keys: list[str]) -> int:
         async with sem:
             return await (await obstore.get_async(store, k)).bytes_async()
 
-    blobs = await asyncio.gather(*(one(k) for k in keys))
-    rows = np.concatenate([np.frombuffer(b, np.float32)[2:] for b in blobs])  # after the 8-byte vlen header
+    blobs = await asyncio.gather(*(one(k) for k in [*keys, *more]))
+    rows = np.concatenate([np.frombuffer(b, np.float32)[2:] for b in blobs[:len(keys)]])  # after the vlen header
     return rows.size // 3
 
 
-def vertex_keys(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in (root / "0" / "vertices" / "c").rglob("*") if p.is_file())
+def cell_keys(root: Path, *arrays: str) -> list[str]:
+    """Stored objects under ``0/<array>/c`` (the cells, or shards) of the given arrays."""
+    return sorted(p.relative_to(root).as_posix() for a in arrays for p in (root / "0" / a / "c").rglob("*")
+                  if p.is_file())
 
 
 async def _open(url: str, opts: dict | None):
@@ -139,8 +144,7 @@ def worker(args) -> None:
 
     fn = JOBS[args.worker]
     opts = json.loads(args.opts) if args.opts else None
-    if args.worker != "export npz":  # (the export is long enough; its warm-up would double the run)
-        median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir))
+    median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir))
     secs, stats = median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir))
     print(json.dumps({"seconds": secs, "stats": stats}))
 
@@ -157,7 +161,11 @@ def run_worker(src: str, what: str, url: str, opts: dict | None, truth: int, out
     return res["seconds"], res["stats"]
 
 
-def object_rows(url: str, opts: dict | None, keys: list[str], floor_store, reps: int, out_dir: Path,
+FLOOR_ALL = "floor, every cell read_all needs"
+
+
+def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[str], floor_store, reps: int,
+                out_dir: Path,
                 truth: int, export_too: bool, baseline: str | None = None, jobs: list[str] | None = None,
                 export_reps: int = 1) -> list[dict]:
     """Every job after a fresh open (median of ``reps``; export: of ``export_reps``), against the floor.
@@ -171,10 +179,15 @@ def object_rows(url: str, opts: dict | None, keys: list[str], floor_store, reps:
         assert await floor_read(floor_store, keys) == truth
         return None
 
+    async def floor_all():
+        assert await floor_read(floor_store, keys, more_keys) == truth
+        return None
+
     out = []
     whats = [w for w in (jobs or JOBS) if w != "export npz" or export_too]
     if baseline is None:
         out.append({"what": "floor", "seconds": median_of(reps, floor)[0], "stats": None})
+        out.append({"what": FLOOR_ALL, "seconds": median_of(reps, floor_all)[0], "stats": None})
         for what in whats:
             secs, stats = median_of(min(export_reps, reps) if what == "export npz" else reps,
                                     lambda what=what: JOBS[what](url, opts, truth, out_dir))
@@ -182,12 +195,13 @@ def object_rows(url: str, opts: dict | None, keys: list[str], floor_store, reps:
             log(f"  {what:12} {secs:7.3f} s  requests {stats['requests']}, max in flight {stats['max_inflight']}")
         return out
     here = str(HERE.parent / "src")
-    times: dict = {"floor": []}
+    times: dict = {"floor": [], FLOOR_ALL: []}
     for what in whats:
         times[what], times[f"{what} (baseline)"] = [], []
     last: dict = {}
     for rep in range(reps):
         times["floor"].append(median_of(1, floor)[0])
+        times[FLOOR_ALL].append(median_of(1, floor_all)[0])
         for what in whats:
             if what == "export npz" and rep >= export_reps:
                 continue
@@ -292,20 +306,24 @@ def main() -> None:
         tmp = Path(tmp)
         store = tmp / "lines.zarrvectors"
         truth = build_lines(store, args.lines) if {"local", "seaweed"} & set(rows) else 0
-        keys = vertex_keys(store) if truth else []
-        table = ["| row | what | time s | floor / time | requests |", "|---|---|---|---|---|"]
+        keys = cell_keys(store, "vertices") if truth else []
+        more = (cell_keys(store, "vertex_fragments", "object_index/manifests", "object_index/object_ids")
+                if truth else [])
+        table = ["| row | what | time s | floor / time | every-cell floor / time | requests |",
+                 "|---|---|---|---|---|---|"]
 
         def add(where: str, res: list[dict]) -> None:
-            floor = res[0]["seconds"]
+            floor, floor_all = res[0]["seconds"], res[1]["seconds"]
             for r in res:
-                req = r["stats"]["requests"] if r["stats"] else len(keys)
-                table.append(f"| {where} | {r['what']} | {r['seconds']:.3f} | {floor / r['seconds']:.2f} | {req} |")
+                req = r["stats"]["requests"] if r["stats"] else len(keys) + (len(more) if r["what"] == FLOOR_ALL else 0)
+                table.append(f"| {where} | {r['what']} | {r['seconds']:.3f} | {floor / r['seconds']:.2f} "
+                             f"| {floor_all / r['seconds']:.2f} | {req} |")
 
         if "local" in rows:
             from obstore.store import LocalStore
 
             log("local:")
-            add("local", object_rows(str(store), None, keys, LocalStore(str(store)), args.reps, tmp, truth,
+            add("local", object_rows(str(store), None, keys, more, LocalStore(str(store)), args.reps, tmp, truth,
                                      not args.no_export, args.baseline, jobs, args.export_reps))
         if "seaweed" in rows:
             import write as wb  # the SeaweedFS server of the write benchmark
@@ -319,7 +337,7 @@ def main() -> None:
                              client_options={"allow_http": True, "timeout": "120s"}, **wb.S3_KEYS)
                 asyncio.run(w.upload_dir(s3, store))
                 opts = {"endpoint": weed.endpoint, "allow_http": True, **wb.S3_KEYS}
-                add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, s3, args.reps, tmp, truth,
+                add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, more, s3, args.reps, tmp, truth,
                                              not args.no_export, args.baseline, jobs, args.export_reps))
             finally:
                 weed.stop()
