@@ -8,6 +8,7 @@ never sees the whole input; the in-memory writer gets the full list.
 
     python benchmarks/stream_objects.py                       # 200k x 50 in-memory vs streamed, 1M x 50 streamed
     python benchmarks/stream_objects.py --streamlines 50000 --big 250000   # scaled down
+    python benchmarks/stream_objects.py --baseline /tmp/old/src --reps 3    # seconds, this tree against another
 
 The targets: streamed 200 k streamlines under 3x their input size, and 50 M
 vertices under 1 GiB.
@@ -60,15 +61,24 @@ def child(mode: str, n: int, length: int, out: str) -> dict:
             "fragments": None if summary is None else summary.fragment_count}
 
 
-def run(mode: str, n: int, length: int) -> dict:
-    tmp = tempfile.mkdtemp(prefix="zvf-bench-stream-")
+def run(mode: str, n: int, length: int, src: str | None = None, keep_in: str | None = None) -> dict:
+    """One write in a child process (``src``: the directory its ``zvf`` package comes from).  With
+    ``keep_in`` the store stays there for the caller to delete at the end (deleting thousands of files
+    between runs slows the next run's file creations on ext4), and the child starts after a sync."""
+    import os
+
+    tmp = tempfile.mkdtemp(prefix="zvf-bench-stream-", dir=keep_in)
+    env = None if src is None else {**os.environ, "PYTHONPATH": src}
+    if keep_in is not None:
+        os.sync()
     try:
         res = subprocess.run([sys.executable, __file__, "--child", mode, "--streamlines", str(n),
                               "--length", str(length), "--out", str(Path(tmp) / "s.zarrvectors")],
-                             capture_output=True, text=True, check=True)
+                             capture_output=True, text=True, check=True, env=env)
         return json.loads(res.stdout.strip().splitlines()[-1])
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if keep_in is None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
@@ -78,10 +88,15 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=50)
     ap.add_argument("--child", choices=["memory", "stream", "baseline"])
     ap.add_argument("--out")
+    ap.add_argument("--baseline", help="a directory holding another zvf package: the memory and streamed writes "
+                                       "of --streamlines run with both, interleaved, --reps times (medians)")
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.streamlines, args.length, args.out)))
         return
+    if args.baseline:
+        return side_by_side(args)
     rows = [run("baseline", 0, args.length), run("memory", args.streamlines, args.length),
             run("stream", args.streamlines, args.length)]
     if args.big:
@@ -92,6 +107,25 @@ def main() -> None:
         ratio = r["peak_rss"] / r["input_bytes"] if r["input_bytes"] else float("nan")
         print(f"{r['mode']:9} {r['streamlines']:>11} {r['vertices']:>11} {r['input_bytes'] / 1e6:>9.0f} "
               f"{r['peak_rss'] / 2**20:>11.0f} {ratio:>9.2f} {r['seconds']:>8}")
+
+
+def side_by_side(args) -> None:
+    """Seconds and peak RSS of each write with this tree's zvf and with ``--baseline``'s, interleaved."""
+    import statistics
+
+    here = str(Path(__file__).resolve().parent.parent / "src")
+    got: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="zvf-bench-stream-") as keep:
+        for rep in range(args.reps):
+            for mode in ("memory", "stream"):
+                pair = [("baseline", args.baseline), ("this tree", here)]
+                for label, src in pair[::-1] if rep % 2 else pair:  # who goes first alternates
+                    got.setdefault((mode, label), []).append(run(mode, args.streamlines, args.length, src, keep))
+    print(f"{'mode':7} {'zvf':10} {'seconds (median)':>16} {'peak RSS MB':>11}   runs (s)")
+    for (mode, label), rs in got.items():
+        secs = [r["seconds"] for r in rs]
+        print(f"{mode:7} {label:10} {statistics.median(secs):>16.2f} "
+              f"{statistics.median(r['peak_rss'] for r in rs) / 2**20:>11.0f}   {secs}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zvf.format.grid import Grid
+from zvf.format.grid import Grid, dense_ids
 from zvf.write.engine import ordered_map
 from zvf.write.partition import partition, partition_codes
 
@@ -135,3 +135,19 @@ async def test_ordered_map_keeps_order_and_raises_the_first_error():
     with pytest.raises(ValueError, match="cell 7"):
         await ordered_map(range(40), failing, consume, workers=2)
     assert [i for i, _ in seen] == list(range(7))
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3, 4])
+def test_dense_ids_are_np_unique_rows(ndim):
+    """Distinct chunks by a dense table over their box: np.unique(axis=0)'s rows, order and inverse."""
+    rng = np.random.default_rng(ndim)
+    coords = rng.integers(-7, 9, (5000, ndim)).astype(np.int64)
+    coords[:10] = coords[-1]  # repeats across the table
+    rows, inverse = dense_ids(coords, 1 << 20)
+    want, want_inv = np.unique(coords, axis=0, return_inverse=True)
+    assert rows.dtype == np.int64 and np.array_equal(rows, want)
+    assert np.array_equal(inverse, want_inv.reshape(-1))
+    one = dense_ids(coords[:1], 1)
+    assert one is not None and np.array_equal(one[0], coords[:1]) and one[1].tolist() == [0]
+    far = np.array([[0] * ndim, [10**7] * ndim], dtype=np.int64)
+    assert dense_ids(far, 1 << 20) is None  # a box too big for a table: the caller sorts instead

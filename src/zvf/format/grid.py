@@ -69,6 +69,27 @@ def extremes(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([c.min() for c in cols], dtype=p.dtype), np.array([c.max() for c in cols], dtype=p.dtype)
 
 
+def dense_ids(coords: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct rows of an (N >= 1, ndim) integer table in C order and each row's position among
+    them, through a dense table over the rows' bounding box instead of a sort (``np.unique(axis=0)``'s
+    answer, several times sooner); None when that box has more than ``max_cells`` cells."""
+    lo, hi = extremes(coords)
+    span = hi.astype(np.int64) - lo + 1
+    n_cells = float(np.prod(span.astype(np.float64)))
+    if n_cells > max_cells:
+        return None
+    cell = (coords[:, 0] - lo[0]).astype(np.int64)
+    for d in range(1, coords.shape[1]):
+        cell *= span[d]
+        cell += coords[:, d] - lo[d]
+    table = np.zeros(int(n_cells), dtype=np.int64)
+    table[cell] = 1
+    present = np.flatnonzero(table)
+    table[present] = np.arange(len(present))
+    rows = np.stack(np.unravel_index(present, tuple(span.tolist())), axis=1) + lo
+    return rows.astype(np.int64), table[cell]
+
+
 def _exact(p: np.ndarray, shape: ArrayLike, ext: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
     """Whether every ``floor(p / shape)`` is below 2**52 in magnitude (so float64 integer arithmetic is exact).
 

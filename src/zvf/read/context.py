@@ -15,7 +15,7 @@ import anyio
 import numpy as np
 
 from ..errors import DatasetClosedError, FormatError
-from ..format.grid import extremes
+from ..format.grid import dense_ids
 from ..format.manifest import ManifestTable, decode_manifests
 from . import load
 
@@ -158,27 +158,14 @@ class ReadContext(RootFacts):
         if len(table.fragment):
             # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
             coords, frags = table.coords, table.fragment
-            lo, hi = extremes(coords)
-            span = hi - lo + 1
-            n_cells = float(np.prod(span.astype(np.float64)))
-            if n_cells <= max(1 << 20, 4 * len(frags)):  # a dense table over the chunks' bounding grid: no sort
-                rel = coords - lo
-                cell = rel[:, 0].copy()
-                for d in range(1, rel.shape[1]):
-                    cell *= span[d]
-                    cell += rel[:, d]
-                dense = np.zeros(int(n_cells), dtype=np.int64)
-                np.maximum.at(dense, cell, frags + 1)
-                present = np.flatnonzero(dense)
-                chunks = np.stack(np.unravel_index(present, tuple(span.tolist())), axis=1) + lo
-                sizes = dense[present]
-                dense[present] = np.arange(len(present))
-                chunk_of = dense[cell]
-            else:
+            found = dense_ids(coords, max(1 << 20, 4 * len(frags)))
+            if found is None:  # chunks spread too far for a dense table: sort them
                 chunks, chunk_of = np.unique(coords, axis=0, return_inverse=True)
                 chunk_of = chunk_of.reshape(-1)
-                sizes = np.zeros(len(chunks), dtype=np.int64)
-                np.maximum.at(sizes, chunk_of, frags + 1)
+            else:
+                chunks, chunk_of = found
+            sizes = np.zeros(len(chunks), dtype=np.int64)
+            np.maximum.at(sizes, chunk_of, frags + 1)
             ends = np.cumsum(sizes)
             flat = np.full(int(ends[-1]), -1, dtype=np.int64)
             flat[ends[chunk_of] - sizes[chunk_of] + frags] = oids[table.object_row]

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, StoreExistsError
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
-from ..format.grid import Grid
+from ..format.grid import Grid, dense_ids, extremes
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.store import open_store
@@ -108,13 +108,13 @@ class ChunkIds:
         """Ids of (N, ndim) chunk coordinates (int32 while they fit)."""
         if not len(chunks):
             return np.zeros(0, np.int32)
-        lo = chunks.min(axis=0)
-        span = chunks.max(axis=0) - lo + 1
-        strides = np.cumprod(np.concatenate(([1], span[::-1][:-1])))[::-1]
-        packed = (chunks - lo) @ strides
-        uniq, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-        local = np.empty(len(uniq), dtype=np.int64)
-        for i, row in enumerate(chunks[first].tolist()):
+        found = dense_ids(chunks, max(1 << 20, 4 * len(chunks)))
+        if found is None:  # chunks spread too far for a dense table: sort them
+            rows, inverse = np.unique(chunks, axis=0, return_inverse=True)
+        else:
+            rows, inverse = found
+        local = np.empty(len(rows), dtype=np.int64)
+        for i, row in enumerate(rows.tolist()):
             local[i] = self.ids.setdefault(tuple(row), len(self.ids))
         gids = local[inverse.reshape(-1)]
         return gids.astype(np.int32) if len(self.ids) < 2**31 else gids
@@ -322,7 +322,7 @@ class Spill:
             self._ids.add(oids)
         # The chunk each row lands in, by the function the in-memory writer partitions with.
         gids = self.chunks.of(self.grid.chunk_of(pos, by_bin=not self.with_ids))
-        lo, hi = pos.min(axis=0), pos.max(axis=0)
+        lo, hi = extremes(pos)
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
         self.n_rows += n

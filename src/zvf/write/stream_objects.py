@@ -32,7 +32,7 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..format.grid import Grid
+from ..format.grid import Grid, extremes
 from ..lifecycle import layout
 from . import inputs
 from .engine import add_level0_documents
@@ -156,7 +156,7 @@ class _Bounds:
                 inputs.bounds_for(pos64, self.raw, self.ndim)
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(f"{what}: {exc}") from None
-        lo, hi = pos64.min(axis=0), pos64.max(axis=0)
+        lo, hi = extremes(pos64)
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
 
