@@ -97,10 +97,12 @@ def main() -> None:
         return
     if args.baseline:
         return side_by_side(args)
-    rows = [run("baseline", 0, args.length), run("memory", args.streamlines, args.length),
-            run("stream", args.streamlines, args.length)]
-    if args.big:
-        rows.append(run("stream", args.big, args.length))
+    with tempfile.TemporaryDirectory(prefix="zvf-bench-stream-") as keep:
+        rows = [run("baseline", 0, args.length, keep_in=keep),
+                run("memory", args.streamlines, args.length, keep_in=keep),
+                run("stream", args.streamlines, args.length, keep_in=keep)]
+        if args.big:
+            rows.append(run("stream", args.big, args.length, keep_in=keep))
     print(f"{'mode':9} {'streamlines':>11} {'vertices':>11} {'input MB':>9} {'peak RSS MB':>11} {'RSS/input':>9} "
           f"{'seconds':>8}")
     for r in rows:

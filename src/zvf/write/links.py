@@ -145,6 +145,8 @@ def _place_lexsort(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
 
 #: Link cells encoded per worker task: enough to amortize the thread hand-off, few enough to overlap uploads.
 CELLS_PER_TASK = 64
+#: Records :meth:`LinkWriter.add_deferred` queues before placing them (~64 bytes each).
+DEFERRED_RECORDS = 1 << 16
 
 
 class LinkWriter:
@@ -171,6 +173,8 @@ class LinkWriter:
         if intra_array:
             self._array(self._intra_name, [[0] * ndim] * (width - 1))
         self._frags = level.array("link_fragments", builders.link_fragments_attributes()) if link_fragments else None
+        self._deferred: list[tuple[np.ndarray, np.ndarray]] = []
+        self._deferred_n = 0
 
     def _array(self, name: str, offsets):
         return self.level.array(f"links/0/{name}", builders.links_array_attributes(
@@ -227,6 +231,25 @@ class LinkWriter:
         await ordered_map([range(i, min(i + CELLS_PER_TASK, k)) for i in range(0, k, CELLS_PER_TASK)],
                           encode, store)
 
+    async def add_deferred(self, chunks: np.ndarray, vi: np.ndarray) -> None:
+        """Queue undirected records (``chunks`` (M, L, ndim), ``vi`` (M, L)) that fill whole cells; they are
+        placed and uploaded together once :data:`DEFERRED_RECORDS` wait, or at :meth:`flush`.  A streamed
+        write files a few records under each of its chunks, and one placement and upload round per chunk
+        cost more than the chunk's rows."""
+        if len(vi):
+            self._deferred.append((chunks, vi))
+            self._deferred_n += len(vi)
+            if self._deferred_n >= DEFERRED_RECORDS:
+                await self.flush()
+
+    async def flush(self) -> None:
+        """Place and upload the queued records: before a shard of the link arrays is flushed, and at the end."""
+        if self._deferred:
+            chunks = np.concatenate([c for c, _ in self._deferred])
+            vi = np.concatenate([v for _, v in self._deferred])
+            self._deferred, self._deferred_n = [], 0
+            await self.add(place_records(chunks, vi), {})
+
     def _attribute_array(self, an: str, values: np.ndarray, name: str, offsets):
         out = self._attr_arrays.get((an, name))
         if out is None:
@@ -238,6 +261,8 @@ class LinkWriter:
 
     def finish(self) -> None:
         """Queue the family documents (the arrays' own documents come with the level's)."""
+        if self._deferred:
+            raise RuntimeError("LinkWriter.finish: queued records were never flushed")
         writer = self.level.writer
         if self.intra_array or self.total:
             empty_group(writer, "0/links")

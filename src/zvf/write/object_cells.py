@@ -138,8 +138,7 @@ async def put_path_chunk(level: LevelWriter, links: LinkWriter, frag_attrs: Frag
 
     await put_rows(level, part, pos, attrs, fragments_of)
     await frag_attrs.put(level, chunk, f)
-    if len(bridge_vi):
-        await links.add(place_records(bridge_chunks, bridge_vi), {})
+    await links.add_deferred(bridge_chunks, bridge_vi)  # the caller flushes them before a shard flush
 
 
 async def put_no_rows(level: LevelWriter, ndim: int, dtype: np.dtype, attr_schema: dict) -> None:

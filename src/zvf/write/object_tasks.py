@@ -375,6 +375,8 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
             await ex.put(_local_key(job, chunk), pack_summary(table))
             frag_keys.append(got.frag_keys)
             frag_counts.append(len(got.frag_keys))
+        if links is not None:
+            await links.flush()
         await level.finish()  # flushes this group's whole shards; the documents come at commit
     summary: dict[str, Any] = {"cells": writer.cells_written, "bytes": writer.bytes_written,
                                "links": 0 if links is None else int(links.total), "arrays": _arrays(level)}

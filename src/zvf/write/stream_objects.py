@@ -342,11 +342,13 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
                                          *runs.bridges(gid, coords))
                     shard = shard_done(visit, shard_of, i)
                     if shard is not None:
+                        await links.flush()
                         for arr in level.arrays.values():
                             await arr.flush_shard(writer, shard)
                     del pos, attrs, cols
                 if not len(visit):
                     await put_no_rows(level, ndim, dt.stored(), attr_schema)
+                await links.flush()
                 frag_attrs.finish(writer, arrays_present)
                 await level.finish()
                 links.finish()
