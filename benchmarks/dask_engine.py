@@ -62,10 +62,13 @@ def main() -> None:
     chunk = (args.chunk,) * 3
     rows = []
 
+    made: dict[str, str] = {}
+    runs = itertools.count()
+
     def fresh(name: str) -> str:
-        path = os.path.join(tmp, name, "cloud")
-        shutil.rmtree(path, ignore_errors=True)
-        return path
+        """A new store path per run, all deleted at the end (see the object rows below)."""
+        made[name] = os.path.join(tmp, name, str(next(runs)), "cloud")
+        return made[name]
 
     def serial_write():
         zvf.write_points(fresh("serial"), np.concatenate([np.load(f) for f in files]), chunk_shape=chunk)
@@ -75,8 +78,8 @@ def main() -> None:
     t0 = time.perf_counter()
     zvf.write_points(fresh("stream"), stream, chunk_shape=chunk)
     rows.append(("write_points, serial (streamed batches), 1 run", time.perf_counter() - t0))
-    zvf.write_points(fresh("pts"), np.concatenate(parts), chunk_shape=chunk)
-    src = os.path.join(tmp, "pts", "cloud")
+    src = fresh("pts")
+    zvf.write_points(src, np.concatenate(parts), chunk_shape=chunk)
 
     for workers in (1, 2):
         with LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None,
