@@ -158,7 +158,7 @@ class ReadContext(RootFacts):
         if len(table.fragment):
             # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
             coords, frags = table.coords, table.fragment
-            found = dense_ids(coords, max(1 << 20, 4 * len(frags)))
+            found = dense_ids(coords, max(1 << 20, len(frags)))  # the table: at most a word per reference
             if found is None:  # chunks spread too far for a dense table: sort them
                 chunks, chunk_of = np.unique(coords, axis=0, return_inverse=True)
                 chunk_of = chunk_of.reshape(-1)

@@ -108,7 +108,7 @@ class ChunkIds:
         """Ids of (N, ndim) chunk coordinates (int32 while they fit)."""
         if not len(chunks):
             return np.zeros(0, np.int32)
-        found = dense_ids(chunks, max(1 << 20, 4 * len(chunks)))
+        found = dense_ids(chunks, max(1 << 20, len(chunks)))  # the table: at most a word per row
         if found is None:  # chunks spread too far for a dense table: sort them
             rows, inverse = np.unique(chunks, axis=0, return_inverse=True)
         else:
