@@ -151,3 +151,5 @@ def test_dense_ids_are_np_unique_rows(ndim):
     assert one is not None and np.array_equal(one[0], coords[:1]) and one[1].tolist() == [0]
     far = np.array([[0] * ndim, [10**7] * ndim], dtype=np.int64)
     assert dense_ids(far, 1 << 20) is None  # a box too big for a table: the caller sorts instead
+    extreme = np.array([[np.iinfo(np.int64).min] * ndim, [np.iinfo(np.int64).max] * ndim])
+    assert dense_ids(extreme, 1 << 20) is None  # its span overflows int64: still refused, not wrapped

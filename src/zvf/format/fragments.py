@@ -375,13 +375,7 @@ def _all_ranges(u8: NDArray[np.uint8], f: int, bl: int, n_rows: int | None) -> F
     ends = starts + counts
     if int(ends.max()) > MAX_CELL_ROWS or (n_rows is not None and bool(((ends > n_rows) & (counts > 0)).any())):
         return None
-    fi = object.__new__(FragmentIndex)  # every field below is what __post_init__ would set for these ranges
-    for name, val in (("is_range", np.ones(f, dtype=bool)), ("starts", starts), ("counts", counts),
-                      ("explicit_offsets", np.zeros(1, dtype=np.int64)),
-                      ("explicit_indices", np.zeros(0, dtype=np.int64)),
-                      ("n_rows", None if n_rows is None else int(n_rows)), ("_base", starts.copy())):
-        object.__setattr__(fi, name, val)
-    return fi
+    return FragmentIndex(np.ones(f, dtype=bool), starts, counts, n_rows=None if n_rows is None else int(n_rows))
 
 
 def decode_fragment_index(buf: BytesLike, *, key: str = "?", n_rows: int | None = None) -> FragmentIndex:

@@ -74,10 +74,10 @@ def dense_ids(coords: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarra
     them, through a dense table over the rows' bounding box instead of a sort (``np.unique(axis=0)``'s
     answer, several times sooner); None when that box has more than ``max_cells`` cells."""
     lo, hi = extremes(coords)
-    span = hi.astype(np.int64) - lo + 1
-    n_cells = float(np.prod(span.astype(np.float64)))
+    n_cells = float(np.prod(hi.astype(np.float64) - lo.astype(np.float64) + 1))  # in floats: no int64 overflow
     if n_cells > max_cells:
         return None
+    span = hi.astype(np.int64) - lo + 1
     cell = (coords[:, 0] - lo[0]).astype(np.int64)
     for d in range(1, coords.shape[1]):
         cell *= span[d]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..format.grid import dense_ids
+
 
 def expand_ranges(starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Concatenation of ``arange(s, s + n)`` for each (s, n), without a loop.
@@ -54,11 +56,15 @@ def match_rows(known: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 
 def unique_rows(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a, axis=0)`` for int tables, by a 1-D sort when the values fit one int64."""
+    """``np.unique(a, axis=0)`` for int tables: a dense table over their box when it is small, else a 1-D
+    sort when the values fit one int64."""
     a = np.asarray(a, dtype=np.int64)
     if len(a) == 0:
         return a.reshape(0, a.shape[1] if a.ndim == 2 else 1)
     a = a.reshape(len(a), -1)
+    found = dense_ids(a, max(1 << 20, len(a)))
+    if found is not None:
+        return found[0]
     flat = _ravel_pair(a, a[:1])
     if flat is None:
         return np.unique(a, axis=0)
