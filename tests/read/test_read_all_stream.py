@@ -92,6 +92,7 @@ async def test_object_index_of_many_shards_labels_every_row(tmp_path, monkeypatc
     from zvf.write import object_index
 
     monkeypatch.setattr(object_index, "SHARD_ROWS", 32)
+    monkeypatch.setattr(object_index, "INNER_ROWS", 16)
     lines = _lines(200, seed=4)
     path = str(tmp_path / "lines.zarrvectors")
     zvf.write_polylines(path, lines, chunk_shape=(0.25,) * 3, bounds=([0, 0, 0], [1, 1, 1]),
