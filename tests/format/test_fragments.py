@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from zvf.errors import FormatError, InvalidArgumentError, MissingDataError
-from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index
+from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index, tiling_counts
 
 from .conftest import ref_by_kind, vertex_rows
 
@@ -323,3 +323,24 @@ def test_all_range_fast_path_gives_the_full_parse(f):
     bad[-4:] = struct.pack("<I", 1)
     with pytest.raises(FormatError, match="explicit_offsets"):
         decode_fragment_index(bytes(bad), key=KEY)
+
+
+def test_tiling_counts_only_for_back_to_back_ranges():
+    """Whole-chunk labelling needs only each fragment's row count, and only when the ranges tile the
+    chunk in order; anything else is left to the full parser (None), never guessed."""
+    counts = np.array([3, 0, 5, 2])
+    starts = np.cumsum(counts) - counts
+    blob = encode_fragment_index(FragmentIndex.from_ranges(starts, counts))
+    got = tiling_counts(blob, 10)
+    assert got is not None and got.tolist() == [3, 0, 5, 2] and got.dtype == np.int64
+    assert tiling_counts(blob, 11) is None  # rows past the last fragment
+    assert tiling_counts(blob, 9) is None
+    gap = encode_fragment_index(FragmentIndex.from_ranges([0, 4], [3, 2]))
+    assert tiling_counts(gap, 6) is None and tiling_counts(gap, 5) is None
+    swapped = encode_fragment_index(FragmentIndex.from_ranges([2, 0], [3, 2]))
+    assert tiling_counts(swapped, 5) is None
+    explicit = encode_fragment_index(FragmentIndex.from_lists([[0, 1, 2], [4, 3]]))
+    assert tiling_counts(explicit, 5) is None
+    assert tiling_counts(encode_fragment_index(FragmentIndex.from_lists([])), 0) is None
+    for bad in (blob[:-1], blob + b"\0", b"", blob[:15], b"XXXX" + blob[4:]):
+        assert tiling_counts(bad, 10) is None

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from zvf.errors import ZvfError
 from zvf.format.codecs import CellCodec, zstd_decompress
-from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index
+from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index, tiling_counts
 from zvf.format.keys import (
     DEFAULT_ENCODING,
     SEED_ENCODING,
@@ -131,6 +131,13 @@ def test_fuzz_fragment_index(blob, n_rows, fuzz_counts):
         out = _only_zvf(fi.gather, np.arange(fi.num_fragments), key="k")
         if out is not None:
             assert out[0].size == out[1].sum()
+    # the labelling shortcut: counts exactly when the index parses and tiles the chunk, never an error
+    n = 0 if n_rows is None else n_rows
+    counts = tiling_counts(blob, n)
+    if fi is not None and n_rows is not None and fi.num_fragments and fi.tiles(n):
+        assert counts is not None and counts.tolist() == fi.counts.tolist()
+    else:
+        assert counts is None or (decode_fragment_index(blob, n_rows=n).tiles(n) and counts.sum() == n)
 
 
 @FUZZ

@@ -66,9 +66,18 @@ def test_spans():
     ],
 )
 def test_errors(blob, msg):
-    with pytest.raises(FormatError, match=msg) as ei:
-        decode_vlen(blob, key="0/vertices/c/0/0/0")
-    assert "0/vertices/c/0/0/0" in str(ei.value)
+    one = blob[:4] == struct.pack("<I", 1)  # then also as a cell's single item, which has a shortcut
+    for expected in (None, 1) if one else (None,):
+        with pytest.raises(FormatError, match=msg) as ei:
+            decode_vlen(blob, key="0/vertices/c/0/0/0", expected=expected)
+        assert "0/vertices/c/0/0/0" in str(ei.value)
+
+
+def test_single_item_is_a_view():
+    blob = encode_vlen([b"payload"])
+    (item,) = decode_vlen(blob, key="k", expected=1)
+    assert isinstance(item, memoryview) and item.obj is blob and bytes(item) == b"payload"
+    assert bytes(decode_vlen(encode_vlen([b""]), key="k", expected=1)[0]) == b""
 
 
 def test_expected_count():

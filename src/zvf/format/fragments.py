@@ -49,6 +49,7 @@ __all__ = [
     "FragmentIndex",
     "decode_fragment_index",
     "encode_fragment_index",
+    "tiling_counts",
 ]
 
 FRAGMENT_MAGIC = 0x5A564647
@@ -357,10 +358,9 @@ def encode_fragment_index(fi: FragmentIndex) -> bytes:
     )
 
 
-def _all_ranges(u8: NDArray[np.uint8], f: int, bl: int, n_rows: int | None) -> FragmentIndex | None:
-    """An all-range index (what writers produce for every level-0 chunk) checked in a few whole-array
-    steps, a large share of a full read's per-chunk work otherwise; None when any check fails, so the
-    full parser names the defect."""
+def _range_table(u8: NDArray[np.uint8], f: int, bl: int) -> NDArray[np.int64] | None:
+    """The (F, 2) table of an all-range index (what writers produce for every level-0 chunk), checked in a
+    few whole-array steps; None when any check fails, so the full parser names the defect."""
     full, rest = divmod(f, 8)
     low_bits = (1 << rest) - 1  # the last byte's bits that name fragments
     if (full and int(u8[16:16 + full].min()) != 0xFF) or int(u8[16 + full]) & low_bits != low_bits:
@@ -370,12 +370,43 @@ def _all_ranges(u8: NDArray[np.uint8], f: int, bl: int, n_rows: int | None) -> F
     table = np.frombuffer(u8, dtype="<i8", count=2 * f, offset=16 + bl).reshape(f, 2)
     if int(table.min()) < 0 or int(table.max()) > MAX_CELL_ROWS:
         return None
+    return table
+
+
+def _all_ranges(u8: NDArray[np.uint8], f: int, bl: int, n_rows: int | None) -> FragmentIndex | None:
+    """:func:`_range_table` as a FragmentIndex (a large share of a full read's per-chunk work otherwise)."""
+    table = _range_table(u8, f, bl)
+    if table is None:
+        return None
     starts = table[:, 0].astype(np.int64)
     counts = table[:, 1].astype(np.int64)
     ends = starts + counts
     if int(ends.max()) > MAX_CELL_ROWS or (n_rows is not None and bool(((ends > n_rows) & (counts > 0)).any())):
         return None
     return FragmentIndex(np.ones(f, dtype=bool), starts, counts, n_rows=None if n_rows is None else int(n_rows))
+
+
+def tiling_counts(buf: BytesLike, n_rows: int) -> NDArray[np.int64] | None:
+    """Row count of each fragment when the index is all ranges covering ``[0, n_rows)`` back to back in
+    order -- how every level-0 chunk is written, and all a whole-chunk labelling needs; None otherwise
+    (then :func:`decode_fragment_index` parses it, naming any defect)."""
+    u8 = as_u8(buf)
+    if u8.size < _HEADER.size:
+        return None
+    magic, version, flags, f, r = _HEADER.unpack_from(u8[:16].tobytes())
+    if magic != FRAGMENT_MAGIC or version != FRAGMENT_VERSION or flags or r != f or f == 0:
+        return None
+    bl = _bitmap_nbytes(f)
+    if u8.size != 16 + bl + 16 * f + 4:
+        return None
+    table = _range_table(u8, f, bl)
+    if table is None:
+        return None
+    counts = table[:, 1].astype(np.int64)
+    ends = np.cumsum(counts)
+    if int(ends[-1]) != n_rows or int(table[0, 0]) != 0 or not np.array_equal(table[1:, 0], ends[:-1]):
+        return None
+    return counts
 
 
 def decode_fragment_index(buf: BytesLike, *, key: str = "?", n_rows: int | None = None) -> FragmentIndex:

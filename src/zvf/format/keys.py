@@ -98,7 +98,9 @@ class ChunkKeyEncoding:
         c = np.asarray(coords, dtype=np.int64)
         if c.ndim != 2:
             raise InvalidArgumentError(f"coords: expected (N, ndim), got shape {c.shape}")
-        return [self.key(array_path, row) for row in c.tolist()]
+        base = array_path.strip("/")
+        prefix = f"{base}/" if base else ""
+        return [prefix + self.suffix(row) for row in c.tolist()]
 
     def parse(self, key_suffix: str, ndim: int | None = None) -> tuple[int, ...]:
         """Chunk coordinates from a key relative to the array (``c/1/0/1`` -> (1, 0, 1))."""

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-from numpy.typing import ArrayLike, DTypeLike, NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
-from .vlen import as_u8, byte_view
+from .vlen import as_u8, byte_records, byte_view, u32_at
 
 if TYPE_CHECKING:
     from .types import BytesLike
@@ -115,26 +115,11 @@ class ManifestTable:
         )
 
 
-def _strided(u8: NDArray[np.uint8], dtype: DTypeLike) -> np.ndarray:
-    """View ``u8`` as overlapping records of ``dtype`` starting at every byte."""
-    dt = np.dtype(dtype)
-    n = u8.size - dt.itemsize + 1
-    if n <= 0:
-        return np.zeros(0, dtype=dt)
-    return np.ndarray((n,), dtype=dt, buffer=u8, strides=(1,))
-
-
 def _read_i64(u8: NDArray[np.uint8], pos: _I64, count: int) -> _I64:
     """``count`` little-endian int64 at each byte position -> (len(pos), count)."""
     if pos.size == 0:
         return np.zeros((0, count), dtype=np.int64)
-    return _strided(u8, np.dtype(("<i8", (count,))))[pos].astype(np.int64).reshape(pos.size, count)
-
-
-def _read_u32(u8: NDArray[np.uint8], pos: _I64) -> _I64:
-    if pos.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    return _strided(u8, "<u4")[pos].astype(np.int64)
+    return byte_records(u8, np.dtype(("<i8", (count,))))[pos].astype(np.int64).reshape(pos.size, count)
 
 
 def decode_manifests(
@@ -185,7 +170,7 @@ def decode_manifests_packed(
     if short.any():
         i = int(np.flatnonzero(short)[0])
         raise FormatError(f"{key}: manifest of object row {i} is {int(lengths[i])} bytes, shorter than its u32 count")
-    nblocks = _read_u32(u8, starts)
+    nblocks = u32_at(u8, starts)
     cap = (lengths - 4) // (hdr + 4)  # smallest block: mode 2 with no fragments
     over = nblocks > cap
     if over.any():
@@ -201,13 +186,16 @@ def decode_manifests_packed(
     u_rows = np.flatnonzero(uniform)
     u_nb = nblocks[u_rows]
     u_total = int(u_nb.sum())
-    u_obj = np.repeat(u_rows, u_nb)
-    u_blk = _within_runs(u_nb)
-    u_pos = starts[u_obj] + 4 + u_blk * bs0
-    blocks = _strided(u8, _block_dtype(ndim))[u_pos] if u_total else np.zeros(0, _block_dtype(ndim))
-    mode_bad = blocks["m"] != 0
-    u_coords = blocks["c"].astype(np.int64).reshape(-1, ndim)
-    u_frag = blocks["f"].astype(np.int64)
+    u_first = np.cumsum(u_nb) - u_nb  # each uniform manifest's first block among all of theirs
+    u_local = np.repeat(np.arange(u_rows.size, dtype=np.int64), u_nb)  # each block's manifest among the uniform
+    u_obj = u_local if u_rows.size == n else u_rows[u_local]
+    ar = np.arange(u_total, dtype=np.int64)
+    u_blk = ar - u_first[u_local]
+    # block k of every uniform manifest sits at start + 4 + k * bs0: one gather per field, no records copied
+    u_pos = (starts[u_rows] + 4 - bs0 * u_first)[u_local] + bs0 * ar
+    mode_bad = u8[u_pos + 8 * ndim] != 0
+    u_coords = byte_records(u8, np.dtype(("<i8", (ndim,))))[u_pos].astype(np.int64, copy=False).reshape(-1, ndim)
+    u_frag = byte_records(u8, "<i8")[u_pos + hdr].astype(np.int64, copy=False)
     if mode_bad.any():
         uniform[np.unique(u_obj[mode_bad])] = False
         keep_rows = uniform[u_obj]
@@ -309,7 +297,7 @@ def _walk(
         # mode 2: an explicit list of fragments (u32 count, i64 each)
         m2 = np.flatnonzero(mode == 2)
         if m2.size:
-            cnt = _read_u32(u8, c[m2])
+            cnt = u32_at(u8, c[m2])
             body = c[m2] + 4
             trunc = body + 8 * cnt > e[m2]
             if trunc.any():

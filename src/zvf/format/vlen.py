@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from ..errors import FormatError, InvalidArgumentError
 
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 _U32 = struct.Struct("<I")
+_ONE_ITEM = struct.Struct("<II")  # count, then the length of item 0
 _MAX_ITEM = 0xFFFFFFFF
 
 
@@ -170,6 +171,8 @@ def decode_vlen_spans(
 def decode_vlen(buf: BytesLike, *, key: str = "?", expected: int | None = None) -> list[memoryview]:
     """Split a vlen-bytes frame into zero-copy item views."""
     mv = byte_view(buf)
+    if expected == 1 and mv.nbytes >= 8 and _ONE_ITEM.unpack_from(mv, 0) == (1, mv.nbytes - 8):
+        return [mv[8:]]  # a cell's single item (every spatial cell): no walk
     starts, lengths = decode_vlen_spans(mv, key=key, expected=expected)
     return [mv[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]
 
@@ -200,7 +203,7 @@ def decode_vlen_frames(
         raise FormatError(
             f"{key}[{f}]: vlen-bytes frame is {int(ends[f] - starts[f])} bytes, shorter than its 4-byte count"
         )
-    counts = _u32_at(u8, starts)
+    counts = u32_at(u8, starts)
     if want is not None and np.any(counts != want):
         f = int(np.flatnonzero(counts != want)[0])
         raise FormatError(f"{key}[{f}]: vlen-bytes frame holds {int(counts[f])} items, expected {int(want[f])}")
@@ -222,27 +225,34 @@ def decode_vlen_frames(
     item_starts = np.empty(total, dtype=np.int64)
     item_lengths = np.empty(total, dtype=np.int64)
     pos = starts + 4
-    act = np.flatnonzero(counts > 0)
+    u32 = byte_records(u8, "<u4")
+    same = int(counts.min()) == int(counts.max())  # the usual case: every frame holds as many items
+    act = np.arange(nf) if same else np.flatnonzero(counts > 0)
     j = 0
-    while act.size:
-        p = pos[act]
-        trunc = p + 4 > ends[act]
+    while act.size and (not same or j < int(counts[0])):
+        p, e = (pos, ends) if same else (pos[act], ends[act])
+        trunc = p + 4 > e
         if trunc.any():
             f = int(act[np.flatnonzero(trunc)[0]])
             raise FormatError(f"{key}[{f}]: vlen-bytes frame truncated at the length of item {j} of {int(counts[f])}")
-        ln = _u32_at(u8, p)
-        end = p + 4 + ln
-        bad = end > ends[act]
+        ln = u32[p].astype(np.int64)
+        p = p + 4
+        end = p + ln
+        bad = end > e
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             f = int(act[i])
             raise FormatError(f"{key}[{f}]: vlen-bytes item {j} of {int(counts[f])} declares {int(ln[i])} bytes, "
-                              f"only {int(ends[f] - p[i] - 4)} remain")
-        item_starts[first[act] + j] = p + 4
-        item_lengths[first[act] + j] = ln
-        pos[act] = end
+                              f"only {int(ends[f] - p[i])} remain")
+        slot = first + j if same else first[act] + j
+        item_starts[slot] = p
+        item_lengths[slot] = ln
         j += 1
-        act = act[counts[act] > j]
+        if same:
+            pos = end
+        else:
+            pos[act] = end
+            act = act[counts[act] > j]
     trailing = pos != ends
     if trailing.any():
         f = int(np.flatnonzero(trailing)[0])
@@ -251,10 +261,17 @@ def decode_vlen_frames(
     return counts, item_starts, item_lengths
 
 
-def _u32_at(u8: NDArray[np.uint8], pos: NDArray[np.int64]) -> NDArray[np.int64]:
+def byte_records(u8: NDArray[np.uint8], dtype: DTypeLike) -> np.ndarray:
+    """View ``u8`` as overlapping records of ``dtype`` starting at every byte (gather by byte position)."""
+    dt = np.dtype(dtype)
+    n = u8.size - dt.itemsize + 1
+    if n <= 0:
+        return np.zeros(0, dtype=dt)
+    return np.ndarray((n,), dtype=dt, buffer=u8, strides=(1,))
+
+
+def u32_at(u8: NDArray[np.uint8], pos: NDArray[np.int64]) -> NDArray[np.int64]:
     """Little-endian u32 at each byte position (positions already bounds-checked)."""
     if pos.size == 0:
         return np.zeros(0, dtype=np.int64)
-    b = u8[pos[:, None] + np.arange(4)].astype(np.int64)
-    u32: NDArray[np.int64] = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
-    return u32
+    return byte_records(u8, "<u4")[pos].astype(np.int64)

@@ -51,6 +51,12 @@ class CellArray:
     def key_of(self, grid_coords: tuple[int, ...]) -> str:
         return self.keys.key(self.path, grid_coords)
 
+    def keys_of(self, chunks) -> list[str]:
+        """Key of each absolute chunk coordinate in ``chunks`` (a sequence of them)."""
+        if not len(chunks):
+            return []
+        return self.keys.keys(self.path, np.asarray(chunks, dtype=np.int64).reshape(len(chunks), -1) - self.origin)
+
     @property
     def partial_rows_ok(self) -> bool:
         """Rows can be range-read straight from storage: no compression, no shards."""
@@ -59,12 +65,11 @@ class CellArray:
     # ------------------------------------------------------------- reads
     async def payloads(self, chunks) -> list[bytes | None]:
         """Decoded payload of each absolute chunk (None for an absent cell)."""
-        grid = [self.cell_coords(c) for c in chunks]
         if self.codec.shard is None:
-            raws = await self.executor.get_many([self.key_of(g) for g in grid])
-            return [None if raw is None else self.codec.decode_view(raw, key=self.key_of(g))
-                    for raw, g in zip(raws, grid)]
-        return await self._sharded(grid)
+            keys = self.keys_of(chunks)
+            raws = await self.executor.get_many(keys)
+            return [None if raw is None else self.codec.decode_view(raw, key=k) for raw, k in zip(raws, keys)]
+        return await self._sharded([self.cell_coords(c) for c in chunks])
 
     async def payload(self, chunk) -> bytes | memoryview | None:
         """Decoded payload of one absolute chunk: one GET of a plain cell, no gather around it."""

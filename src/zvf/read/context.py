@@ -9,6 +9,7 @@ tables cached per level.  ``AsyncDataset`` is the public shell around one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -18,6 +19,7 @@ from ..errors import DatasetClosedError, FormatError
 from ..format.grid import dense_ids
 from ..format.manifest import ManifestTable, decode_manifests
 from . import load
+from .points import off_loop
 
 if TYPE_CHECKING:
     from ..format.metadata import RootMeta
@@ -154,21 +156,27 @@ class ReadContext(RootFacts):
         if index in self.owner_cache:
             return self.owner_cache[index]
         oids, table = await self.manifests(index)
-        owners: Owners = {}
-        if len(table.fragment):
-            # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
-            coords, frags = table.coords, table.fragment
-            found = dense_ids(coords, max(1 << 20, len(frags)))  # the table: at most a word per reference
-            if found is None:  # chunks spread too far for a dense table: sort them
-                chunks, chunk_of = np.unique(coords, axis=0, return_inverse=True)
-                chunk_of = chunk_of.reshape(-1)
-            else:
-                chunks, chunk_of = found
-            sizes = np.zeros(len(chunks), dtype=np.int64)
-            np.maximum.at(sizes, chunk_of, frags + 1)
-            ends = np.cumsum(sizes)
-            flat = np.full(int(ends[-1]), -1, dtype=np.int64)
-            flat[ends[chunk_of] - sizes[chunk_of] + frags] = oids[table.object_row]
-            owners = {tuple(c): flat[e - n:e] for c, e, n in zip(chunks.tolist(), ends.tolist(), sizes.tolist())}
+        owners = await off_loop(32 * len(table), partial(_owners_of, oids, table))
         self.owner_cache[index] = owners
         return owners
+
+
+def _owners_of(oids: np.ndarray, table: ManifestTable) -> Owners:
+    """chunk -> object id of each of its fragments, from a level's decoded manifests (pure: may run in a thread)."""
+    owners: Owners = {}
+    if len(table.fragment):
+        # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
+        coords, frags = table.coords, table.fragment
+        found = dense_ids(coords, max(1 << 20, len(frags)))  # the table: at most a word per reference
+        if found is None:  # chunks spread too far for a dense table: sort them
+            chunks, chunk_of = np.unique(coords, axis=0, return_inverse=True)
+            chunk_of = chunk_of.reshape(-1)
+        else:
+            chunks, chunk_of = found
+        sizes = np.zeros(len(chunks), dtype=np.int64)
+        np.maximum.at(sizes, chunk_of, frags + 1)
+        ends = np.cumsum(sizes)
+        flat = np.full(int(ends[-1]), -1, dtype=np.int64)
+        flat[ends[chunk_of] - sizes[chunk_of] + frags] = oids[table.object_row]
+        owners = {tuple(c): flat[e - n:e] for c, e, n in zip(chunks.tolist(), ends.tolist(), sizes.tolist())}
+    return owners

@@ -116,8 +116,15 @@ class ObjectIndex:
         if self.inner is None or self.count <= self.rows_per_chunk:
             return await self.table(np.arange(self.count, dtype=np.int64))
         per = self.rows_per_chunk
-        return ManifestTable.concat(await self.ex.gather(
-            [self.table(np.arange(lo, min(lo + per, self.count), dtype=np.int64)) for lo in range(0, self.count, per)]))
+
+        async def shard_table(s: int) -> ManifestTable:
+            buf, starts, lengths = await self._whole_shard(s)
+            n = min(per, self.count - s * per)
+            return await off_loop(buf.size, partial(decode_manifests_packed, buf, starts[:n], lengths[:n], self.ndim,
+                                                    key=self.manifests.path))
+
+        tables = await self.ex.gather([shard_table(s) for s in range(-(-self.count // per))])
+        return await off_loop(sum(8 * (3 + self.ndim) * len(t) for t in tables), partial(ManifestTable.concat, tables))
 
     def _remember(self, what, unit) -> None:
         """Cache a decoded unit (buffer, starts, lengths), charged for its own bytes."""
@@ -200,9 +207,9 @@ class ObjectIndex:
             end = int((offsets[present] + nbytes[present]).max()) if present.any() else 0
             wanted = np.unique(rows[shard_of == s] // k) - s * slots
             wanted_bytes = int(nbytes[wanted[present[wanted]]].sum())
-            raw = self.ex.get_cached("manifest", (path, "shard", s))
-            if raw is not None or end <= break_even or 2 * wanted_bytes >= end:
-                fetch_whole.append((s, raw, offsets, nbytes, present, end))
+            if self.ex.get_cached("manifest", (path, "shard", s)) is not None or end <= break_even \
+                    or 2 * wanted_bytes >= end:
+                fetch_whole.append(s)
                 continue
             for slot in wanted.tolist():
                 i = s * slots + slot
@@ -210,18 +217,11 @@ class ObjectIndex:
                     start = int(offsets[slot])
                     inner_ranges.append(ByteRange(self.manifests.key_of((s,)), start, start + int(nbytes[slot])))
                     inner_ids.append(i)
-        need = [ByteRange(self.manifests.key_of((s,)), 0, end) for s, raw, *_, end in fetch_whole if raw is None]
-        blobs = iter(await self.ex.read_ranges(need + inner_ranges))
-        raws = [(s, _whole(next(blobs), ByteRange(self.manifests.key_of((s,)), 0, end)) if raw is None else raw,
-                 offsets, nbytes, present) for s, raw, offsets, nbytes, present, end in fetch_whole]
-        # each shard in its own worker thread: zstd drops the GIL, so two cores decode two shards
-        units = await self.ex.gather([off_loop(len(r[1]), partial(self._decode_shard, *r), OFFLOAD_STORED)
-                                      for r in raws])
-        for (s, *_), unit in zip(raws, units):
-            self._remember(("rows", s), unit)
-            whole[s] = unit
+        units, blobs = await self.ex.gather([self.ex.gather([self._whole_shard(s) for s in fetch_whole]),
+                                             self.ex.read_ranges(inner_ranges)])
+        whole.update(zip(fetch_whole, units))
         if inner_ranges:
-            got = [_whole(next(blobs), r) for r in inner_ranges]
+            got = [_whole(blob, r) for blob, r in zip(blobs, inner_ranges)]
             lens = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
             ends = np.cumsum(lens)
             units = self._decode(b"".join(got), ends - lens, ends, k, f"{path}/inner")
@@ -241,6 +241,27 @@ class ObjectIndex:
             part[~in_whole] = len(shards) + inv
             local[~in_whole] = rows[~in_whole] % k
         return parts, part, local
+
+    async def _whole_shard(self, s: int):
+        """Every row of shard ``s`` as one decoded unit (cached): one request for the shard, decompressed and
+        split in a worker thread (zstd drops the GIL, so two cores decode two shards)."""
+        path = self.manifests.path
+        unit = self.ex.get_cached("manifest", (path, "rows", s))
+        if unit is not None:
+            return unit
+        index = await self._shard_index(s)
+        if index is None:  # absent shard: empty manifests
+            return _empty(self.rows_per_chunk)
+        offsets, nbytes = index
+        present = offsets != EMPTY
+        raw = self.ex.get_cached("manifest", (path, "shard", s))
+        if raw is None:
+            end = int((offsets[present] + nbytes[present]).max()) if present.any() else 0
+            r = ByteRange(self.manifests.key_of((s,)), 0, end)
+            raw = _whole((await self.ex.read_ranges([r]))[0], r)
+        unit = await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present), OFFLOAD_STORED)
+        self._remember(("rows", s), unit)
+        return unit
 
     def _decode_shard(self, shard: int, raw, offsets, nbytes, present):
         """Every inner chunk of a shard in one batch -> one unit of ``rows_per_chunk`` rows (pure: runs in a thread)."""

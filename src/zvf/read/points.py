@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError
-from ..format.fragments import decode_fragment_index
+from ..format.fragments import FragmentIndex, decode_fragment_index, tiling_counts
 from ..format.grid import inside
 from ..io.plan import choose_fetch
 from .cells import rows_from_payload
@@ -230,23 +230,19 @@ class LevelRows:
         self.at = 0  # rows placed so far
         self.owners = None
         self.unlabelled: list[tuple] = []  # (chunk, first row, rows, fragment index) placed before the owners came
+        self.keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
 
     def arrived(self, i: int, payloads: dict) -> None:
         """Decode chunk ``i`` from its cells' payloads; place every chunk whose predecessors are all in."""
-        vert = self.arrays["vertices"]
-        chunk = self.chunk_list[i]
-        pos = rows_from_payload(payloads["vertices"], self.dtype, (self.ndim,),
-                                key=vert.key_of(vert.cell_coords(chunk)))
+        keys = self.keys
+        pos = rows_from_payload(payloads["vertices"], self.dtype, (self.ndim,), key=keys["vertices"][i])
         attrs = {}
         for n in self.names:
-            arr = self.arrays[f"vertex_attributes/{n}"]
-            attrs[n] = attribute_rows(n, arr, payloads[f"vertex_attributes/{n}"], len(pos),
-                                      arr.key_of(arr.cell_coords(chunk)), self.channels)
+            name = f"vertex_attributes/{n}"
+            attrs[n] = attribute_rows(n, self.arrays[name], payloads[name], len(pos), keys[name][i], self.channels)
         fi = None
         if self.labelled:
-            frag = self.arrays["vertex_fragments"]
-            fi = decode_fragment_index(payloads["vertex_fragments"] or b"",
-                                       key=frag.key_of(frag.cell_coords(chunk)), n_rows=len(pos))
+            fi = labelling_index(payloads["vertex_fragments"], len(pos), keys["vertex_fragments"][i])
         self.pending[i] = (pos, attrs, fi)
         self._place_ready()
 
@@ -331,8 +327,21 @@ def _regrown(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
+def labelling_index(payload, n_rows: int, key: str):
+    """What :func:`chunk_owners` needs of a chunk's fragment index: its fragments' row counts when they
+    tile the chunk (how writers lay out every level-0 chunk), else the whole decoded index."""
+    payload = payload or b""
+    counts = tiling_counts(payload, n_rows)
+    return counts if counts is not None else decode_fragment_index(payload, key=key, n_rows=n_rows)
+
+
 def chunk_owners(fi, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
-    """Object id of each of a chunk's ``n_rows`` rows from its fragment index (-1: no object names it)."""
+    """Object id of each of a chunk's ``n_rows`` rows from its fragment index, or from its fragments' row
+    counts when they tile the chunk (:func:`tiling_counts`); -1 where no object names a row."""
+    if isinstance(fi, np.ndarray):
+        if per_frag is not None and len(per_frag) >= len(fi):
+            return np.repeat(per_frag[: len(fi)], fi)
+        fi = FragmentIndex(np.ones(len(fi), dtype=bool), np.cumsum(fi) - fi, fi)
     if per_frag is not None and len(per_frag) >= fi.num_fragments and fi.tiles(n_rows):
         return np.repeat(per_frag[: fi.num_fragments], fi.counts)
     oids = np.full(n_rows, -1, dtype=np.int64)
@@ -422,20 +431,17 @@ def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: 
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
     ndim = level.grid.ndim
     pos_parts, attr_parts, oid_parts, channels = [], {n: [] for n in names}, [], {}
+    keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
     for i, chunk in enumerate(chunk_list):
-        key = vert.key_of(vert.cell_coords(chunk))
-        pos = rows_from_payload(payloads["vertices"][i], dtype, (ndim,), key=key)
+        pos = rows_from_payload(payloads["vertices"][i], dtype, (ndim,), key=keys["vertices"][i])
         keep = None if box is None else inside(pos, *box)
         pos_parts.append(pos if keep is None else pos[keep])
         for n in names:
-            arr = arrays[f"vertex_attributes/{n}"]
-            adt, rshape = attribute_layout(arr)
-            akey = arr.key_of(arr.cell_coords(chunk))
-            rows = attribute_rows(n, arr, payloads[f"vertex_attributes/{n}"][i], len(pos), akey, channels)
+            name = f"vertex_attributes/{n}"
+            rows = attribute_rows(n, arrays[name], payloads[name][i], len(pos), keys[name][i], channels)
             attr_parts[n].append(rows if keep is None else rows[keep])
         if owners is not None:
-            fkey = arrays["vertex_fragments"].key_of(arrays["vertex_fragments"].cell_coords(chunk))
-            fi = decode_fragment_index(payloads["vertex_fragments"][i] or b"", key=fkey, n_rows=len(pos))
+            fi = labelling_index(payloads["vertex_fragments"][i], len(pos), keys["vertex_fragments"][i])
             oids = chunk_owners(fi, owners.get(chunk), len(pos))
             oid_parts.append(oids if keep is None else oids[keep])
 
