@@ -12,7 +12,9 @@ Rows (medians of ``--reps``):
   and ``export`` to ``.npz`` (by object, ``--export-reps`` runs), each after a fresh open, against the floor:
   GET every vertices cell and concatenate the rows (obstore).  A second column divides by the
   every-cell floor: the same GETs plus every other object ``read_all`` must fetch to label rows with
-  their objects (the fragment-index cells and the object index), none of it decoded.  ``--baseline DIR`` runs these
+  their objects (the fragment-index cells and the object index), none of it decoded.  The export
+  rows also name their ratio to an export floor: the floor's rows plus two int64 columns of the same
+  length written with ``np.savez`` (an .npz of the export's size, from memory).  ``--baseline DIR`` runs these
   rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved with
   the current one in subprocesses, so before/after ratios share the machine's load.
 * ``seaweed``: the same store uploaded to SeaweedFS (``weed`` from the ``bench`` extra,
@@ -35,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -52,19 +55,30 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def median_of(reps: int, fn) -> tuple[float, object]:
-    """Median wall time of ``reps`` runs of the coroutine function ``fn`` and its last result."""
+def median_of(reps: int, fn, settle=None) -> tuple[float, object]:
+    """Median wall time of ``reps`` runs of the coroutine function ``fn`` and its last result;
+    ``settle()`` runs untimed after each run."""
     secs, out = [], None
     for _ in range(reps):
         t0 = time.perf_counter()
         out = asyncio.run(fn())
         secs.append(time.perf_counter() - t0)
+        if settle is not None:
+            settle()
     return statistics.median(secs), out
 
 
-async def floor_read(store, keys: list[str], more: list[str] = ()) -> int:
+def settle(out_dir: Path) -> None:
+    """Between timed runs: exports' files removed and written back, so the next run neither waits
+    behind their writeback nor finds the disk fuller."""
+    for p in Path(out_dir).glob("out-*.npz"):
+        p.unlink()
+    os.sync()
+
+
+async def floor_read(store, keys: list[str], more: list[str] = ()) -> np.ndarray:
     """GET every vertex cell (and the ``more`` objects; 64 in flight) and concatenate the rows: what any
-    reader must at least do."""
+    reader must at least do.  Returns the rows."""
     import obstore
 
     sem = asyncio.Semaphore(w.FLOOR_CONCURRENCY)
@@ -75,7 +89,7 @@ async def floor_read(store, keys: list[str], more: list[str] = ()) -> int:
 
     blobs = await asyncio.gather(*(one(k) for k in [*keys, *more]))
     rows = np.concatenate([np.frombuffer(b, np.float32)[2:] for b in blobs[:len(keys)]])  # after the vlen header
-    return rows.size // 3
+    return rows.reshape(-1, 3)
 
 
 def cell_keys(root: Path, *arrays: str) -> list[str]:
@@ -145,8 +159,9 @@ def worker(args) -> None:
 
     fn = JOBS[args.worker]
     opts = json.loads(args.opts) if args.opts else None
-    median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir))
-    secs, stats = median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir))
+    done = partial(settle, args.out_dir)
+    median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
+    secs, stats = median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
     print(json.dumps({"seconds": secs, "stats": stats}))
 
 
@@ -163,6 +178,7 @@ def run_worker(src: str, what: str, url: str, opts: dict | None, truth: int, out
 
 
 FLOOR_ALL = "floor, every cell read_all needs"
+FLOOR_EXPORT = "floor + writing an npz of the export's size"
 
 
 def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[str], floor_store, reps: int,
@@ -177,32 +193,46 @@ def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[st
     """
 
     async def floor():
-        assert await floor_read(floor_store, keys) == truth
+        assert len(await floor_read(floor_store, keys)) == truth
         return None
 
     async def floor_all():
-        assert await floor_read(floor_store, keys, more_keys) == truth
+        assert len(await floor_read(floor_store, keys, more_keys)) == truth
+        return None
+
+    async def floor_export():
+        """The floor's rows and two int64 columns (the export's object ids and vertex indexes) written with
+        ``np.savez``: what an export to .npz costs at the least."""
+        rows = await floor_read(floor_store, keys)
+        ints = np.zeros(len(rows), np.int64)
+        np.savez(out_dir / "out-floor.npz", positions=rows, object_ids=ints, vertex_index=ints)  # settle() removes it
         return None
 
     out = []
     whats = [w for w in (jobs or JOBS) if w != "export npz" or export_too]
+    done = partial(settle, out_dir)
     if baseline is None:
-        out.append({"what": "floor", "seconds": median_of(reps, floor)[0], "stats": None})
-        out.append({"what": FLOOR_ALL, "seconds": median_of(reps, floor_all)[0], "stats": None})
+        out.append({"what": "floor", "seconds": median_of(reps, floor, done)[0], "stats": None})
+        out.append({"what": FLOOR_ALL, "seconds": median_of(reps, floor_all, done)[0], "stats": None})
+        if "export npz" in whats:
+            out.append({"what": FLOOR_EXPORT, "seconds": median_of(min(export_reps, reps), floor_export, done)[0],
+                        "stats": None})
         for what in whats:
             secs, stats = median_of(min(export_reps, reps) if what == "export npz" else reps,
-                                    lambda what=what: JOBS[what](url, opts, truth, out_dir))
+                                    lambda what=what: JOBS[what](url, opts, truth, out_dir), done)
             out.append({"what": what, "seconds": secs, "stats": stats})
             log(f"  {what:12} {secs:7.3f} s  requests {stats['requests']}, max in flight {stats['max_inflight']}")
         return out
     here = str(HERE.parent / "src")
-    times: dict = {"floor": [], FLOOR_ALL: []}
+    times: dict = {"floor": [], FLOOR_ALL: [], **({FLOOR_EXPORT: []} if "export npz" in whats else {})}
     for what in whats:
         times[what], times[f"{what} (baseline)"] = [], []
     last: dict = {}
     for rep in range(reps):
-        times["floor"].append(median_of(1, floor)[0])
-        times[FLOOR_ALL].append(median_of(1, floor_all)[0])
+        times["floor"].append(median_of(1, floor, done)[0])
+        times[FLOOR_ALL].append(median_of(1, floor_all, done)[0])
+        if FLOOR_EXPORT in times and rep < export_reps:
+            times[FLOOR_EXPORT].append(median_of(1, floor_export, done)[0])
         for what in whats:
             if what == "export npz" and rep >= export_reps:
                 continue
@@ -318,8 +348,11 @@ def main() -> None:
 
         def add(where: str, res: list[dict]) -> None:
             floor, floor_all = res[0]["seconds"], res[1]["seconds"]
+            floor_export = next((r["seconds"] for r in res if r["what"] == FLOOR_EXPORT), None)
             for r in res:
                 req = r["stats"]["requests"] if r["stats"] else len(keys) + (len(more) if r["what"] == FLOOR_ALL else 0)
+                if r["what"].startswith("export") and floor_export:
+                    r = {**r, "what": f"{r['what']} (export floor / time: {floor_export / r['seconds']:.2f})"}
                 table.append(f"| {where} | {r['what']} | {r['seconds']:.3f} | {floor / r['seconds']:.2f} "
                              f"| {floor_all / r['seconds']:.2f} | {req} |")
 
