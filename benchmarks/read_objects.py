@@ -14,9 +14,11 @@ Rows (medians of ``--reps``):
   every-cell floor: the same GETs plus every other object ``read_all`` must fetch to label rows with
   their objects (the fragment-index cells and the object index), none of it decoded.  The export
   rows also name their ratio to an export floor: the floor's rows plus two int64 columns of the same
-  length written with ``np.savez`` (an .npz of the export's size, from memory).  ``--baseline DIR`` runs these
-  rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved with
-  the current one in subprocesses, so before/after ratios share the machine's load.
+  length written with ``np.savez`` (an .npz of the export's size, from memory).  ``--baseline DIR``
+  runs these rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved
+  with the current one in subprocesses, so before/after ratios share the machine's load; its
+  "paired" column is the median over reps of each rep's floor / time (a rep's floor and jobs run
+  back to back, so that ratio drifts less with the machine's load than the ratio of medians).
 * ``seaweed``: the same store uploaded to SeaweedFS (``weed`` from the ``bench`` extra,
   started here on 127.0.0.1, as in ``benchmarks/write.py``), zvf over S3 against the same floor
   (``--baseline`` too).
@@ -241,7 +243,9 @@ def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[st
                 times[label].append(secs)
                 log(f"  rep {rep} {label:24} {secs:7.3f} s  requests {last[label]['requests']}")
     for label, secs in times.items():
-        out.append({"what": label, "seconds": statistics.median(secs), "stats": last.get(label)})
+        # floor and jobs of one rep run back to back: their ratio drifts less with the machine's load
+        paired = statistics.median(f / t for f, t in zip(times["floor"], secs))
+        out.append({"what": label, "seconds": statistics.median(secs), "stats": last.get(label), "paired": paired})
     return out
 
 
@@ -343,8 +347,8 @@ def main() -> None:
         keys = cell_keys(store, "vertices") if truth else []
         more = (cell_keys(store, "vertex_fragments", "object_index/manifests", "object_index/object_ids")
                 if truth else [])
-        table = ["| row | what | time s | floor / time | every-cell floor / time | requests |",
-                 "|---|---|---|---|---|---|"]
+        table = ["| row | what | time s | floor / time | every-cell floor / time | paired floor / time | requests |",
+                 "|---|---|---|---|---|---|---|"]
 
         def add(where: str, res: list[dict]) -> None:
             floor, floor_all = res[0]["seconds"], res[1]["seconds"]
@@ -353,8 +357,9 @@ def main() -> None:
                 req = r["stats"]["requests"] if r["stats"] else len(keys) + (len(more) if r["what"] == FLOOR_ALL else 0)
                 if r["what"].startswith("export") and floor_export:
                     r = {**r, "what": f"{r['what']} (export floor / time: {floor_export / r['seconds']:.2f})"}
+                paired = "-" if r.get("paired") is None else f"{r['paired']:.2f}"
                 table.append(f"| {where} | {r['what']} | {r['seconds']:.3f} | {floor / r['seconds']:.2f} "
-                             f"| {floor_all / r['seconds']:.2f} | {req} |")
+                             f"| {floor_all / r['seconds']:.2f} | {paired} | {req} |")
 
         if "local" in rows:
             from obstore.store import LocalStore
