@@ -204,7 +204,7 @@ class ObjectIndex:
                 continue
             offsets, nbytes = index
             present = offsets != EMPTY
-            end = int((offsets[present] + nbytes[present]).max()) if present.any() else 0
+            end = _stored_end(offsets, nbytes, present)
             wanted = np.unique(rows[shard_of == s] // k) - s * slots
             wanted_bytes = int(nbytes[wanted[present[wanted]]].sum())
             if self.ex.get_cached("manifest", (path, "shard", s)) is not None or end <= break_even \
@@ -256,8 +256,7 @@ class ObjectIndex:
         present = offsets != EMPTY
         raw = self.ex.get_cached("manifest", (path, "shard", s))
         if raw is None:
-            end = int((offsets[present] + nbytes[present]).max()) if present.any() else 0
-            r = ByteRange(self.manifests.key_of((s,)), 0, end)
+            r = ByteRange(self.manifests.key_of((s,)), 0, _stored_end(offsets, nbytes, present))
             raw = _whole((await self.ex.read_ranges([r]))[0], r)
         unit = await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present), OFFLOAD_STORED)
         self._remember(("rows", s), unit)
@@ -283,6 +282,11 @@ def _empty(n: int):
     """A unit of ``n`` absent manifests (zero-length rows)."""
     z = np.zeros(n, dtype=np.int64)
     return np.zeros(0, dtype=np.uint8), z, z
+
+
+def _stored_end(offsets: np.ndarray, nbytes: np.ndarray, present: np.ndarray) -> int:
+    """Bytes of a shard up to the end of its last stored inner chunk (0 when none is)."""
+    return int((offsets[present] + nbytes[present]).max()) if present.any() else 0
 
 
 def _whole(blob, r: ByteRange):

@@ -341,7 +341,7 @@ def chunk_owners(fi, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
     if isinstance(fi, np.ndarray):
         if per_frag is not None and len(per_frag) >= len(fi):
             return np.repeat(per_frag[: len(fi)], fi)
-        fi = FragmentIndex(np.ones(len(fi), dtype=bool), np.cumsum(fi) - fi, fi)
+        fi = FragmentIndex.from_ranges(np.cumsum(fi) - fi, fi)
     if per_frag is not None and len(per_frag) >= fi.num_fragments and fi.tiles(n_rows):
         return np.repeat(per_frag[: fi.num_fragments], fi.counts)
     oids = np.full(n_rows, -1, dtype=np.int64)
