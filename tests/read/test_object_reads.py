@@ -197,8 +197,11 @@ def test_row_helpers_match_their_plain_definitions():
         got = match_rows(known, query)
         naive = [next((j for j, r in enumerate(known.tolist()) if r == q), -1) for q in query.tolist()]
         assert got.tolist() == naive
-    wide = np.array([[2**62, 0], [-(2**62), 1]])  # too wide for one int64 per row: the generic path
-    assert match_rows(wide[:1], wide).tolist() == [0, -1]
+    wide = np.array([[2**62, 0], [-(2**62), 1]])
+    assert match_rows(wide[:1], wide).tolist() == [0, -1]  # a one-cell box; the far row cannot wrap into it
+    assert match_rows(wide, wide[::-1]).tolist() == [1, 0]  # too wide for a table or one int64 per row
+    far = np.array([[3, -(2**63)], [2**63 - 1, 4], [3, 4]])
+    assert match_rows(np.array([[3, 4], [3, 5]]), far).tolist() == [-1, -1, 0]
     assert np.array_equal(unique_rows(wide[[0, 1, 0]]), np.unique(wide, axis=0))
 
 

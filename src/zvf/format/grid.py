@@ -69,6 +69,16 @@ def extremes(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([c.min() for c in cols], dtype=p.dtype), np.array([c.max() for c in cols], dtype=p.dtype)
 
 
+def box_cells(coords: np.ndarray, lo: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """C-order cell number of each (N, ndim) integer row in the box of ``span`` cells from ``lo`` (rows
+    outside the box give meaningless numbers: callers mask them)."""
+    cell: np.ndarray = (coords[:, 0] - lo[0]).astype(np.int64)
+    for d in range(1, coords.shape[1]):
+        cell *= span[d]
+        cell += coords[:, d] - lo[d]
+    return cell
+
+
 def dense_ids(coords: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The distinct rows of an (N >= 1, ndim) integer table in C order and each row's position among
     them, through a dense table over the rows' bounding box instead of a sort (``np.unique(axis=0)``'s
@@ -78,10 +88,7 @@ def dense_ids(coords: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarra
     if n_cells > max_cells:
         return None
     span = hi.astype(np.int64) - lo + 1
-    cell = (coords[:, 0] - lo[0]).astype(np.int64)
-    for d in range(1, coords.shape[1]):
-        cell *= span[d]
-        cell += coords[:, d] - lo[d]
+    cell = box_cells(coords, lo, span)
     table = np.zeros(int(n_cells), dtype=np.int64)
     table[cell] = 1
     present = np.flatnonzero(table)

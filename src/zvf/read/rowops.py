@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..format.grid import dense_ids
+from ..format.grid import box_cells, dense_ids, extremes
 
 
 def expand_ranges(starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -41,6 +41,10 @@ def match_rows(known: np.ndarray, query: np.ndarray) -> np.ndarray:
         return np.full(len(query), -1, dtype=np.int64)
     known = np.asarray(known, dtype=np.int64).reshape(len(known), -1)
     query = query.reshape(len(query), -1)
+    if known.shape[1] == query.shape[1]:
+        found = _dense_match(known, query, max(1 << 20, len(known) + len(query)))
+        if found is not None:
+            return found
     flat = _ravel_pair(known, query)
     if flat is not None:  # one integer per row: a 1-D sort instead of np.unique(axis=0)
         fk, fq = flat
@@ -53,6 +57,26 @@ def match_rows(known: np.ndarray, query: np.ndarray) -> np.ndarray:
     lut = np.full(int(inv.max()) + 1, -1, dtype=np.int64)
     lut[inv[: len(known)]] = np.arange(len(known), dtype=np.int64)
     return lut[inv[len(known):]]
+
+
+def _dense_match(known: np.ndarray, query: np.ndarray, max_cells: int) -> np.ndarray | None:
+    """:func:`match_rows` through a table over the bounding box of ``known`` (chunk coordinates: a few
+    thousand cells) instead of a sort; None when that box has more than ``max_cells`` cells."""
+    lo, hi = extremes(known)
+    span = hi - lo + 1
+    if float(np.prod(hi.astype(np.float64) - lo.astype(np.float64) + 1)) > max_cells:
+        return None
+    table = np.full(int(np.prod(span)), -1, dtype=np.int64)
+    table[box_cells(known, lo, span)[::-1]] = np.arange(len(known) - 1, -1, -1, dtype=np.int64)  # first one wins
+    inside = np.ones(len(query), dtype=bool)
+    for d in range(query.shape[1]):  # compared, not subtracted: far-off rows cannot wrap into the box
+        col = query[:, d]
+        inside &= (col >= lo[d]) & (col <= hi[d])
+    if inside.all():
+        return table[box_cells(query, lo, span)]
+    out = np.full(len(query), -1, dtype=np.int64)
+    out[inside] = table[box_cells(query[inside], lo, span)]
+    return out
 
 
 def unique_rows(a: np.ndarray) -> np.ndarray:
