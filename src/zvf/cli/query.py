@@ -96,7 +96,7 @@ def cmd_query(args) -> int:
     elapsed = time.perf_counter() - t0
     files = []
     if args.out:
-        writer = open_writer(args.out, fmt, sel, link_table(geometry, clip=args.clip))
+        writer = open_writer(args.out, fmt, sel, link_table(geometry, clip=args.clip), rows=len(sel))
         try:
             writer.write(sel)
         except BaseException:

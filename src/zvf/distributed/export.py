@@ -141,7 +141,7 @@ def _write_part(url: str, opts, level: int, kind: str, part, names, box, path: s
     from ..read.writers import open_writer
 
     sel = anyio.run(_read, url, opts, level, kind, part, names, box, backend="asyncio")
-    writer = open_writer(path, fmt, template, links)
+    writer = open_writer(path, fmt, template, links, rows=len(sel))
     try:
         writer.write(sel)
         writer.close()

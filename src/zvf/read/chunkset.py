@@ -286,7 +286,8 @@ class ChunkSet:
     def rows(self, global_rows: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Positions and attributes of global rows."""
         _, _, pos, attrs = self.concat()
-        return pos[global_rows], {n: a[global_rows] for n, a in attrs.items()}
+        # np.take along axis 0 copies whole rows: about twice as fast as fancy indexing for (N, 3) rows
+        return np.take(pos, global_rows, axis=0), {n: np.take(a, global_rows, axis=0) for n, a in attrs.items()}
 
     def row_owners(self, owners: dict[tuple, np.ndarray]) -> np.ndarray:
         """Object id of every global row from its fragment (-1 where no manifest names it)."""

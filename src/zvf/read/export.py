@@ -261,8 +261,8 @@ class ObjectSweep:
     """
 
     def __init__(self, ds, *, level: int, attributes, window: int, per_batch: int,
-                 cache_bytes: int | None = None):
-        self.ds, self.level, self.attributes = ds, level, attributes
+                 cache_bytes: int | None = None, links: bool = True):
+        self.ds, self.level, self.attributes, self.links = ds, level, attributes, links
         self.window, self.per_batch = int(window), int(per_batch)
         self.cache_bytes = SWEEP_BYTES if cache_bytes is None else int(cache_bytes)  # < 0: one window, always
         self.keep = 2 * self.window  # dead chunks tolerated besides as many as are live (set in setup)
@@ -323,7 +323,7 @@ class ObjectSweep:
         refs = expand_ranges(self.off[rows], lens)
         sub = ManifestTable(np.repeat(np.arange(len(rows), dtype=np.int64), lens), t.block[refs], t.coords[refs],
                             t.fragment[refs], len(rows))
-        g = await read_grouped(self.ds.context, self.cs, self.oids[rows], sub, loaded=self.preloaded)
+        g = await read_grouped(self.ds.context, self.cs, self.oids[rows], sub, loaded=self.preloaded, links=self.links)
         self.held[self.rank[refs]] = True
         cuts = np.unique(np.r_[np.arange(0, len(rows), self.per_batch), len(rows)])
         return split_ranges(g, cuts)
@@ -383,17 +383,21 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     lvl = await ds.level(level)
     names = pick_attributes(lvl, attributes)
     by_object = ds.geometry_type in SEQUENTIAL | LINKED and ds.has_objects(lvl.index)
+    links = link_table(ds.geometry_type) if by_object else None
     if by_object:
         template = await ds.read_objects(np.zeros(0, np.int64), level=level, attributes=names, combined=True)
         total, unit = len(await ds.object_ids(level=level)), "objects"
-        sweep = ObjectSweep(ds, level=level, attributes=names, window=batch_chunks, per_batch=batch_objects)
+        # whole polylines need no edges: ``vertex_index`` is their order
+        sweep = ObjectSweep(ds, level=level, attributes=names, window=batch_chunks, per_batch=batch_objects,
+                            links=links is not None)
         stream = BatchStream(sweep.setup, sweep.fetch, prefetch=prefetch, flatten=True)
     else:
         template = await read_chunks(ds.context, lvl, lvl.nonempty_chunks[:0], names)  # dtypes and shapes, no data
         total, unit = len(lvl.nonempty_chunks), "chunks"
         stream = iter_chunks(ds, level=level, attributes=names, prefetch=prefetch, batch_chunks=batch_chunks)
-    writer = await anyio.to_thread.run_sync(open_writer, str(out), fmt, template,
-                                            link_table(ds.geometry_type) if by_object else None)
+    # the level's vertex count, when right (every zvf-written level 0), lets an .npz be written in place
+    writer = await anyio.to_thread.run_sync(open_writer, str(out), fmt, template, links,
+                                            max(0, int(lvl.meta.vertex_count)))
     summary = {"vertices": 0, unit: 0, f"total_{unit}": total, "done": 0, "total": total, "unit": unit,
                "requests": 0, "bytes": 0, "seconds": 0.0, "mb_per_s": 0.0, "format": fmt, "out": str(out),
                "files": writer.files()}

@@ -159,9 +159,10 @@ async def object_table(rc: ReadContext, lvl, ids) -> tuple[np.ndarray, ManifestT
 
 
 async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: ManifestTable, *,
-                       loaded: bool = False) -> Grouped:
+                       loaded: bool = False, links: bool = True) -> Grouped:
     """Objects ``ids`` whose manifests are ``sub`` (``object_row`` k = ``ids[k]``), chunks through ``cs``
-    (``loaded``: the caller knows ``cs`` holds every chunk ``sub`` names)."""
+    (``loaded``: the caller knows ``cs`` holds every chunk ``sub`` names; ``links=False``: no edges or
+    faces, for a caller that does not use them)."""
     geometry = rc.geometry_type
     if len(sub) and not loaded:
         await cs.load(unique_rows(sub.coords))
@@ -172,9 +173,9 @@ async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: Mani
     positions, attrs = cs.rows(grows)
     edges = faces = None
     link_attrs = {}
-    if geometry in SEQUENTIAL:
+    if links and geometry in SEQUENTIAL:
         edges = sequential_edges(offsets)
-    elif geometry in LINKED and cs.links is not None:
+    elif links and geometry in LINKED and cs.links is not None:
         pos_of_global = np.full(cs.total, -1, dtype=np.int64)
         pos_of_global[grows] = np.arange(len(grows), dtype=np.int64)
         rows, link_attrs = cs.connectivity(geometry)

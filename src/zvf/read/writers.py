@@ -23,13 +23,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import tempfile
 import uuid
-import zipfile
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .npz import NpzBuilder
 from .selection import Selection
 
 FORMATS = ("npz", "csv", "parquet")
@@ -295,53 +294,40 @@ class ParquetOut(_Out):
 
 
 class NpzOut(_Out):
-    """One ``.npz`` holding both tables.
+    """One ``.npz`` holding both tables, written column by column by :class:`~zvf.read.npz.NpzBuilder`
+    (memory: one batch).  ``rows``, the vertex table's row count when the caller knows it, lets every
+    vertex column go straight to its place in the file; without it (and for link tables) columns pass
+    through temporary files."""
 
-    Each array is appended to a temporary file while batches arrive and zipped
-    (with .npy headers) at the end, so memory stays one batch.
-    """
-
-    def __init__(self, path: str, template: Selection, links: str | None = None):
+    def __init__(self, path: str, template: Selection, links: str | None = None, rows: int | None = None):
         super().__init__(path, template, links)
-        self.tmp = tempfile.TemporaryDirectory(prefix="zvf-export-", dir=os.path.dirname(os.path.abspath(self.path)))
-        self.meta: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        self.columns: dict = {}
-        self.rows: dict[str, int] = {}
+        self.rows = rows
+        self.zip: NpzBuilder | None = None
 
     def files(self) -> list[str]:
         return [self.path]
 
     def _open(self, table, arrays):
+        if self.zip is None:
+            self.zip = NpzBuilder(self._target("vertices"))
         for k, v in arrays.items():
-            self.meta[k] = (v.dtype, v.shape[1:])
-            self.columns[k] = open(os.path.join(self.tmp.name, f"{len(self.columns)}.bin"), "w+b")  # noqa: SIM115
-            self.rows[k] = 0
+            self.zip.add(k, v.dtype, v.shape[1:], self.rows if table == "vertices" else None)
         self.sinks[table] = _NpzTable(self)
         return self.sinks[table]
 
     def _append(self, arrays: dict[str, np.ndarray]) -> None:
+        assert self.zip is not None
         for k, v in arrays.items():
-            self.columns[k].write(np.ascontiguousarray(v, dtype=self.meta[k][0]).data)
-            self.rows[k] += len(v)
+            self.zip.append(k, v)
 
     def _finish(self) -> None:
-        with zipfile.ZipFile(self._target("vertices"), "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for k, fh in self.columns.items():
-                dtype, row_shape = self.meta[k]
-                fh.flush()
-                fh.seek(0)
-                with zf.open(f"{k}.npy", "w", force_zip64=True) as dst:
-                    np.lib.format.write_array_header_2_0(
-                        dst, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                              "shape": (self.rows[k], *row_shape)})
-                    while block := fh.read(8 << 20):
-                        dst.write(block)
+        assert self.zip is not None
+        self.zip.finish()
         self._release()
 
     def _release(self) -> None:
-        for fh in self.columns.values():
-            fh.close()
-        self.tmp.cleanup()
+        if self.zip is not None:
+            self.zip.close()
 
 
 class _NpzTable:
@@ -354,6 +340,9 @@ class _NpzTable:
 WRITERS = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut}
 
 
-def open_writer(out: str, fmt: str, template: Selection, links: str | None = None) -> _Out:
-    """The writer of ``fmt`` for OUT (``template``: a batch, possibly empty, giving dtypes and shapes)."""
+def open_writer(out: str, fmt: str, template: Selection, links: str | None = None, rows: int | None = None) -> _Out:
+    """The writer of ``fmt`` for OUT (``template``: a batch, possibly empty, giving dtypes and shapes;
+    ``rows``: the vertex rows to come, when known: an .npz is then written in place)."""
+    if fmt == "npz":
+        return NpzOut(str(out), template, links, rows=rows)
     return WRITERS[fmt](str(out), template, links)
