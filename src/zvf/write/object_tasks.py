@@ -68,6 +68,7 @@ from .tasks import (
     ROWS_PER_TASK,
     CellWriter,
     CommitWriter,
+    GridPlan,
     WriteJob,
     add_source,
     chunk_groups,
@@ -158,20 +159,10 @@ async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int)
 
 
 @dataclass
-class ObjectPlan:
-    """What the routed sources add up to: the layout, the chunk groups of the cell tasks and what the commit
+class ObjectPlan(GridPlan):
+    """An object write's plan: besides the layout and the cell tasks' chunk groups, what the commit
     needs -- paths: the runs; graphs, skeletons, meshes: the distinct object ids and the link layout."""
 
-    n: int
-    dtype: np.dtype
-    attributes: dict[str, tuple[np.dtype, tuple[int, ...]]]
-    lo: list
-    hi: list
-    origin: tuple[int, ...]
-    grid_shape: tuple[int, ...]
-    chunks: np.ndarray  # (C, ndim) every chunk, C order
-    groups: list[np.ndarray]  # rows of ``chunks``, one array per cell task
-    source_chunks: list[np.ndarray]  # per source: row in ``chunks`` of each chunk of its row spill
     runs: PathRuns | None = None
     object_attributes: dict[str, np.ndarray] | None = None  # paths: given per batch, concatenated
     uniq: np.ndarray | None = None  # connected: distinct object ids

@@ -232,23 +232,30 @@ async def upload_spill(ex: Executor, key: str, rows: RunSpill, coords: np.ndarra
 
 
 @dataclass
-class CellPlan:
-    """What the routed sources add up to, and the chunk groups of the write_cells tasks."""
+class GridPlan:
+    """What routed sources add up to and how their chunks are cut into cell tasks: the part of a
+    plan every distributed writer (points here, objects in ``object_tasks``) shares."""
 
     n: int
     dtype: np.dtype
     attributes: dict[str, tuple[np.dtype, tuple[int, ...]]]
-    with_ids: bool
-    explicit_ids: bool
     lo: list
     hi: list
     origin: tuple[int, ...]
     grid_shape: tuple[int, ...]
     chunks: np.ndarray  # (C, ndim) every chunk, C order
-    groups: list[np.ndarray]  # indices into ``chunks``, one array per write_cells task
+    groups: list[np.ndarray]  # rows of ``chunks``, one array per cell task
+    source_chunks: list[np.ndarray]  # per source: row in ``chunks`` of each chunk of its spill
+
+
+@dataclass
+class CellPlan(GridPlan):
+    """A point write's plan: with ids or not, and where each source's rows start."""
+
+    with_ids: bool
+    explicit_ids: bool
     row_offsets: np.ndarray  # (S,) first global row of each source
     uniq: np.ndarray | None
-    source_chunks: list[np.ndarray]  # per source: row in ``chunks`` of each of its chunks
 
 
 def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
@@ -285,9 +292,9 @@ def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROW
         uniq = np.unique(np.concatenate([s["ids"] for s in summaries if "ids" in s] or [np.zeros(0, np.int64)]))
     elif with_ids:
         uniq = np.arange(n, dtype=np.int64)
-    return CellPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in first["attributes"].items()}, with_ids,
-                    explicit, lo, hi, origin, grid_shape, chunks, groups,
-                    np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64), uniq, at)
+    return CellPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in first["attributes"].items()}, lo, hi,
+                    origin, grid_shape, chunks, groups, at, with_ids=with_ids, explicit_ids=explicit,
+                    row_offsets=np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64), uniq=uniq)
 
 
 def extent(job: WriteJob, summaries: list[dict]) -> tuple[list, list]:
