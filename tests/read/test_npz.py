@@ -91,6 +91,13 @@ def test_npz_link_table_and_casts(tmp_path):
         assert data["edges_object_ids"].tolist() == [0, 0, 1]
 
 
+def test_npz_spills_columns_of_any_name(tmp_path):
+    sel = Selection(np.zeros((4, 3), np.float32), {"a/b": np.arange(4.0), "a b": np.ones(4)}, None)
+    _write(tmp_path / "out.npz", [sel, sel], None)
+    with np.load(tmp_path / "out.npz") as data:
+        assert data["attr_a/b"].tolist() == [0, 1, 2, 3] * 2 and data["attr_a b"].tolist() == [1] * 8
+
+
 def test_npz_abort_leaves_nothing(tmp_path):
     batches = _batches(100, [50, 50])
     w = open_writer(str(tmp_path / "out.npz"), "npz", batches[0], rows=10)  # overflows: a spill file exists

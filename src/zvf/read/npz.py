@@ -149,7 +149,8 @@ class NpzBuilder:
                 if self.spill_dir is None:
                     self.spill_dir = tempfile.TemporaryDirectory(prefix="zvf-export-",
                                                                  dir=os.path.dirname(os.path.abspath(self.path)))
-                col.spill = open(os.path.join(self.spill_dir.name, f"{len(self.columns)}-{key}.bin"), "w+b")  # noqa: SIM115
+                number = list(self.columns).index(key)  # not the key: attribute names may hold any character
+                col.spill = open(os.path.join(self.spill_dir.name, f"{number}.bin"), "w+b")  # noqa: SIM115
             col.spill.write(flat[fits * col.row_nbytes:].data)
         col.rows += n
 
