@@ -17,6 +17,7 @@ The container is zip64 throughout (every size in the zip64 extra field), which `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import tempfile
@@ -174,7 +175,12 @@ class NpzBuilder:
             raise
         os.close(self.fd)
         self.fd = fd
-        os.replace(fresh, self.path)
+        try:
+            os.replace(fresh, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(fresh)
+            raise
 
     def _write_rest(self, fd: int, at: int, todo: list[_Column]) -> None:
         """``todo`` written one after another from ``at`` (their reserved rows, then their spilled ones),

@@ -63,9 +63,9 @@ def _dense_match(known: np.ndarray, query: np.ndarray, max_cells: int) -> np.nda
     """:func:`match_rows` through a table over the bounding box of ``known`` (chunk coordinates: a few
     thousand cells) instead of a sort; None when that box has more than ``max_cells`` cells."""
     lo, hi = extremes(known)
-    span = hi - lo + 1
-    if float(np.prod(hi.astype(np.float64) - lo.astype(np.float64) + 1)) > max_cells:
+    if float(np.prod(hi.astype(np.float64) - lo.astype(np.float64) + 1)) > max_cells:  # in floats: no overflow
         return None
+    span = hi - lo + 1
     table = np.full(int(np.prod(span)), -1, dtype=np.int64)
     table[box_cells(known, lo, span)[::-1]] = np.arange(len(known) - 1, -1, -1, dtype=np.int64)  # first one wins
     inside = np.ones(len(query), dtype=bool)
