@@ -98,6 +98,19 @@ def test_npz_spills_columns_of_any_name(tmp_path):
         assert data["attr_a/b"].tolist() == [0, 1, 2, 3] * 2 and data["attr_a b"].tolist() == [1] * 8
 
 
+def test_npz_refuses_rows_of_another_shape(tmp_path):
+    from zvf.errors import InvalidArgumentError
+
+    first = Selection(np.zeros((2, 3), np.float32), {"rgb": np.zeros((2, 3))}, None)
+    later = Selection(np.zeros((2, 3), np.float32), {"rgb": np.zeros((2, 4))}, None)
+    w = open_writer(str(tmp_path / "out.npz"), "npz", first, rows=4)
+    w.write(first)
+    with pytest.raises(InvalidArgumentError, match="attr_rgb"):
+        w.write(later)
+    w.abort()
+    assert os.listdir(tmp_path) == []
+
+
 def test_npz_abort_leaves_nothing(tmp_path):
     batches = _batches(100, [50, 50])
     w = open_writer(str(tmp_path / "out.npz"), "npz", batches[0], rows=10)  # overflows: a spill file exists

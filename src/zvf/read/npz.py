@@ -27,6 +27,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 # Reserve in place only while the reserved bytes stay under this (a wrong, huge count in untrusted
 # metadata must not make a file of absurd apparent size; past it columns go through temporary files).
 MAX_RESERVED = 1 << 40
@@ -138,6 +140,9 @@ class NpzBuilder:
 
     def append(self, key: str, rows: np.ndarray) -> None:
         col = self.columns[key]
+        if tuple(rows.shape[1:]) != col.row_shape:
+            raise InvalidArgumentError(f"{self.path}: rows of shape {tuple(rows.shape[1:])} for column {key!r}, "
+                                       f"whose rows are {col.row_shape}")
         flat = np.ascontiguousarray(rows, dtype=col.dtype).reshape(-1).view(np.uint8)
         n = len(rows)
         fits = min(n, max(0, col.capacity - col.rows)) if col.header_at >= 0 else 0
