@@ -61,6 +61,16 @@ def test_npz_with_the_right_count_is_written_once_in_place(tmp_path, monkeypatch
     assert len(copied) == 3
 
 
+def test_npz_without_positional_io(tmp_path, monkeypatch):
+    """Platforms without os.pwrite / os.pread (Windows) seek and write instead."""
+    monkeypatch.delattr(os, "pwrite", raising=False)
+    monkeypatch.delattr(os, "pread", raising=False)
+    batches = _batches(300, [100, 200])
+    for announced in (300, 200):  # in place, then reassembled from the region and a spill file
+        _write(tmp_path / "out.npz", batches, announced)
+        _check(str(tmp_path / "out.npz"), batches)
+
+
 def test_npz_reserves_no_absurd_region(tmp_path, monkeypatch):
     """A huge announced count (untrusted metadata) makes no file of that apparent size."""
     monkeypatch.setattr(npz, "MAX_RESERVED", 40_000)

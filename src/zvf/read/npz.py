@@ -4,7 +4,7 @@
 are contiguous, so a column whose final row count is known when it is added gets its region
 reserved at once and every batch is written straight to its place (``os.pwrite``): the data is
 written once.  A column with no known count, and rows past the count, go to a temporary file and
-are copied in at the end (in the kernel where it can).  Only a prefix of the columns can be
+are copied in at the end.  Only a prefix of the columns can be
 reserved (a region after an unknown one has no known place); if a reserved column ends with
 fewer or more rows than announced, the zip is assembled afresh from what was written, so a
 wrong count costs a copy, never a wrong file.  A member's CRC-32 covers its ``.npy`` header too:
@@ -36,6 +36,7 @@ COPY_BLOCK = 8 << 20
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch: results do not depend on the clock
 _ZIP64_VERSION = 45
 _UNKNOWN32 = 0xFFFFFFFF
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)  # O_BINARY: no newline edits on Windows
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -70,17 +71,29 @@ def central_directory(members: list[tuple[bytes, int, int, int]], at: int) -> by
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:
+    """All of ``data`` at ``offset`` (seek and write where the platform has no ``pwrite``: one writer)."""
     view = memoryview(data).cast("B")
     while len(view):
-        n = os.pwrite(fd, view, offset)
+        if hasattr(os, "pwrite"):
+            n = os.pwrite(fd, view, offset)
+        else:
+            os.lseek(fd, offset, os.SEEK_SET)
+            n = os.write(fd, view)
         view, offset = view[n:], offset + n
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, n)
 
 
 def copy_range(src: int, src_at: int, dst: int, dst_at: int, nbytes: int, crc: int) -> int:
     """``nbytes`` from one file descriptor to another; returns ``crc`` continued over them."""
     done = 0
     while done < nbytes:
-        block = os.pread(src, min(COPY_BLOCK, nbytes - done), src_at + done)
+        block = _pread(src, min(COPY_BLOCK, nbytes - done), src_at + done)
         if not block:
             raise OSError(f"{nbytes - done} bytes missing from a column of the .npz being written")
         crc = zlib.crc32(block, crc)
@@ -91,6 +104,8 @@ def copy_range(src: int, src_at: int, dst: int, dst_at: int, nbytes: int, crc: i
 
 @dataclass
 class _Column:
+    """One member: where its region is (if reserved), how many rows it holds, its CRC so far."""
+
     name: bytes
     dtype: np.dtype
     row_shape: tuple[int, ...]
@@ -119,7 +134,7 @@ class NpzBuilder:
 
     def __init__(self, path: str):
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fd = os.open(path, _OPEN_FLAGS, 0o644)
         self.columns: dict[str, _Column] = {}
         self.end = 0  # bytes reserved so far (the zip's length if every column fills its region)
         self.reserving = True  # still a prefix of reserved columns
@@ -171,7 +186,7 @@ class NpzBuilder:
             self._write_rest(self.fd, self.end, [c for c in cols if c.header_at < 0])
             return
         fresh = f"{self.path}.assembling"
-        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(fresh, _OPEN_FLAGS, 0o644)
         try:
             self._write_rest(fd, 0, cols)
         except BaseException:
