@@ -151,6 +151,15 @@ class ReadContext(RootFacts):
         self.manifest_cache[index] = got
         return got
 
+    async def object_ids(self, index: int = 0) -> np.ndarray:
+        """Object id of each manifest row of a level: the ids array alone where the level has zvf's object
+        index and its manifests are not decoded yet (no manifest is decoded for it), else the decoded ids."""
+        if index not in self.manifest_cache:
+            level = await self.family(index, "object_index")
+            if level.object_index is not None:
+                return await level.object_index.ids()
+        return (await self.manifests(index))[0]
+
     async def fragment_owners(self, index: int) -> Owners:
         """chunk -> object id of each fragment (-1 for fragments no manifest names)."""
         if index in self.owner_cache:

@@ -112,8 +112,7 @@ class AsyncDataset(RootFacts):
         lvl = await self.level(level)
         if not self.has_objects(lvl.index):
             return np.zeros(0, dtype=np.int64)
-        oids, _ = await self.manifests(level)
-        return oids.copy()
+        return (await self._ctx.object_ids(lvl.index)).copy()
 
     # ------------------------------------------------------------- queries
     def select(self, *, bbox: BBox | None = None, near=None, objects=None, groups=None, where=None,

@@ -386,11 +386,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     links = link_table(ds.geometry_type) if by_object else None
     if by_object:
         template = await ds.read_objects(np.zeros(0, np.int64), level=level, attributes=names, combined=True)
-        # the count off the index's shape: ``object_ids`` would decode every manifest now, before the sweep
-        # can decode them while its cells download
-        oindex = lvl.object_index
-        total = oindex.count if oindex is not None else len(await ds.object_ids(level=level))
-        unit = "objects"
+        total, unit = len(await ds.object_ids(level=level)), "objects"
         # whole polylines need no edges: ``vertex_index`` is their order
         sweep = ObjectSweep(ds, level=level, attributes=names, window=batch_chunks, per_batch=batch_objects,
                             links=links is not None)

@@ -111,18 +111,19 @@ class _Column:
     row_shape: tuple[int, ...]
     row_nbytes: int
     header_at: int = -1  # offset of its local header in the zip; -1: not reserved
+    data_at: int = -1  # offset of its first row there
     capacity: int = 0  # rows reserved in place
     rows: int = 0
     crc: int = 0  # of the member so far (reserved columns: the header for ``capacity`` rows, then the rows)
     spill: BinaryIO | None = None  # rows past the reserved ones (or all of them)
 
-    def header(self, rows: int) -> bytes:
-        body = npy_header(self.dtype, (rows, *self.row_shape))
-        return local_header(self.name, len(body) + rows * self.row_nbytes, self.crc) + body
+    def npy(self, rows: int) -> bytes:
+        return npy_header(self.dtype, (rows, *self.row_shape))
 
-    @property
-    def data_at(self) -> int:
-        return self.header_at + len(self.header(self.capacity))
+    def header(self, rows: int) -> bytes:
+        """Local header and ``.npy`` header of the member holding ``rows`` rows."""
+        body = self.npy(rows)
+        return local_header(self.name, len(body) + rows * self.row_nbytes, self.crc) + body
 
     @property
     def in_place(self) -> bool:
@@ -144,11 +145,11 @@ class NpzBuilder:
         """A member ``key.npy`` of rows of ``row_shape``; ``rows``: its final row count, when known."""
         dtype = np.dtype(dtype)
         col = _Column(f"{key}.npy".encode(), dtype, tuple(row_shape), dtype.itemsize * int(np.prod(row_shape)))
-        size = 0 if rows is None else len(col.header(int(rows))) + int(rows) * col.row_nbytes
-        if rows is not None and self.reserving and self.end + size <= MAX_RESERVED:
-            col.header_at, col.capacity = self.end, int(rows)
-            col.crc = zlib.crc32(npy_header(dtype, (col.capacity, *col.row_shape)))
-            self.end += size
+        head = 0 if rows is None else len(col.header(int(rows)))
+        if rows is not None and self.reserving and self.end + head + int(rows) * col.row_nbytes <= MAX_RESERVED:
+            col.header_at, col.data_at, col.capacity = self.end, self.end + head, int(rows)
+            col.crc = zlib.crc32(col.npy(col.capacity))
+            self.end = col.data_at + col.capacity * col.row_nbytes
         else:
             self.reserving = False
         self.columns[key] = col
@@ -206,7 +207,7 @@ class NpzBuilder:
         """``todo`` written one after another from ``at`` (their reserved rows, then their spilled ones),
         then the central directory of every column."""
         for c in todo:
-            body = npy_header(c.dtype, (c.rows, *c.row_shape))
+            body = c.npy(c.rows)
             in_region = min(c.rows, c.capacity) * c.row_nbytes if c.header_at >= 0 else 0
             data_at = at + len(local_header(c.name, 0, 0)) + len(body)
             crc = zlib.crc32(body)
@@ -217,11 +218,10 @@ class NpzBuilder:
                 crc = copy_range(c.spill.fileno(), 0, fd, data_at + in_region, c.rows * c.row_nbytes - in_region, crc)
             c.crc = crc
             pwrite_all(fd, c.header(c.rows), at)
-            c.header_at = at
-            c.capacity = c.rows
+            c.header_at, c.data_at, c.capacity = at, data_at, c.rows
             at = data_at + c.rows * c.row_nbytes
-        members = [(c.name, c.header_at, len(npy_header(c.dtype, (c.rows, *c.row_shape))) + c.rows * c.row_nbytes,
-                    c.crc) for c in self.columns.values()]
+        members = [(c.name, c.header_at, len(c.npy(c.rows)) + c.rows * c.row_nbytes, c.crc)
+                   for c in self.columns.values()]
         tail = central_directory(members, at)
         pwrite_all(fd, tail, at)
         os.ftruncate(fd, at + len(tail))

@@ -188,7 +188,7 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
         members = np.unique(np.concatenate([groups[g] for g in spec.groups] + [np.zeros(0, np.int64)]))
         allowed = members if allowed is None else np.intersect1d(allowed, members)
     if oterms:
-        ids = await _level_ids(rc, lvl)
+        ids = await rc.object_ids(lvl.index)
         keep = np.ones(len(ids), dtype=bool)
         for t in oterms:
             values = await dense_attribute(rc, "object_attributes", t.name, lvl.index)
@@ -204,16 +204,6 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
         if width:
             t.column(np.zeros((0, width) if width > 1 else (0,)), channels)
     return _Ctx(spec, lvl, names, with_cat, vterms, allowed, note, categories)
-
-
-async def _level_ids(rc: ReadContext, lvl) -> np.ndarray:
-    oindex = getattr(lvl, "object_index", None)
-    if oindex is None:
-        await rc.family(lvl.index, "object_index")
-        oindex = getattr(lvl, "object_index", None)
-    if oindex is not None and not rc.has_manifests(lvl.index):
-        return await oindex.ids()
-    return (await rc.manifests(lvl.index))[0]
 
 
 async def _pick_level(rc: ReadContext, spec: Spec):
@@ -557,7 +547,7 @@ async def _read_sequential(rc: ReadContext, ctx: _Ctx) -> Selection:
     cs = ChunkSet(rc, lvl, names, category=ctx.with_cat)
     limit = ctx.spec.limit
     if not ctx.vertex_predicates:
-        ids = ctx.allowed if ctx.allowed is not None else np.unique(await _level_ids(rc, lvl))
+        ids = ctx.allowed if ctx.allowed is not None else np.unique(await rc.object_ids(lvl.index))
         got_ids, sub = await object_table(rc, lvl, ids)
         nonempty = np.bincount(sub.object_row, minlength=len(got_ids)) > 0
         rows = np.flatnonzero(nonempty)[:limit]
@@ -965,7 +955,7 @@ async def _plan_sequential(rc: ReadContext, ctx: _Ctx, per_chunk: float):
     lvl = ctx.level
     names = _with_where(ctx)
     if not ctx.vertex_predicates:
-        ids = ctx.allowed if ctx.allowed is not None else np.unique(await _level_ids(rc, lvl))
+        ids = ctx.allowed if ctx.allowed is not None else np.unique(await rc.object_ids(lvl.index))
         got_ids, sub = await object_table(rc, lvl, ids)
         if ctx.spec.limit is not None:
             rows = np.flatnonzero(np.bincount(sub.object_row, minlength=len(got_ids)) > 0)[: ctx.spec.limit]
