@@ -88,10 +88,10 @@ async def test_fetch_error_reaches_the_consumer(store, counted, monkeypatch):
     ds = await zvf.aio.open(store)
     real = export_mod.read_chunks
 
-    async def failing(ds_, lvl, chunks, names, box=None):
+    async def failing(ds_, lvl, chunks, names, box=None, sweep=False):
         if counted["started"] >= 3:
             raise InvalidArgumentError("boom at batch 3")
-        return await real(ds_, lvl, chunks, names, box)
+        return await real(ds_, lvl, chunks, names, box, sweep)
 
     monkeypatch.setattr(export_mod, "read_chunks", failing)
     got = 0
@@ -179,10 +179,10 @@ async def test_failed_export_removes_the_partial_file(store, tmp_path, counted, 
     ds = await zvf.aio.open(store)
     real = export_mod.read_chunks
 
-    async def failing(ds_, lvl, chunks, names, box=None):
+    async def failing(ds_, lvl, chunks, names, box=None, sweep=False):
         if len(chunks) and counted["started"] >= 4:
             raise InvalidArgumentError("boom")
-        return await real(ds_, lvl, chunks, names, box)
+        return await real(ds_, lvl, chunks, names, box, sweep)
 
     monkeypatch.setattr(export_mod, "read_chunks", failing)
     out = tmp_path / "x.csv"

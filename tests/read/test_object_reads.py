@@ -227,6 +227,43 @@ async def test_every_object_in_one_pass(line_stores):
         assert np.array_equal(listed[len(ids) - 1 - k].positions, one.positions)
 
 
+async def test_fragment_shards_cost_one_request_each_in_a_whole_level_read(line_stores):
+    """zvf's layout shards an object level's fragment indexes alone; read_all fetches each such shard in one GET
+    (its index taken from its end, and cached: a later box query reads only ranges) and labels as 0.9.2's does."""
+    _, paths = line_stores
+    ds = await zvf.aio.open(str(paths["sharded"]))
+    level = await ds.level(0)
+    frag, vert = level.array("vertex_fragments"), level.array("vertices")
+    assert vert.codec.shard is None and frag.codec.shard == (4, 4, 4)
+    assert level.array("object_index/manifests") is not None and \
+        (await zvf.aio.open(str(paths["reference"]))).context.levels[0].array("vertex_fragments").codec.shard is None
+    shards = {tuple(c) for c in (level.nonempty_chunks - frag.origin) // 4}
+    await ds.object_ids()  # the object index first, so what follows counts cells only
+    await ds.fragment_owners(0)
+    before = ds.stats.snapshot()["requests"]
+    sel = await ds.read_all()
+    assert ds.stats.snapshot()["requests"] - before == len(level.nonempty_chunks) + len(shards)
+    ref = await (await zvf.aio.open(str(paths["reference"]))).read_all()
+    assert np.array_equal(sel.positions, ref.positions) and np.array_equal(sel.object_ids, ref.object_ids)
+    before = ds.stats.snapshot()["requests"]
+    box = await ds.query(bbox=([40.0] * 3, [60.0] * 3))
+    assert len(box.positions) and ds.stats.snapshot()["requests"] - before <= 2 * len(shards) + len(
+        level.nonempty_chunks)  # no shard index read again
+
+
+async def test_a_cut_fragment_shard_is_named(line_stores, tmp_path):
+    import shutil
+
+    _, paths = line_stores
+    copy = tmp_path / "cut"
+    shutil.copytree(paths["sharded"], copy)
+    shard = next(p for p in sorted((copy / "0" / "vertex_fragments" / "c").rglob("*")) if p.is_file())
+    shard.write_bytes(shard.read_bytes()[:-100])
+    ds = await zvf.aio.open(str(copy))
+    with pytest.raises(FormatError, match="vertex_fragments/c/"):
+        await ds.read_all()
+
+
 def test_plan_width_rules():
     h = StoreHandle.for_transport(MemoryTransport(), concurrency=32, latency_hint=0.02, bandwidth_hint=100e6)
     fixed = Executor(h)

@@ -53,7 +53,8 @@ OPTIONS = {
     "2d-raw-sharded": Options(2, None, 2, "none", "negative"),
     "3d-zstd-sharded-finebins": Options(3, "zstd", 2, "finer", "inferred"),
 }
-ZV_READ_OPTIONS = ("2d-raw-sharded", "3d-zstd-sharded-finebins")  # zarr-vectors' reads + validate are slow
+# zarr-vectors' reads + validate are slow: one unsharded set (zvf shards the fragment indexes alone), two sharded
+ZV_READ_OPTIONS = ("2d-zstd-finebins", "2d-raw-sharded", "3d-zstd-sharded-finebins")
 
 
 @dataclass
@@ -242,6 +243,8 @@ def test_defaults_differ_only_where_justified(written):
             return True  # a forest: every tree stored depth-first (see test_skeleton_forest_roots_start_fragments)
         if key.startswith("0/object_index/manifests/"):
             return True  # sharded manifests (zvf's default layout)
+        if key.startswith("0/vertex_fragments/") and written.opt.shard is None:
+            return True  # fragment indexes in shards (zvf's default layout), the same payloads: checked below
         if any(key == f"0/vertex_attributes/{a}/zarr.json" for a in case.multichannel):
             return True  # row_shape [C] + channel_names instead of 0.9.2's row_shape []
         # bridge rows hold vertex indices, not fragment indices
@@ -249,6 +252,11 @@ def test_defaults_differ_only_where_justified(written):
 
     differ = sorted(k for k in set(mine) | set(ref) if mine.get(k) != ref.get(k) and not justified(k))
     assert not differ, f"unjustified differences: {differ[:6]}"
+    if written.opt.shard is None and case.geometry != "skeleton":
+        assert array_meta(written.mine, "0/vertex_fragments")["codecs"][0]["name"] == "sharding_indexed"
+        for chunk in nonempty(written.ref, "0/vertex_fragments"):
+            assert cell_payload(written.mine, "0/vertex_fragments", chunk) == cell_payload(
+                written.ref, "0/vertex_fragments", chunk), chunk
     for a in case.multichannel:
         attrs = array_meta(written.mine, f"0/vertex_attributes/{a}")["attributes"]
         assert attrs["row_shape"] == [3] and attrs["channel_names"] == ["ch0", "ch1", "ch2"]
@@ -537,9 +545,12 @@ def test_skeleton_single_tree_defaults_match_reference(tmp_path):
     pos = rng.uniform(0, 100, (40, 3)).astype(np.float32)
     case = Case("skeleton", (pos, edges), {"chunk_shape": (30.0,) * 3, "link_attributes": {"r": rng.random(39)}})
     same, mine, _ = _pair(tmp_path, case)
-    def keep(files):
-        return {k: v for k, v in files.items() if not k.startswith("0/object_index/manifests/")}
+    def keep(files):  # zvf's layout shards the manifests and fragment indexes (their payloads: below)
+        sharded = ("0/object_index/manifests/", "0/vertex_fragments/")
+        return {k: v for k, v in files.items() if not k.startswith(sharded)}
     assert not _differing(keep(without_section(store_files(mine))), keep(store_files(same)))
+    for chunk in nonempty(same, "0/vertex_fragments"):
+        assert cell_payload(mine, "0/vertex_fragments", chunk) == cell_payload(same, "0/vertex_fragments", chunk)
 
 
 async def test_skeleton_forest_roots_start_fragments(tmp_path):

@@ -139,3 +139,39 @@ def test_batches_refuse_auto_shapes_clearly(tmp_path, writer):
     with pytest.raises(InvalidArgumentError, match="'auto' needs the whole input"):
         getattr(zvf, writer)(tmp_path / "s", batches, chunk_shape="auto")
     assert not (tmp_path / "s").exists()
+
+
+def test_fragment_shards_follow_the_grid():
+    """zvf's layout shards an object level's fragment indexes about 64 chunks to a shard, clipped to the grid."""
+    from zvf.format.codecs import CellCodec
+    from zvf.write.level import fragment_shard
+
+    plain = CellCodec.for_writing(None)
+    assert fragment_shard(plain, "sharded", (8, 8, 8)) == (4, 4, 4)
+    assert fragment_shard(plain, "sharded", (2, 9, 1)) == (2, 4, 1)
+    assert fragment_shard(plain, "sharded", (100, 3)) == (8, 3)
+    assert fragment_shard(plain, "sharded", (1, 1, 1)) is None  # one chunk: nothing to gather
+    assert fragment_shard(plain, "reference", (8, 8, 8)) is None  # 0.9.2's bytes
+    assert fragment_shard(CellCodec.for_writing(None, (2, 2, 2)), "sharded", (8, 8, 8)) is None  # the caller's shards
+
+
+@pytest.mark.parametrize("shard_shape", [None, 2])
+def test_object_writes_shard_fragments_only(tmp_path, shard_shape):
+    import json
+
+    rng = np.random.default_rng(3)
+    pos = rng.uniform(0, 100, (400, 3)).astype(np.float32)
+    faces = rng.integers(0, 400, (300, 3))
+    zvf.write_mesh(str(tmp_path / "m"), pos, faces, chunk_shape=(20.0,) * 3, shard_shape=shard_shape)
+
+    def codec(name):
+        return json.loads((tmp_path / "m" / "0" / name / "zarr.json").read_text())["codecs"][0]
+
+    frag, vert = codec("vertex_fragments"), codec("vertices")
+    assert frag["name"] == "sharding_indexed"
+    want = [4, 4, 4] if shard_shape is None else [2, 2, 2]
+    assert json.loads((tmp_path / "m" / "0" / "vertex_fragments" / "zarr.json").read_text())[
+        "chunk_grid"]["configuration"]["chunk_shape"] == want
+    assert (vert["name"] == "sharding_indexed") == (shard_shape is not None)
+    got = zvf.open(str(tmp_path / "m")).read_objects([0], combined=True)
+    assert len(got.positions) == 400 and len(got.faces) == 300

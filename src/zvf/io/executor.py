@@ -85,6 +85,7 @@ DEFAULT_CACHE_BYTES: dict[str, int] = {
     "shard_index": 64 * 1024 * 1024,
     "fragment_index": 64 * 1024 * 1024,
     "manifest": 32 * 1024 * 1024,
+    "shard": 64 * 1024 * 1024,
 }
 _DEFAULT_NAMESPACE_BYTES = 16 * 1024 * 1024
 MAX_WIDTH = 256  # requests in flight a plan may ask for (connection pools and servers cap useful width)

@@ -10,6 +10,7 @@ Uncompressed plain cells can also be read partially, by row span.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from ..io.plan import ByteRange
 
 # Payload header of a one-item vlen frame: u32 count, u32 length.
 VLEN_HEADER = 8
+# Executor cache of whole shards a level sweep goes on reading (see ``payloads(keep_shards=True)``).
+SHARD_CACHE = "shard"
 
 
 @dataclass
@@ -63,13 +66,17 @@ class CellArray:
         return not self.codec.compressors and self.codec.shard is None
 
     # ------------------------------------------------------------- reads
-    async def payloads(self, chunks) -> list[bytes | None]:
-        """Decoded payload of each absolute chunk (None for an absent cell)."""
+    async def payloads(self, chunks, *, keep_shards: bool = False) -> list[bytes | None]:
+        """Decoded payload of each absolute chunk (None for an absent cell).
+
+        ``keep_shards``: the caller will go on to read the rest of these shards (a sweep of the level), so
+        each comes whole in one GET and stays cached for the next calls.
+        """
         if self.codec.shard is None:
             keys = self.keys_of(chunks)
             raws = await self.executor.get_many(keys)
             return [None if raw is None else self.codec.decode_view(raw, key=k) for raw, k in zip(raws, keys)]
-        return await self._sharded([self.cell_coords(c) for c in chunks])
+        return await self._sharded([self.cell_coords(c) for c in chunks], keep_shards)
 
     async def payload(self, chunk) -> bytes | memoryview | None:
         """Decoded payload of one absolute chunk: one GET of a plain cell, no gather around it."""
@@ -107,33 +114,96 @@ class CellArray:
             return None
         return decode_shard_index(tail, n_inner, key=shard_key)
 
-    async def _sharded(self, grid: list[tuple[int, ...]]) -> list[bytes | None]:
+    @cached_property
+    def _listed_per_shard(self) -> dict[tuple[int, ...], int] | None:
+        """Cells of each shard by the array's ``nonempty_chunks`` (None when it lists none)."""
+        if "nonempty_chunks" not in self.meta.attributes:
+            return None
+        per = np.asarray(self.codec.shard, dtype=np.int64)
+        cells = self.meta.nonempty_chunk_array.reshape(-1, len(per)) - self.origin
+        shards, counts = np.unique(cells // per, axis=0, return_counts=True)
+        return dict(zip(map(tuple, shards.tolist()), counts.tolist()))
+
+    def _stored_in(self, shard: tuple[int, ...]) -> int:
+        """Inner chunks ``shard`` holds: as listed, else every one inside the array (edge shards hold fewer)."""
+        listed = self._listed_per_shard
+        if listed is not None and listed.get(shard):
+            return listed[shard]
+        per = np.asarray(self.codec.shard, dtype=np.int64)
+        left = np.asarray(self.meta.shape, dtype=np.int64)[:len(per)] - np.asarray(shard, dtype=np.int64) * per
+        return int(np.prod(np.clip(left, 0, per)))
+
+    async def _whole_shard(self, shard_key: str, keep: bool = False):
+        """(shard bytes, offsets, nbytes) by one GET of the whole shard, the index from its end (None: absent).
+
+        The index is cached as the suffix read would cache it, so later reads of a few inner chunks skip it;
+        with ``keep`` the whole shard is cached too (a level sweep reads the rest of it next).
+        """
+        hit = self.executor.get_cached(SHARD_CACHE, shard_key)
+        if hit is not None:
+            return hit
+        raw = await self.executor.get(shard_key)
+        if raw is None:
+            return None
+        n_inner = int(np.prod(self.codec.shard))
+        offsets, nbytes = decode_shard_index(raw, n_inner, key=shard_key)
+        size = index_nbytes(n_inner)
+        self.executor.put_cached("shard_index", ("suffix", shard_key, size), bytes(memoryview(raw)[len(raw) - size:]))
+        if keep:
+            self.executor.put_cached(SHARD_CACHE, shard_key, (raw, offsets, nbytes), nbytes=len(raw))
+        return raw, offsets, nbytes
+
+    async def _sharded(self, grid: list[tuple[int, ...]], keep: bool = False) -> list[bytes | None]:
+        """Inner chunks by shard: a shard asked for (nearly) whole -- 3/4 of the cells it stores -- or kept for a
+        sweep comes in one GET; otherwise its index (one suffix read, cached), then its inner chunks as ranges
+        (coalesced)."""
         inner = np.asarray(self.codec.shard, dtype=np.int64)
         by_shard: dict[tuple[int, ...], list[int]] = {}
         for i, g in enumerate(grid):
             by_shard.setdefault(tuple(int(x) for x in np.asarray(g) // inner), []).append(i)
         out: list[bytes | None] = [None] * len(grid)
         shard_keys = {s: self.key_of(s) for s in by_shard}
-        indexes = await self.executor.gather([self._shard_index(k) for k in shard_keys.values()])
+        whole = [s for s, members in by_shard.items() if keep or 4 * len(members) >= 3 * self._stored_in(s)]
+        whole_set = set(whole)
+        ranged = [s for s in by_shard if s not in whole_set]
+        got = await self.executor.gather([self.executor.gather([self._whole_shard(shard_keys[s], keep) for s in whole]),
+                                          self.executor.gather([self._shard_index(shard_keys[s]) for s in ranged])])
         ranges, slots = [], []
-        for (shard, members), index in zip(by_shard.items(), indexes):
+        for shard, found in zip(whole, got[0]):
+            if found is None:
+                continue
+            raw, offsets, nbytes = found
+            view = memoryview(raw)
+            members = by_shard[shard]
+            for i, start, n in zip(members, *self._spans(grid, members, shard, offsets, nbytes)):
+                if start >= 0:
+                    out[i] = self.codec.decode_view(view[start:start + n], key=f"{shard_keys[shard]}[{grid[i]}]")
+        for shard, index in zip(ranged, got[1]):
             if index is None:
                 continue
-            offsets, nbytes = index
-            for i in members:
-                local = np.asarray(grid[i]) - np.asarray(shard) * inner
-                slot = int(np.ravel_multi_index(tuple(local), tuple(inner)))
-                if int(offsets[slot]) == 2**64 - 1:
-                    continue
-                start = int(offsets[slot])
-                ranges.append(ByteRange(shard_keys[shard], start, start + int(nbytes[slot])))
-                slots.append(i)
+            members = by_shard[shard]
+            for i, start, n in zip(members, *self._spans(grid, members, shard, *index)):
+                if start >= 0:
+                    ranges.append(ByteRange(shard_keys[shard], start, start + n))
+                    slots.append(i)
         raws = await self.executor.read_ranges(ranges)
         for i, raw, r in zip(slots, raws, ranges):
             if raw is None:
                 raise FormatError(f"{r.key}: shard shrank while reading inner chunk {grid[i]}")
             out[i] = self.codec.decode_view(raw, key=f"{r.key}[{grid[i]}]")
         return out
+
+    def _spans(self, grid: list[tuple[int, ...]], members: list[int], shard: tuple[int, ...], offsets: np.ndarray,
+               nbytes: np.ndarray) -> tuple[list[int], list[int]]:
+        """(start, size) in ``shard`` of each member cell's inner chunk, start -1 when absent (one numpy step)."""
+        per = np.asarray(self.codec.shard, dtype=np.int64)
+        local = np.asarray([grid[i] for i in members], dtype=np.int64).reshape(len(members), -1) - np.asarray(
+            shard, dtype=np.int64) * per
+        slot = np.ravel_multi_index(tuple(local.T), tuple(per.tolist()))
+        starts = offsets[slot]
+        absent = starts == np.uint64(2**64 - 1)
+        return (np.where(absent, -1, starts.astype(np.int64)).tolist(),
+                np.where(absent, 0, nbytes[slot].astype(np.int64)).tolist())
 
 
 def rows_from_payload(payload: bytes | None, dtype: np.dtype, row_shape: tuple[int, ...], *, key: str) -> np.ndarray:

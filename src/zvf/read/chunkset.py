@@ -69,6 +69,9 @@ class ChunkSet:
         self.kdim = level.key_ndim  # chunk coordinate rank (a leading category axis adds one)
         self.category = category  # add the chunking attribute's value of every row
         self.attr_arrays = {n: level.array(f"vertex_attributes/{n}") for n in names}
+        # a sweep of the whole level (the export's): sharded fragment indexes come a shard at a time and stay
+        # cached, as later windows need the rest of each shard (see CellArray.payloads)
+        self.sweep = False
         self.coords: list[tuple] = []
         self.slot: dict[tuple, int] = {}
         self.present: list[bool] = []
@@ -127,7 +130,8 @@ class ChunkSet:
                 for an, arr in la.attributes.items():
                     jobs[f"la/{i}/{an}"] = (arr, miss)
         # executor.gather raises the first failure itself (a ZvfError naming its key), not a group
-        fetched = await self.vert.executor.gather([arr.payloads(cs) for arr, cs in jobs.values()])
+        fetched = await self.vert.executor.gather([arr.payloads(cs, keep_shards=self.sweep and name == "f")
+                                                   for name, (arr, cs) in jobs.items()])
         results: dict[str, list] = dict(zip(jobs, fetched))
 
         for i, c in enumerate(new):  # per chunk

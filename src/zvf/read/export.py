@@ -159,7 +159,7 @@ def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
     async def fetch(chunks: np.ndarray) -> Selection:
         if needs_chunkset(state["level"]):  # category axis or Draco cells: rows as read_all lays them out
             return await read_rows(ds.context, level, attributes, chunks=chunks)
-        return await read_chunks(ds.context, state["level"], chunks, state["names"])
+        return await read_chunks(ds.context, state["level"], chunks, state["names"], sweep=True)
 
     return BatchStream(setup, fetch, prefetch=prefetch)
 
@@ -272,6 +272,7 @@ class ObjectSweep:
     async def setup(self) -> list[int]:
         rc = self.ds.context
         lvl, self.names, _, self.cs = await prepare(rc, self.level, self.attributes, links=True, table=False)
+        self.cs.sweep = True
         chunks = lvl.nonempty_chunks
         self.keep = max(2 * self.window, int(self.cache_bytes * max(1, len(chunks)) // level_bytes(lvl, self.names)))
         self.whole = self.keep >= len(chunks) or self.cache_bytes < 0
@@ -317,6 +318,7 @@ class ObjectSweep:
         if dead.sum() > max(int((self.held & ~dead).sum()), self.keep):  # start afresh
             cs = self.cs
             self.cs = ChunkSet(self.ds.context, cs.level, cs.names, cs.links, False, category=cs.category)
+            self.cs.sweep = True
             self.held[:] = False
             self.preloaded = False
         t, lens = self.table, self.off[rows + 1] - self.off[rows]

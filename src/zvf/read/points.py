@@ -102,8 +102,11 @@ async def off_loop(nbytes: int, fn: Callable[[], T], limit: int = OFFLOAD_BYTES)
     return fn()
 
 
-async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[str], box=None) -> Selection:
-    """Rows of the given chunks (optionally only those inside ``box``)."""
+async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[str], box=None,
+                      sweep: bool = False) -> Selection:
+    """Rows of the given chunks (optionally only those inside ``box``); ``sweep``: the caller reads the whole
+    level this way, batch by batch, so sharded fragment indexes (small beside their rows) come a shard at a
+    time and stay cached for the next batches."""
     vert = level.array("vertices")
     labelled = rc.has_objects(level.index)
     arrays = {"vertices": vert}
@@ -118,7 +121,7 @@ async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[st
         return await read_level(rc, level, arrays, chunk_list, names, labelled)
     owners = None
     if labelled:  # the cells download while the object index is decoded to label their rows
-        payloads, owners = await vert.executor.gather([fetch(vert.executor, arrays, chunk_list, None),
+        payloads, owners = await vert.executor.gather([fetch(vert.executor, arrays, chunk_list, None, sweep),
                                                        rc.fragment_owners(level.index)])
     else:
         spans = None if box is None else await narrow(level, chunks, arrays, box)
@@ -148,9 +151,9 @@ async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, nam
     size_concurrency(level, len(chunk_list) * len(arrays), len(names))
     sharded = any(arr.codec.shard is not None for arr in arrays.values())
     if sharded or ex.batch_gets:
-        # a shard's chunks together, so their ranges coalesce; else (local files, memory: get_many fetches
-        # a run of cells per worker-thread call) runs of consecutive chunks
-        groups = shard_groups(vert, chunk_list) if sharded else batch_groups(len(chunk_list), ex.concurrency)
+        # a shard's chunks together, so the shard comes in one request; else (local files, memory: get_many
+        # fetches a run of cells per worker-thread call) runs of consecutive chunks
+        groups = shard_groups(arrays, chunk_list) if sharded else batch_groups(len(chunk_list), ex.concurrency)
         todo = iter(groups)
 
         async def worker(_: int) -> None:
@@ -200,14 +203,19 @@ def batch_groups(n_chunks: int, width: int) -> list[list[int]]:
     return [list(range(i, min(i + per, n_chunks))) for i in range(0, n_chunks, per)]
 
 
-def shard_groups(vert, chunk_list: list) -> list[list[int]]:
-    """Chunks fetched together: those of one shard of the vertex cells (one each when not sharded)."""
-    if vert.codec.shard is None:
+def shard_groups(arrays: dict, chunk_list: list) -> list[list[int]]:
+    """Chunks fetched together: those of one shard of the vertex cells, or of the first sharded array when
+    the vertices are not (zvf shards an object level's fragment indexes alone); one each when none is."""
+    arr = next((a for a in arrays.values() if a.codec.shard is not None), None)
+    if arrays["vertices"].codec.shard is not None:
+        arr = arrays["vertices"]
+    if arr is None or not chunk_list:
         return [[i] for i in range(len(chunk_list))]
-    inner = np.asarray(vert.codec.shard, dtype=np.int64)
+    inner = np.asarray(arr.codec.shard, dtype=np.int64)
+    cells = np.asarray([arr.cell_coords(c) for c in chunk_list], dtype=np.int64).reshape(len(chunk_list), -1)
     groups: dict[tuple[int, ...], list[int]] = {}
-    for i, c in enumerate(chunk_list):
-        groups.setdefault(tuple((np.asarray(vert.cell_coords(c)) // inner).tolist()), []).append(i)
+    for i, s in enumerate(map(tuple, (cells // inner).tolist())):
+        groups.setdefault(s, []).append(i)
     return list(groups.values())
 
 
@@ -351,13 +359,14 @@ def chunk_owners(fi, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
     return oids
 
 
-async def fetch(executor, arrays: dict, chunk_list: list, spans: dict | None) -> dict[str, list]:
-    """Payloads per array and chunk: whole cells, or only ``spans[i]`` rows of chunk ``i``."""
+async def fetch(executor, arrays: dict, chunk_list: list, spans: dict | None, sweep: bool = False) -> dict[str, list]:
+    """Payloads per array and chunk: whole cells, or only ``spans[i]`` rows of chunk ``i`` (``sweep``: see
+    :func:`read_chunks`)."""
     spans = spans or {}
     whole = [i for i in range(len(chunk_list)) if i not in spans]
     jobs, slots = [], []
     for name, arr in arrays.items():
-        jobs.append(arr.payloads([chunk_list[i] for i in whole]))
+        jobs.append(arr.payloads([chunk_list[i] for i in whole], keep_shards=sweep and name == "vertex_fragments"))
         slots.append((name, whole))
         for i, rows in spans.items():
             jobs.append(_spans(arr, chunk_list[i], rows))

@@ -296,6 +296,25 @@ class SpatialArrayOut:
         shard = tuple(int(s) for s in shard_coords(grid, self.codec.shard))
         self._shards.setdefault(shard, {})[int(inner_index(grid, self.codec.shard))] = blob
 
+    def take_buffered(self) -> dict[str, np.ndarray]:
+        """The cells buffered for shards not yet put, as arrays (``shard``, ``inner``, ``lengths``, ``bytes``),
+        and none left: a distributed task hands them to the commit, which :meth:`adopt` s them."""
+        cells = [(s, i, np.frombuffer(b, np.uint8) if not isinstance(b, np.ndarray) else b.view(np.uint8).reshape(-1))
+                 for s, inner in self._shards.items() for i, b in inner.items()]
+        self._shards.clear()
+        ndim = len(self.grid_shape)
+        return {"shard": np.asarray([c[0] for c in cells], np.int64).reshape(len(cells), ndim),
+                "inner": np.asarray([c[1] for c in cells], np.int64),
+                "lengths": np.asarray([len(c[2]) for c in cells], np.int64),
+                "bytes": np.concatenate([c[2] for c in cells]) if cells else np.zeros(0, np.uint8)}
+
+    def adopt(self, taken: dict[str, np.ndarray]) -> None:
+        """Buffer cells another writer took with :meth:`take_buffered`."""
+        ends = np.cumsum(taken["lengths"])
+        for shard, inner, end, n in zip(taken["shard"].tolist(), taken["inner"].tolist(), ends.tolist(),
+                                        taken["lengths"].tolist()):
+            self._shards.setdefault(tuple(shard), {})[int(inner)] = taken["bytes"][end - n:end].tobytes()
+
     async def flush_shard(self, writer: StoreWriter, shard: tuple[int, ...]) -> None:
         """Upload one complete shard now (its bytes depend only on its own cells)."""
         inner = self._shards.pop(shard, None)

@@ -9,6 +9,8 @@ earlier chunks upload, through one ``LevelWriter`` per level.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import InvalidArgumentError
@@ -34,20 +36,45 @@ def shard_tuple(shard_shape, ndim: int):
     return shard
 
 
-class LevelWriter:
-    """Spatial arrays of one level sharing a grid layout and codec."""
+#: Chunks per shard of an object level's fragment indexes in zvf's layout (about; see ``fragment_shard``).
+FRAGMENT_SHARD_CHUNKS = 64
 
-    def __init__(self, writer: StoreWriter, level: int, origin, grid_shape, codec: CellCodec):
+
+def fragment_shard(codec: CellCodec, object_index_layout: str, grid_shape) -> tuple[int, ...] | None:
+    """Shard shape of an object level's ``vertex_fragments`` in zvf's layout (None: as the other arrays).
+
+    Labelling rows with their objects needs every chunk's fragment index, a
+    few KiB each: one request per chunk doubles the requests of a whole-level
+    read.  Sharded about ``FRAGMENT_SHARD_CHUNKS`` chunks to a shard, a
+    whole-level read fetches them in one request per shard; box queries read
+    only their inner chunks (a shard index, cached, then ranges).  The
+    vertices and attributes stay one object per chunk, as the caller asked.
+    """
+    if codec.shard is not None or object_index_layout == "reference" or not len(grid_shape):
+        return None
+    side = max(1, round(FRAGMENT_SHARD_CHUNKS ** (1 / len(grid_shape))))
+    shard = tuple(min(side, max(1, int(g))) for g in grid_shape)
+    return None if int(np.prod(shard)) == 1 else shard
+
+
+class LevelWriter:
+    """Spatial arrays of one level sharing a grid layout and codec (``vertex_fragments``: sharded by
+    ``fragments``, when given)."""
+
+    def __init__(self, writer: StoreWriter, level: int, origin, grid_shape, codec: CellCodec,
+                 fragments: tuple[int, ...] | None = None):
         self.writer = writer
         self.level = level
         self.origin = origin
         self.grid_shape = grid_shape
         self.codec = codec
+        self.fragment_codec = codec if fragments is None else dataclasses.replace(codec, shard=fragments)
         self.arrays: dict[str, SpatialArrayOut] = {}
 
     def array(self, name: str, attributes: dict) -> SpatialArrayOut:
         if name not in self.arrays:
-            self.arrays[name] = SpatialArrayOut(f"{self.level}/{name}", self.codec, self.origin, self.grid_shape,
+            codec = self.fragment_codec if name == "vertex_fragments" else self.codec
+            self.arrays[name] = SpatialArrayOut(f"{self.level}/{name}", codec, self.origin, self.grid_shape,
                                                 attributes)
         return self.arrays[name]
 

@@ -20,8 +20,10 @@ chunk-local steps of :mod:`.object_cells`:
    cells, each endpoint's row looked up in the tables of the chunks its
    records reach.
 4. :func:`commit_objects` -- one, on the driver: the array documents (chunk
-   lists from the task summaries), the object index, the per-object and group
-   tables, the level and the root.
+   lists from the task summaries), the fragment-index shards when zvf's
+   layout shards them alone (their cells come in the summaries, a few bytes
+   per fragment), the object index, the per-object and group tables, the
+   level and the root.
 
 The driver holds a few integers per fragment, as the streaming writer does,
 never a vertex.  Object ids continue across sources as across batches, and
@@ -48,6 +50,7 @@ from ..lifecycle.pyramid import _rows_in
 from . import inputs
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
+from .level import fragment_shard
 from .object_cells import (
     PathRuns,
     chunk_slice,
@@ -172,6 +175,9 @@ class ObjectPlan(GridPlan):
     row_offsets: np.ndarray | None = None  # connected: first vertex of each source
     record_chunks: list[np.ndarray] | None = None  # connected: per source, rows of its record spill's chunks
     num: int = 0  # objects
+    # of vertex_fragments when only they are sharded: cell tasks hand their fragment cells to the commit, which
+    # puts the shards (a few bytes per fragment), so task groups need not hold whole fragment shards
+    fragment_shard: tuple[int, ...] | None = None
 
 
 def _check_alike(summaries: list[dict], dtype, schemas: tuple[tuple[str, str], ...]) -> np.dtype:
@@ -224,10 +230,12 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
     rows = np.zeros(len(chunks), np.int64)
     for s, idx in zip(summaries, spilled):
         rows[idx] += s["counts"]
-    groups = chunk_groups(chunks, rows, origin, job.codec().shard, rows_per_task)
+    codec = job.codec()
+    groups = chunk_groups(chunks, rows, origin, codec.shard, rows_per_task)
     attrs = next((s["attributes"] for s in summaries if s["n"]), {})
     plan = ObjectPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in attrs.items()}, lo, hi, origin,
-                      grid_shape, chunks, groups, spilled)
+                      grid_shape, chunks, groups, spilled,
+                      fragment_shard=fragment_shard(codec, cfg.object_index_layout, grid_shape))
     if linked:
         _plan_links(plan, job, summaries)
         return plan
@@ -284,7 +292,8 @@ def cell_task(plan: ObjectPlan, index: int, fragment_attributes: dict | None) ->
     keys = {tuple(c) for c in chunks.tolist()}
     frag = {name: {k: v for k, v in table.items() if k in keys} for name, table in (fragment_attributes or {}).items()}
     return {"chunks": chunks, "group": group, "dtype": plan.dtype.str, "origin": plan.origin,
-            "grid_shape": plan.grid_shape, "attributes": {k: (d.str, r) for k, (d, r) in plan.attributes.items()},
+            "grid_shape": plan.grid_shape, "fragment_shard": plan.fragment_shard,
+            "attributes": {k: (d.str, r) for k, (d, r) in plan.attributes.items()},
             "row_offsets": plan.row_offsets,
             "fragment_attributes": {k: v for k, v in frag.items() if v} or None}
 
@@ -342,7 +351,8 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
         work = unpack_summary(blob, _runs_key(job, index))
     frag_keys, frag_counts = [], []
     async with CellWriter(ex) as writer:
-        level = level0(writer, task["origin"], task["grid_shape"], job.codec(), bool(task["attributes"]))
+        level = level0(writer, task["origin"], task["grid_shape"], job.codec(), bool(task["attributes"]),
+                       task["fragment_shard"])
         links = None if linked else path_links(level, ndim)
         frag_attrs = FragmentAttributes(task["fragment_attributes"], ndim)
         for k, chunk in enumerate(chunks):
@@ -368,9 +378,12 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
             frag_counts.append(len(got.frag_keys))
         if links is not None:
             await links.flush()
+        fragments = level.arrays.get("vertex_fragments")
+        held = fragments.take_buffered() if fragments is not None and task["fragment_shard"] is not None else {}
         await level.finish()  # flushes this group's whole shards; the documents come at commit
     summary: dict[str, Any] = {"cells": writer.cells_written, "bytes": writer.bytes_written,
-                               "links": 0 if links is None else int(links.total), "arrays": _arrays(level)}
+                               "links": 0 if links is None else int(links.total), "arrays": _arrays(level),
+                               **{f"fragment_cells:{k}": v for k, v in held.items()}}
     if linked:
         summary["frag_keys"] = np.concatenate(frag_keys or [np.zeros(0, np.int64)])
         summary["frag_chunk"] = np.repeat(task["group"], frag_counts).astype(np.int64)
@@ -472,10 +485,13 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
         if job.geometry == "line" and plan.attributes:
             arrays_present.append("vertex_attributes")
     async with CommitWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate) as writer:
-        level = level0(writer, plan.origin, plan.grid_shape, job.codec(), bool(plan.attributes))
+        level = level0(writer, plan.origin, plan.grid_shape, job.codec(), bool(plan.attributes), plan.fragment_shard)
         for c in cells:
             for name, attributes, nonempty in c["arrays"]:
                 level.array(name, attributes).nonempty.extend(tuple(int(x) for x in chunk) for chunk in nonempty)
+            if "fragment_cells:shard" in c:  # the fragment shards are put here (see ObjectPlan.fragment_shard)
+                level.arrays["vertex_fragments"].adopt({k: c[f"fragment_cells:{k}"]
+                                                        for k in ("shard", "inner", "lengths", "bytes")})
         if not len(plan.chunks):
             await put_no_rows(level, ndim, plan.dtype, plan.attributes)
         fragment_attributes.finish(writer, arrays_present)

@@ -29,7 +29,8 @@ show that every other byte matches):
   (see :func:`_skeleton_order`).
 
 The manifests layout follows ``object_index_layout`` (see :mod:`.object_index`;
-``"reference"`` is 0.9.2's single zstd chunk).
+``"reference"`` is 0.9.2's single zstd chunk), and so do the fragment indexes:
+sharded in zvf's layout (:func:`.level.fragment_shard`), one cell per chunk in 0.9.2's.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from .engine import (
     add_level0_documents,
 )
 from .fragment_attributes import FragmentAttributes
-from .level import Layout, LevelWriter, put_rows, run_starts
+from .level import Layout, LevelWriter, fragment_shard, put_rows, run_starts
 from .links import place_records, put_links
 from .object_index import (
     put_groups,
@@ -126,7 +127,9 @@ class _Setup:
 
     async def put_vertices(self, writer: StoreWriter, lay: Layout, attrs: dict, quirk_row_shape: bool) -> LevelWriter:
         """Level 0's writer with every vertex row (and vertex attribute) of ``lay`` uploaded."""
-        level = level0(writer, *self.grid.layout(self.bounds[0], self.bounds[1]), self.codec, bool(attrs))
+        origin, grid_shape = self.grid.layout(self.bounds[0], self.bounds[1])
+        level = level0(writer, origin, grid_shape, self.codec, bool(attrs),
+                       fragment_shard(self.codec, self.cfg.object_index_layout, grid_shape))
         await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
         return level
 

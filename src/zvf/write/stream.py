@@ -374,9 +374,11 @@ def store_writer(ex: Executor, cfg: WriteConfig, upload_bytes: int | None = None
     return StoreWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate, **budget)
 
 
-def level0(writer: StoreWriter, origin, grid_shape, codec: CellCodec, attributes: bool) -> LevelWriter:
-    """Level 0's writer, with the vertex attributes group declared when there are any."""
-    level = LevelWriter(writer, 0, origin, grid_shape, codec)
+def level0(writer: StoreWriter, origin, grid_shape, codec: CellCodec, attributes: bool,
+           fragments: tuple[int, ...] | None = None) -> LevelWriter:
+    """Level 0's writer, with the vertex attributes group declared when there are any (``fragments``: see
+    :func:`.level.fragment_shard`)."""
+    level = LevelWriter(writer, 0, origin, grid_shape, codec, fragments)
     if attributes:
         empty_group(writer, "0/vertex_attributes")
     return level

@@ -37,7 +37,7 @@ from ..lifecycle import layout
 from . import inputs
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
-from .level import run_starts
+from .level import fragment_shard, run_starts
 from .object_cells import (
     PathRuns,
     graph_links,
@@ -332,7 +332,8 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
             if kind == "lines" and attr_schema:
                 arrays_present.append("vertex_attributes")
             async with store_writer(ex, cfg, upload_bytes) as writer:
-                level = level0(writer, origin, grid_shape, codec, bool(attr_schema))
+                level = level0(writer, origin, grid_shape, codec, bool(attr_schema),
+                               fragment_shard(codec, cfg.object_index_layout, grid_shape))
                 links = path_links(level, ndim)
                 for i, gid in enumerate(visit.tolist()):
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
@@ -496,7 +497,8 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
             frag_oid, frag_rank, frag_local = [], [], []
             arrays_present = ["vertices", "links", "object_index"]
             async with store_writer(ex, cfg, upload_bytes) as writer:
-                level = level0(writer, origin, grid_shape, codec, bool(attr_schema))
+                level = level0(writer, origin, grid_shape, codec, bool(attr_schema),
+                               fragment_shard(codec, cfg.object_index_layout, grid_shape))
                 for i, gid in enumerate(visit.tolist()):
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos, oids, vertex = cols.pop("positions"), cols.pop("object_ids"), cols.pop("vertex")

@@ -48,7 +48,9 @@ class WriteOptions(TypedDict, total=False):
     * ``dtype``: stored position dtype, float16/32/64 (default None: the input's own float
       dtype, integers as float32; pass ``"float32"`` for zarr-vectors 0.9.2's bytes from float64)
     * ``overwrite``: replace a store already at the target (default False)
-    * ``object_index_layout``: ``"sharded"`` (default) or ``"reference"`` (0.9.2's manifests)
+    * ``object_index_layout``: ``"sharded"`` (default: zvf's layout -- manifests sharded, object levels'
+      fragment indexes sharded about 64 chunks to a shard, consolidated metadata) or ``"reference"``
+      (0.9.2's bytes)
     * ``storage_options``: store and client settings, see :class:`zvf.StorageOptions` (default None)
     """
 
