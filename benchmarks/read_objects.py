@@ -16,7 +16,8 @@ Rows (medians of ``--reps``):
   rows also name their ratio to an export floor: the floor's rows plus two int64 columns of the same
   length written with ``np.savez`` (an .npz of the export's size, from memory).  ``--baseline DIR``
   runs these rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved
-  with the current one in subprocesses, so before/after ratios share the machine's load; its
+  with the current one in subprocesses, so before/after ratios share the machine's load, each on a
+  store its own zvf wrote (the same input: a layout change is measured writer and reader together); its
   "paired" column is the median over reps of each rep's floor / time (a rep's floor and jobs run
   back to back, so that ratio drifts less with the machine's load than the ratio of medians).
 * ``seaweed``: the same store uploaded to SeaweedFS (``weed`` from the ``bench`` extra,
@@ -186,12 +187,13 @@ FLOOR_EXPORT = "floor + writing an npz of the export's size"
 def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[str], floor_store, reps: int,
                 out_dir: Path,
                 truth: int, export_too: bool, baseline: str | None = None, jobs: list[str] | None = None,
-                export_reps: int = 1) -> list[dict]:
+                export_reps: int = 1, baseline_url: str | None = None) -> list[dict]:
     """Every job after a fresh open (median of ``reps``; export: of ``export_reps``), against the floor.
 
     With ``baseline`` (a directory holding another ``zvf`` package) each job
-    also runs with that zvf, both in subprocesses, interleaved rep by rep
-    with the floor, so before and after share the machine's load.
+    also runs with that zvf (on ``baseline_url``, the store it wrote), both in
+    subprocesses, interleaved rep by rep with the floor, so before and after
+    share the machine's load.
     """
 
     async def floor():
@@ -238,8 +240,8 @@ def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[st
         for what in whats:
             if what == "export npz" and rep >= export_reps:
                 continue
-            for label, src in ((f"{what} (baseline)", baseline), (what, here)):
-                secs, last[label] = run_worker(src, what, url, opts, truth, out_dir)
+            for label, src, at in ((f"{what} (baseline)", baseline, baseline_url or url), (what, here, url)):
+                secs, last[label] = run_worker(src, what, at, opts, truth, out_dir)
                 times[label].append(secs)
                 log(f"  rep {rep} {label:24} {secs:7.3f} s  requests {last[label]['requests']}")
     for label, secs in times.items():
@@ -324,7 +326,9 @@ def main() -> None:
     ap.add_argument("--no-export", action="store_true", help="skip the export rows")
     ap.add_argument("--export-reps", type=int, default=1, help="runs of the export rows (at most --reps; default 1)")
     ap.add_argument("--baseline", help="a directory holding another zvf package (e.g. the previous commit's src): "
-                                       "local and SeaweedFS rows also run with it, side by side, in subprocesses")
+                                       "local and SeaweedFS rows also run with it, side by side, in subprocesses, "
+                                       "on a store it writes")
+    ap.add_argument("--build", help=argparse.SUPPRESS)  # write the lines store here (with PYTHONPATH's zvf) and exit
     ap.add_argument("--jobs", help=f"local/SeaweedFS rows to run, comma-separated (default all: {','.join(JOBS)})")
     ap.add_argument("--worker", choices=sorted(JOBS), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -334,6 +338,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    if args.build:
+        build_lines(Path(args.build), args.lines)
+        return None
     rows = args.rows.split(",")
     jobs = args.jobs.split(",") if args.jobs else None
     if jobs and set(jobs) - set(JOBS):
@@ -344,6 +351,12 @@ def main() -> None:
         tmp = Path(tmp)
         store = tmp / "lines.zarrvectors"
         truth = build_lines(store, args.lines) if {"local", "seaweed"} & set(rows) else 0
+        base_store = tmp / "lines-baseline.zarrvectors"
+        if args.baseline and truth:
+            import subprocess
+
+            subprocess.run([sys.executable, __file__, "--build", str(base_store), "--lines", str(args.lines)],
+                           env={**os.environ, "PYTHONPATH": args.baseline}, check=True)
         keys = cell_keys(store, "vertices") if truth else []
         more = (cell_keys(store, "vertex_fragments", "object_index/manifests", "object_index/object_ids")
                 if truth else [])
@@ -366,7 +379,7 @@ def main() -> None:
 
             log("local:")
             add("local", object_rows(str(store), None, keys, more, LocalStore(str(store)), args.reps, tmp, truth,
-                                     not args.no_export, args.baseline, jobs, args.export_reps))
+                                     not args.no_export, args.baseline, jobs, args.export_reps, str(base_store)))
         if "seaweed" in rows:
             import write as wb  # the SeaweedFS server of the write benchmark
             from obstore.store import S3Store
@@ -378,9 +391,15 @@ def main() -> None:
                 s3 = S3Store("zvf-write", prefix=prefix, endpoint=weed.endpoint, virtual_hosted_style_request=False,
                              client_options={"allow_http": True, "timeout": "120s"}, **wb.S3_KEYS)
                 asyncio.run(w.upload_dir(s3, store))
+                if args.baseline:
+                    asyncio.run(w.upload_dir(S3Store("zvf-write", prefix=f"{prefix}-baseline", endpoint=weed.endpoint,
+                                                     virtual_hosted_style_request=False,
+                                                     client_options={"allow_http": True, "timeout": "120s"},
+                                                     **wb.S3_KEYS), base_store))
                 opts = {"endpoint": weed.endpoint, "allow_http": True, **wb.S3_KEYS}
                 add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, more, s3, args.reps, tmp, truth,
-                                             not args.no_export, args.baseline, jobs, args.export_reps))
+                                             not args.no_export, args.baseline, jobs, args.export_reps,
+                                             f"s3://zvf-write/{prefix}-baseline"))
             finally:
                 weed.stop()
         if "cold" in rows:

@@ -81,13 +81,15 @@ async def test_incremental_append_reads_only_touched_chunks(tmp_path):
     await za.write_points(str(app), pos, attributes={"a": att}, **KW)
     ds = await za.open(str(app), mode="a")
     read = []
-    get = ds.context.ex.transport.get
+    transport = ds.context.ex.transport
 
-    async def logged(key):
-        read.append(key)
-        return await get(key)
+    def logging(get):
+        async def logged(key):
+            read.append(key)
+            return await get(key)
+        return logged
 
-    ds.context.ex.transport.get = logged
+    transport.get, transport.get_view = logging(transport.get), logging(transport.get_view)
     summary = await ds.append_points(extra[:2], attributes={"a": [1.0, 2.0]})
     assert summary["chunks_rewritten"] == 1 and summary["chunks_copied"] == 26  # 27 chunks of 5 in [0, 12]^3
     assert sorted(k for k in read if "/c" in k) == ["0/vertex_attributes/a/c/0/0/0", "0/vertices/c/0/0/0"]

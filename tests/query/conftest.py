@@ -199,6 +199,9 @@ class Recorder:
     async def get(self, key):
         return await self._timed("get", key, None, None, lambda: self.inner.get(key))
 
+    async def get_view(self, key):
+        return await self._timed("get", key, None, None, lambda: self.inner.get_view(key))
+
     async def get_range(self, key, start, end=None):
         return await self._timed("get_range", key, start, end, lambda: self.inner.get_range(key, start, end))
 

@@ -249,6 +249,14 @@ async def test_fragment_shards_cost_one_request_each_in_a_whole_level_read(line_
     box = await ds.query(bbox=([40.0] * 3, [60.0] * 3))
     assert len(box.positions) and ds.stats.snapshot()["requests"] - before <= 2 * len(shards) + len(
         level.nonempty_chunks)  # no shard index read again
+    # a fresh open reads the (few) fragment shard indexes beside the object index's: no index wave at the first box
+    fresh = await zvf.aio.open(str(paths["sharded"]))
+    cached = fresh.context.ex.cache("shard_index").keys()
+    assert sum(1 for k in cached if "vertex_fragments" in k[1]) == len(shards)
+    before = fresh.stats.snapshot()["requests"]
+    await fresh.query(bbox=([40.0] * 3, [60.0] * 3))
+    assert not any("vertex_fragments" in k[1] for k in set(fresh.context.ex.cache("shard_index").keys()) - set(cached))
+    assert fresh.stats.snapshot()["requests"] > before
 
 
 async def test_a_cut_fragment_shard_is_named(line_stores, tmp_path):
@@ -259,7 +267,7 @@ async def test_a_cut_fragment_shard_is_named(line_stores, tmp_path):
     shutil.copytree(paths["sharded"], copy)
     shard = next(p for p in sorted((copy / "0" / "vertex_fragments" / "c").rglob("*")) if p.is_file())
     shard.write_bytes(shard.read_bytes()[:-100])
-    ds = await zvf.aio.open(str(copy))
+    ds = await zvf.aio.open(str(copy))  # its index is read at open: a damaged one is left for the read to name
     with pytest.raises(FormatError, match="vertex_fragments/c/"):
         await ds.read_all()
 

@@ -470,6 +470,16 @@ class Executor:
             self.put_cached(cache, key, data)
         return data
 
+    async def get_view(self, key: str) -> bytes | memoryview | None:
+        """:meth:`get` without the copy where the transport can lend its buffer (cell payloads: no cache)."""
+        t = self.transport
+        view = getattr(t, "get_view", None)
+        if view is None:
+            return await self.get(key)
+        data: memoryview | None = await self._shared(("get_view", key),
+                                                      lambda: self.call("get", key, lambda: view(key)))
+        return data
+
     @property
     def batch_gets(self) -> bool:
         """Whether :meth:`get_many` fetches many objects per worker-thread call (local files, memory)."""
@@ -483,7 +493,7 @@ class Executor:
         keys = list(keys)
         get_batch = getattr(self.transport, "get_batch", None)
         if len(keys) < 2 or get_batch is None or not self.batch_gets or _log.isEnabledFor(logging.DEBUG):
-            return builtins.list(await self.gather([self.get(k) for k in keys]))
+            return builtins.list(await self.gather([self.get_view(k) for k in keys]))
         per = max(GET_BATCH, -(-len(keys) // self.concurrency))
         out: builtins.list[bytes | memoryview | None] = [None] * len(keys)
 
@@ -503,7 +513,7 @@ class Executor:
             self.stats.bytes += sum(len(b) for b in got if b is not None)
             out[lo:lo + len(got)] = got
             for j in range(lo + len(got), lo + len(part)):
-                out[j] = await self.get(keys[j])
+                out[j] = await self.get_view(keys[j])
 
         await self.gather([run(lo) for lo in range(0, len(keys), per)])
         return out

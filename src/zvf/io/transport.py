@@ -144,7 +144,10 @@ class Transport(Protocol):
 
     Keys are ``/``-separated paths relative to the store root.  ``list`` and
     ``list_dirs`` treat ``prefix`` as a directory ("a" lists "a/..." only; ""
-    lists everything); keys come back sorted.
+    lists everything); keys come back sorted.  Optional: ``get_view(key)``,
+    ``get`` as a read-only view of the backend's buffer (cell payloads are then
+    not copied; a wrapper that logs or counts ``get`` must wrap it too), and
+    ``get_batch`` with ``blocking_gets`` (see :meth:`ObstoreTransport.get_batch`).
     """
 
     label: str
@@ -341,11 +344,16 @@ class ObstoreTransport:
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, key: str) -> bytes | None:
+        view = await self.get_view(key)
+        return None if view is None else bytes(view)
+
+    async def get_view(self, key: str) -> memoryview | None:
+        """:meth:`get` as a read-only view of obstore's buffer, not copied (cell payloads, never parsed as text)."""
         obs = _settling_obstore()
 
         try:
             res = await obs.get_async(self.store, self._path(key))
-            return bytes(await _settled(res.bytes_async()))
+            return memoryview(await _settled(res.bytes_async()))
         except Exception as e:
             self._raise_unless_missing(e, "get", key)
             return None

@@ -9,6 +9,7 @@ Uncompressed plain cells can also be read partially, by row span.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -114,6 +115,18 @@ class CellArray:
             return None
         return decode_shard_index(tail, n_inner, key=shard_key)
 
+    async def prefetch_indexes(self, max_shards: int) -> None:
+        """The shard indexes of a sharded array that lists at most ``max_shards`` shards (read while a dataset
+        opens, beside its other prefetches: a first box query then costs no index round trip).  A damaged
+        index is left for the read that needs it to report: the rest of the store stays readable."""
+        listed = self._listed_per_shard if self.codec.shard is not None else None
+        if listed is not None and len(listed) <= max_shards:
+            await self.executor.gather([self._index_if_sound(self.key_of(s)) for s in listed])
+
+    async def _index_if_sound(self, shard_key: str) -> None:
+        with contextlib.suppress(FormatError):
+            await self._shard_index(shard_key)
+
     @cached_property
     def _listed_per_shard(self) -> dict[tuple[int, ...], int] | None:
         """Cells of each shard by the array's ``nonempty_chunks`` (None when it lists none)."""
@@ -142,7 +155,7 @@ class CellArray:
         hit = self.executor.get_cached(SHARD_CACHE, shard_key)
         if hit is not None:
             return hit
-        raw = await self.executor.get(shard_key)
+        raw = await self.executor.get_view(shard_key)
         if raw is None:
             return None
         n_inner = int(np.prod(self.codec.shard))

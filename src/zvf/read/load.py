@@ -238,6 +238,9 @@ async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
 # Documents at fixed paths fetched when a level opens, and groups listed then
 # (their members' documents arrive in the second wave).
 OPEN_FIXED = ("core", "object_index", "link_fragments")
+# Fragment-index shards whose indexes an object level's open reads beside the object index's (zvf's layout
+# shards them apart, ~64 chunks a shard: 16 covers a 1 024-chunk level; larger levels read them on first use).
+PREFETCH_SHARDS = 16
 OPEN_LISTED = ("vertex_attributes", "links", "links/0")
 # Geometries whose reads need their link arrays (polylines and lines are implicitly sequential).
 LINKED = frozenset({"graph", "skeleton", "mesh"})
@@ -283,9 +286,10 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, l
     paths = listed["vertex_attributes"] + (["links", *deltas, *listed["links/0"]] if deltas else [])
     if level.array("object_index/manifests") is not None:
         level.object_index = ObjectIndex(ex, level, level.key_ndim)
-        wave2 = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths]
-                                + [level.object_index.prefetch()])
-        docs = wave2[:-1]
+        frag = level.array("vertex_fragments")
+        prefetch = [level.object_index.prefetch()] + ([frag.prefetch_indexes(PREFETCH_SHARDS)] if frag else [])
+        wave2 = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths] + prefetch)
+        docs = wave2[:len(paths)]
     else:
         docs = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths])
     _add_docs(level, ex, paths, docs)
