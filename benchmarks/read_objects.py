@@ -28,6 +28,9 @@ Rows (medians of ``--reps``):
   root) and its ``object_index_layout="reference"`` store (0.9.2's bytes, no consolidated
   section), each against the floor's 2 waves (the documents, then the cells).  ``RT`` is wall
   time / latency; ``waves`` is zvf's own count of dependent round trips.
+* ``cold-objects``: open + one 8-chunk box of the 200 k streamlines (every object crossing it,
+  rows labelled) on the same moto + proxy, each run in a fresh process; with ``--baseline`` also
+  the baseline zvf on the store it wrote (a layout change shows in its waves and requests).
 """
 
 from __future__ import annotations
@@ -147,8 +150,17 @@ async def job_export(url, opts, truth, out_dir):
     return ds.stats.snapshot()
 
 
+async def job_box(url, opts, truth, out_dir):
+    """Open + one 8-chunk box of streamlines (every object crossing it, labelled): the cold object query."""
+    ds = await _open(url, opts)
+    sel = await ds.query(w.eight_chunk_box(LINES))
+    assert len(sel) and sel.object_ids is not None
+    return {**ds.stats.snapshot(), "rows": len(sel)}
+
+
 JOBS = {"read_all": job_read_all, "read_objects": job_read_objects, "iter_objects": job_iter_objects,
         "iter_chunks": job_iter_chunks, "export npz": job_export}
+COLD_JOBS = {"box": job_box}  # run by the cold-objects rows, not by object_rows
 
 
 def worker(args) -> None:
@@ -160,7 +172,7 @@ def worker(args) -> None:
     """
     import json
 
-    fn = JOBS[args.worker]
+    fn = {**JOBS, **COLD_JOBS}[args.worker]
     opts = json.loads(args.opts) if args.opts else None
     done = partial(settle, args.out_dir)
     median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
@@ -251,6 +263,30 @@ def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[st
     return out
 
 
+def cold_object_rows(store: Path, base_store: Path, baseline: str | None, latency_ms: float, reps: int,
+                     out_dir: Path) -> list[tuple[str, float, dict]]:
+    """Open + one 8-chunk box of the streamlines on moto behind the latency proxy, each run in a fresh
+    subprocess after an untimed one (median of ``reps``); with ``baseline`` also that zvf on its own store."""
+    servers = w.Servers()
+    try:
+        runs = [("zvf", str(HERE.parent / "src"), store, "lines")]
+        if baseline:
+            runs.append(("zvf (baseline)", baseline, base_store, "lines-baseline"))
+        for _, _, path, prefix in runs:
+            asyncio.run(w.upload_dir(servers.obstore(prefix, direct=True), path))
+        servers.set_latency(latency_ms / 1000)
+        opts = servers.zvf_options()
+        times: dict[str, list] = {label: [] for label, *_ in runs}
+        last: dict[str, dict] = {}
+        for _ in range(reps):
+            for label, src, _, prefix in runs:
+                secs, last[label] = run_worker(src, "box", servers.url(prefix), opts, 0, out_dir)
+                times[label].append(secs)
+        return [(label, statistics.median(times[label]), last[label]) for label, *_ in runs]
+    finally:
+        servers.stop()
+
+
 def build_lines(root: Path, n_lines: int) -> int:
     import zvf
 
@@ -318,7 +354,7 @@ def cold_rows(tmp: Path, latency_ms: float, reps: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", default="local,seaweed,cold")
+    ap.add_argument("--rows", default="local,seaweed,cold,cold-objects")
     ap.add_argument("--lines", type=int, default=LINES.n_lines)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--latency", type=float, default=20.0)
@@ -330,7 +366,7 @@ def main() -> None:
                                        "on a store it writes")
     ap.add_argument("--build", help=argparse.SUPPRESS)  # write the lines store here (with PYTHONPATH's zvf) and exit
     ap.add_argument("--jobs", help=f"local/SeaweedFS rows to run, comma-separated (default all: {','.join(JOBS)})")
-    ap.add_argument("--worker", choices=sorted(JOBS), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=sorted({**JOBS, **COLD_JOBS}), help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--opts", help=argparse.SUPPRESS)
     ap.add_argument("--truth", type=int, help=argparse.SUPPRESS)
@@ -350,7 +386,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="zvf-read-objects-") as tmp:
         tmp = Path(tmp)
         store = tmp / "lines.zarrvectors"
-        truth = build_lines(store, args.lines) if {"local", "seaweed"} & set(rows) else 0
+        truth = build_lines(store, args.lines) if {"local", "seaweed", "cold-objects"} & set(rows) else 0
         base_store = tmp / "lines-baseline.zarrvectors"
         if args.baseline and truth:
             import subprocess
@@ -412,6 +448,13 @@ def main() -> None:
                 table.append(f"| {'zvf default (consolidated root)' if r['layout'] == 'sharded' else '0.9.2 layout'} "
                              f"| {r['impl']} | {r['seconds']:.3f} | {r['rt']:.1f} | {r['waves']} "
                              f"| {c.get('GET', 0):g} | {c.get('LIST', 0):g} |")
+        if "cold-objects" in rows:
+            log(f"cold open + first object box at {args.latency:g} ms:")
+            table += ["", f"| open + 8-chunk box of streamlines, S3 (moto) at {args.latency:g} ms | time s | RT "
+                          "| waves | requests | rows |", "|---|---|---|---|---|---|"]
+            for label, t, st in cold_object_rows(store, base_store, args.baseline, args.latency, args.reps, tmp):
+                table.append(f"| {label} | {t:.3f} | {t / (args.latency / 1000):.1f} | {st['round_trips']} "
+                             f"| {st['requests']} | {st['rows']} |")
     load1 = os.getloadavg()[0]
     head = (f"`benchmarks/read_objects.py --rows {args.rows} --lines {args.lines} --reps {args.reps}"
             f"{' --no-export' if args.no_export else ''}{' --jobs ' + args.jobs if args.jobs else ''}"
