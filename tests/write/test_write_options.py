@@ -175,3 +175,24 @@ def test_object_writes_shard_fragments_only(tmp_path, shard_shape):
     assert (vert["name"] == "sharding_indexed") == (shard_shape is not None)
     got = zvf.open(str(tmp_path / "m")).read_objects([0], combined=True)
     assert len(got.positions) == 400 and len(got.faces) == 300
+
+
+async def test_fragment_cells_handed_to_the_commit_round_trip_and_damage_is_named():
+    """Distributed cell tasks hand their buffered fragment cells to the commit through a job summary."""
+    from zvf.errors import FormatError
+    from zvf.format.codecs import CellCodec
+    from zvf.write.engine import SpatialArrayOut
+
+    def out():
+        return SpatialArrayOut("0/vertex_fragments", CellCodec.for_writing(None, (2, 2)), (0, 0), (4, 4), {})
+
+    task = out()
+    for chunk, blob in (((0, 0), b"abc"), ((3, 1), b""), ((1, 2), b"defg")):
+        await task.put(None, chunk, blob)  # sharded: buffered, no writer needed
+    taken = task.take_buffered()
+    assert not task._shards and taken["lengths"].tolist() == [3, 0, 4]
+    commit = out()
+    commit.adopt(taken, "job/cells/000000.npz")
+    assert commit._shards == {(0, 0): {0: b"abc"}, (1, 0): {3: b""}, (0, 1): {2: b"defg"}}
+    with pytest.raises(FormatError, match=r"job/cells/000001\.npz"):
+        out().adopt({**taken, "lengths": taken["lengths"] + 1}, "job/cells/000001.npz")

@@ -206,9 +206,8 @@ def batch_groups(n_chunks: int, width: int) -> list[list[int]]:
 def shard_groups(arrays: dict, chunk_list: list) -> list[list[int]]:
     """Chunks fetched together: those of one shard of the vertex cells, or of the first sharded array when
     the vertices are not (zvf shards an object level's fragment indexes alone); one each when none is."""
-    arr = next((a for a in arrays.values() if a.codec.shard is not None), None)
-    if arrays["vertices"].codec.shard is not None:
-        arr = arrays["vertices"]
+    vert = arrays["vertices"]
+    arr = vert if vert.codec.shard is not None else next((a for a in arrays.values() if a.codec.shard), None)
     if arr is None or not chunk_list:
         return [[i] for i in range(len(chunk_list))]
     inner = np.asarray(arr.codec.shard, dtype=np.int64)

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..errors import InvalidArgumentError, RemoteError, StoreExistsError
+from ..errors import FormatError, InvalidArgumentError, RemoteError, StoreExistsError
 from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding
@@ -308,9 +308,13 @@ class SpatialArrayOut:
                 "lengths": np.asarray([len(c[2]) for c in cells], np.int64),
                 "bytes": np.concatenate([c[2] for c in cells]) if cells else np.zeros(0, np.uint8)}
 
-    def adopt(self, taken: dict[str, np.ndarray]) -> None:
-        """Buffer cells another writer took with :meth:`take_buffered`."""
-        ends = np.cumsum(taken["lengths"])
+    def adopt(self, taken: dict[str, np.ndarray], key: str) -> None:
+        """Buffer cells another writer took with :meth:`take_buffered` (``key``: where they were stored)."""
+        lengths = taken["lengths"]
+        if (lengths < 0).any() or int(lengths.sum()) != len(taken["bytes"]) or len(taken["shard"]) != len(lengths) \
+                or len(taken["inner"]) != len(lengths):
+            raise FormatError(f"{key}: its {self.path} cells do not add up (damaged job summary)")
+        ends = np.cumsum(lengths)
         for shard, inner, end, n in zip(taken["shard"].tolist(), taken["inner"].tolist(), ends.tolist(),
                                         taken["lengths"].tolist()):
             self._shards.setdefault(tuple(shard), {})[int(inner)] = taken["bytes"][end - n:end].tobytes()

@@ -486,12 +486,13 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
             arrays_present.append("vertex_attributes")
     async with CommitWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate) as writer:
         level = level0(writer, plan.origin, plan.grid_shape, job.codec(), bool(plan.attributes), plan.fragment_shard)
-        for c in cells:
+        for i, c in enumerate(cells):
             for name, attributes, nonempty in c["arrays"]:
                 level.array(name, attributes).nonempty.extend(tuple(int(x) for x in chunk) for chunk in nonempty)
             if "fragment_cells:shard" in c:  # the fragment shards are put here (see ObjectPlan.fragment_shard)
                 level.arrays["vertex_fragments"].adopt({k: c[f"fragment_cells:{k}"]
-                                                        for k in ("shard", "inner", "lengths", "bytes")})
+                                                        for k in ("shard", "inner", "lengths", "bytes")},
+                                                       f"{job.prefix}cells/{i:06d}.npz")
         if not len(plan.chunks):
             await put_no_rows(level, ndim, plan.dtype, plan.attributes)
         fragment_attributes.finish(writer, arrays_present)
