@@ -424,14 +424,15 @@ def main() -> None:
             weed = wb.Seaweed(tmp)
             try:
                 prefix = "read-objects"
-                s3 = S3Store("zvf-write", prefix=prefix, endpoint=weed.endpoint, virtual_hosted_style_request=False,
-                             client_options={"allow_http": True, "timeout": "120s"}, **wb.S3_KEYS)
+
+                def s3_at(at: str):
+                    return S3Store("zvf-write", prefix=at, endpoint=weed.endpoint, virtual_hosted_style_request=False,
+                                   client_options={"allow_http": True, "timeout": "120s"}, **wb.S3_KEYS)
+
+                s3 = s3_at(prefix)
                 asyncio.run(w.upload_dir(s3, store))
                 if args.baseline:
-                    asyncio.run(w.upload_dir(S3Store("zvf-write", prefix=f"{prefix}-baseline", endpoint=weed.endpoint,
-                                                     virtual_hosted_style_request=False,
-                                                     client_options={"allow_http": True, "timeout": "120s"},
-                                                     **wb.S3_KEYS), base_store))
+                    asyncio.run(w.upload_dir(s3_at(f"{prefix}-baseline"), base_store))
                 opts = {"endpoint": weed.endpoint, "allow_http": True, **wb.S3_KEYS}
                 add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, more, s3, args.reps, tmp, truth,
                                              not args.no_export, args.baseline, jobs, args.export_reps,

@@ -538,15 +538,19 @@ class Executor:
         """The last ``nbytes`` of an object (all of it if shorter; None if missing)."""
         if nbytes <= 0:
             raise InvalidArgumentError(f"suffix of {key!r} needs nbytes > 0, got {nbytes}")
-        ckey = ("suffix", key, nbytes)
         if cache is not None:
-            hit = self.get_cached(cache, ckey)
+            hit = self.get_cached(cache, ("suffix", key, nbytes))
             if hit is not None:
                 return cast(bytes, hit)
         data = await self._fetch(Request(key, -nbytes, None))
         if cache is not None and data is not None:
-            self.put_cached(cache, ckey, data)
+            self.cache_suffix(cache, key, data)
         return data
+
+    def cache_suffix(self, cache: str, key: str, tail: bytes | memoryview) -> None:
+        """Cache ``tail`` as what :meth:`get_suffix` of ``len(tail)`` bytes of ``key`` returns (e.g. a shard
+        index taken from a whole shard read another way)."""
+        self.put_cached(cache, ("suffix", key, len(tail)), bytes(tail))
 
     async def head(self, key: str) -> int | None:
         """Object size, or None if it does not exist."""

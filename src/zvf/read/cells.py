@@ -160,8 +160,7 @@ class CellArray:
             return None
         n_inner = int(np.prod(self.codec.shard))
         offsets, nbytes = decode_shard_index(raw, n_inner, key=shard_key)
-        size = index_nbytes(n_inner)
-        self.executor.put_cached("shard_index", ("suffix", shard_key, size), bytes(memoryview(raw)[len(raw) - size:]))
+        self.executor.cache_suffix("shard_index", shard_key, memoryview(raw)[len(raw) - index_nbytes(n_inner):])
         if keep:
             self.executor.put_cached(SHARD_CACHE, shard_key, (raw, offsets, nbytes), nbytes=len(raw))
         return raw, offsets, nbytes
