@@ -16,7 +16,9 @@ Rows (medians of ``--reps``):
   rows also name their ratio to an export floor: the floor's rows plus two int64 columns of the same
   length written with ``np.savez`` (an .npz of the export's size, from memory).  ``--baseline DIR``
   runs these rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved
-  with the current one in subprocesses, so before/after ratios share the machine's load, each on a
+  with the current one and the floors, each in its own worker subprocess warmed by one untimed run
+  (the floors too: a long-lived parent's warm allocator made them ~15% faster than the same reads in
+  a worker), so before/after ratios share the machine's load, each on a
   store its own zvf wrote (the same input: a layout change is measured writer and reader together); its
   "paired" column is the median over reps of each rep's floor / time (a rep's floor and jobs run
   back to back, so that ratio drifts less with the machine's load than the ratio of medians).
@@ -104,6 +106,37 @@ def cell_keys(root: Path, *arrays: str) -> list[str]:
                   if p.is_file())
 
 
+LABEL_ARRAYS = ("vertex_fragments", "object_index/manifests", "object_index/object_ids")
+"""What ``read_all`` fetches besides the vertices, to label rows with their objects."""
+
+
+def raw_store(url: str, opts: dict | None):
+    """The obstore store the floor reads for the zvf store at ``url`` (a local path, or ``s3://bucket/prefix``
+    with the SeaweedFS options zvf is given)."""
+    from obstore.store import LocalStore, S3Store
+
+    if not url.startswith("s3://"):
+        return LocalStore(url)
+    assert opts is not None
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    return S3Store(bucket, prefix=prefix, endpoint=opts["endpoint"], virtual_hosted_style_request=False,
+                   client_options={"allow_http": bool(opts.get("allow_http")), "timeout": "120s"},
+                   **{k: opts[k] for k in ("access_key_id", "secret_access_key", "region")})
+
+
+async def floor_job(kind: str, url, opts, truth, out_dir, cells_dir: Path):
+    """A floor (``floor``, ``floor-all``, ``floor-export``) over the store at ``url``, whose cells are listed
+    from its local copy ``cells_dir``; timed like the zvf jobs (in process, or in a worker with ``--baseline``)."""
+    keys = cell_keys(cells_dir, "vertices")
+    more = cell_keys(cells_dir, *LABEL_ARRAYS) if kind == "floor-all" else []
+    rows = await floor_read(raw_store(url, opts), keys, more)
+    assert len(rows) == truth
+    if kind == "floor-export":  # what an export to .npz costs at the least: the rows and two int64 columns
+        ints = np.zeros(len(rows), np.int64)
+        np.savez(Path(out_dir) / "out-floor.npz", positions=rows, object_ids=ints, vertex_index=ints)  # settle()
+    return None
+
+
 async def _open(url: str, opts: dict | None):
     import zvf.aio
 
@@ -172,15 +205,17 @@ def worker(args) -> None:
     """
     import json
 
-    fn = {**JOBS, **COLD_JOBS}[args.worker]
     opts = json.loads(args.opts) if args.opts else None
+    fn = (partial(floor_job, args.worker, cells_dir=Path(args.cells_dir)) if args.worker in FLOORS
+          else {**JOBS, **COLD_JOBS}[args.worker])
     done = partial(settle, args.out_dir)
     median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
     secs, stats = median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
     print(json.dumps({"seconds": secs, "stats": stats}))
 
 
-def run_worker(src: str, what: str, url: str, opts: dict | None, truth: int, out_dir: Path) -> tuple[float, dict]:
+def run_worker(src: str, what: str, url: str, opts: dict | None, truth: int, out_dir: Path,
+               cells_dir: Path | None = None) -> tuple[float, dict]:
     import json
     import subprocess
 
@@ -188,42 +223,30 @@ def run_worker(src: str, what: str, url: str, opts: dict | None, truth: int, out
     cmd = [sys.executable, __file__, "--worker", what, "--url", url, "--truth", str(truth), "--out-dir", str(out_dir)]
     if opts:
         cmd += ["--opts", json.dumps(opts)]
+    if cells_dir is not None:
+        cmd += ["--cells-dir", str(cells_dir)]
     res = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
     return res["seconds"], res["stats"]
 
 
 FLOOR_ALL = "floor, every cell read_all needs"
 FLOOR_EXPORT = "floor + writing an npz of the export's size"
+FLOORS = {"floor": "floor", "floor-all": FLOOR_ALL, "floor-export": FLOOR_EXPORT}  # worker job -> row
 
 
-def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[str], floor_store, reps: int,
-                out_dir: Path,
+def object_rows(url: str, opts: dict | None, cells_dir: Path, reps: int, out_dir: Path,
                 truth: int, export_too: bool, baseline: str | None = None, jobs: list[str] | None = None,
                 export_reps: int = 1, baseline_url: str | None = None) -> list[dict]:
     """Every job after a fresh open (median of ``reps``; export: of ``export_reps``), against the floor.
 
     With ``baseline`` (a directory holding another ``zvf`` package) each job
-    also runs with that zvf (on ``baseline_url``, the store it wrote), both in
-    subprocesses, interleaved rep by rep with the floor, so before and after
-    share the machine's load.
+    also runs with that zvf (on ``baseline_url``, the store it wrote), and
+    every job and floor runs in its own worker subprocess, interleaved rep by
+    rep, so before, after and the floor share the machine's load and start
+    from the same process state.
     """
-
-    async def floor():
-        assert len(await floor_read(floor_store, keys)) == truth
-        return None
-
-    async def floor_all():
-        assert len(await floor_read(floor_store, keys, more_keys)) == truth
-        return None
-
-    async def floor_export():
-        """The floor's rows and two int64 columns (the export's object ids and vertex indexes) written with
-        ``np.savez``: what an export to .npz costs at the least."""
-        rows = await floor_read(floor_store, keys)
-        ints = np.zeros(len(rows), np.int64)
-        np.savez(out_dir / "out-floor.npz", positions=rows, object_ids=ints, vertex_index=ints)  # settle() removes it
-        return None
-
+    floor, floor_all, floor_export = (partial(floor_job, kind, url, opts, truth, out_dir, cells_dir)
+                                      for kind in FLOORS)
     out = []
     whats = [w for w in (jobs or JOBS) if w != "export npz" or export_too]
     done = partial(settle, out_dir)
@@ -245,10 +268,9 @@ def object_rows(url: str, opts: dict | None, keys: list[str], more_keys: list[st
         times[what], times[f"{what} (baseline)"] = [], []
     last: dict = {}
     for rep in range(reps):
-        times["floor"].append(median_of(1, floor, done)[0])
-        times[FLOOR_ALL].append(median_of(1, floor_all, done)[0])
-        if FLOOR_EXPORT in times and rep < export_reps:
-            times[FLOOR_EXPORT].append(median_of(1, floor_export, done)[0])
+        for kind, label in FLOORS.items():
+            if label in times and (label != FLOOR_EXPORT or rep < export_reps):
+                times[label].append(run_worker(here, kind, url, opts, truth, out_dir, cells_dir)[0])
         for what in whats:
             if what == "export npz" and rep >= export_reps:
                 continue
@@ -366,7 +388,8 @@ def main() -> None:
                                        "on a store it writes")
     ap.add_argument("--build", help=argparse.SUPPRESS)  # write the lines store here (with PYTHONPATH's zvf) and exit
     ap.add_argument("--jobs", help=f"local/SeaweedFS rows to run, comma-separated (default all: {','.join(JOBS)})")
-    ap.add_argument("--worker", choices=sorted({**JOBS, **COLD_JOBS}), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=sorted({**JOBS, **COLD_JOBS, **FLOORS}), help=argparse.SUPPRESS)
+    ap.add_argument("--cells-dir", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--opts", help=argparse.SUPPRESS)
     ap.add_argument("--truth", type=int, help=argparse.SUPPRESS)
@@ -394,8 +417,7 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, "--build", str(base_store), "--lines", str(args.lines)],
                            env={**os.environ, "PYTHONPATH": args.baseline}, check=True)
         keys = cell_keys(store, "vertices") if truth else []
-        more = (cell_keys(store, "vertex_fragments", "object_index/manifests", "object_index/object_ids")
-                if truth else [])
+        more = cell_keys(store, *LABEL_ARRAYS) if truth else []
         table = ["| row | what | time s | floor / time | every-cell floor / time | paired floor / time | requests |",
                  "|---|---|---|---|---|---|---|"]
 
@@ -411,32 +433,22 @@ def main() -> None:
                              f"| {floor_all / r['seconds']:.2f} | {paired} | {req} |")
 
         if "local" in rows:
-            from obstore.store import LocalStore
-
             log("local:")
-            add("local", object_rows(str(store), None, keys, more, LocalStore(str(store)), args.reps, tmp, truth,
-                                     not args.no_export, args.baseline, jobs, args.export_reps, str(base_store)))
+            add("local", object_rows(str(store), None, store, args.reps, tmp, truth, not args.no_export,
+                                     args.baseline, jobs, args.export_reps, str(base_store)))
         if "seaweed" in rows:
             import write as wb  # the SeaweedFS server of the write benchmark
-            from obstore.store import S3Store
 
             log("SeaweedFS:")
             weed = wb.Seaweed(tmp)
             try:
-                prefix = "read-objects"
-
-                def s3_at(at: str):
-                    return S3Store("zvf-write", prefix=at, endpoint=weed.endpoint, virtual_hosted_style_request=False,
-                                   client_options={"allow_http": True, "timeout": "120s"}, **wb.S3_KEYS)
-
-                s3 = s3_at(prefix)
-                asyncio.run(w.upload_dir(s3, store))
-                if args.baseline:
-                    asyncio.run(w.upload_dir(s3_at(f"{prefix}-baseline"), base_store))
+                url = "s3://zvf-write/read-objects"
                 opts = {"endpoint": weed.endpoint, "allow_http": True, **wb.S3_KEYS}
-                add("SeaweedFS", object_rows(f"s3://zvf-write/{prefix}", opts, keys, more, s3, args.reps, tmp, truth,
-                                             not args.no_export, args.baseline, jobs, args.export_reps,
-                                             f"s3://zvf-write/{prefix}-baseline"))
+                asyncio.run(w.upload_dir(raw_store(url, opts), store))
+                if args.baseline:
+                    asyncio.run(w.upload_dir(raw_store(f"{url}-baseline", opts), base_store))
+                add("SeaweedFS", object_rows(url, opts, store, args.reps, tmp, truth, not args.no_export,
+                                             args.baseline, jobs, args.export_reps, f"{url}-baseline"))
             finally:
                 weed.stop()
         if "cold" in rows:

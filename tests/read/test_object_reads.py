@@ -72,6 +72,22 @@ def test_zstd_many_equals_one_by_one_and_falls_back():
     assert [bytes(out[a:b]) for a, b in zip(s, e)] == [zstd_decompress(r) for r in raws]
 
 
+def test_zstd_many_back_to_back_frames_in_one_pass():
+    """Frames lying back to back (a shard's inner chunks) decode in one pass; a damaged one is named by key."""
+    payloads = [RNG.bytes(int(n)) * 2 for n in RNG.integers(0, 2000, 200)]
+    raws = [numcodecs.zstd.compress(p, 0, False) for p in payloads]
+    lens = np.array([len(r) for r in raws])
+    ends = np.cumsum(lens)
+    blob = b"".join(raws)
+    out, s, e = zstd_decompress_many(blob, ends - lens, ends, key="k")
+    assert [bytes(out[a:b]) for a, b in zip(s, e)] == payloads
+    bad = bytearray(blob)
+    f = int(np.argmax(lens))  # the largest frame: its blocks hold compressed data to damage
+    bad[int(ends[f]) - 5:int(ends[f]) - 1] = b"\xff\xff\xff\xff"
+    with pytest.raises(FormatError, match=r"^k: "):
+        zstd_decompress_many(bytes(bad), ends - lens, ends, key="k")
+
+
 def test_zstd_many_refuses_a_lying_header_without_allocating():
     frame = bytearray(numcodecs.zstd.compress(b"a" * 1000, 0, False))
     # single-segment frame with a 2-byte content size: claim far more than its blocks can give
@@ -149,6 +165,21 @@ async def test_full_table_owners_and_partial_rows(line_stores, layout):
     full = table.take_objects(rows)
     assert (part.coords == full.coords).all() and (part.fragment == full.fragment).all()
     assert (part.object_row == full.object_row).all()
+
+
+@pytest.mark.parametrize("fragment", [1 << 40, (1 << 63) - 1, 5_000_000])
+def test_owners_refuse_a_fragment_id_no_reference_accounts_for(fragment):
+    """A damaged manifest naming a huge fragment id is an error naming the array, not a huge allocation."""
+    from zvf.format.manifest import ManifestTable
+    from zvf.read.context import _owners_of
+
+    table = ManifestTable(np.array([0, 1]), np.array([0, 0]), np.array([[0, 0, 0], [0, 0, 1]]),
+                          np.array([0, fragment]), 2)
+    with pytest.raises(FormatError, match=r"0/object_index/manifests: manifests name fragment"):
+        _owners_of(np.array([7, 8]), table, "0/object_index/manifests")
+    ok = ManifestTable(np.array([0, 1]), np.array([0, 0]), np.array([[0, 0, 0], [0, 0, 1]]), np.array([0, 3]), 2)
+    owners = _owners_of(np.array([7, 8]), ok)
+    assert owners[(0, 0, 0)].tolist() == [7] and owners[(0, 0, 1)].tolist() == [-1, -1, -1, 8]
 
 
 async def test_sharded_index_by_ranges_when_shards_are_big(line_stores):

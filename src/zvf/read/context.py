@@ -165,13 +165,20 @@ class ReadContext(RootFacts):
         if index in self.owner_cache:
             return self.owner_cache[index]
         oids, table = await self.manifests(index)
-        owners = await off_loop(32 * len(table), partial(_owners_of, oids, table))
+        owners = await off_loop(32 * len(table), partial(_owners_of, oids, table, f"{index}/object_index/manifests"))
         self.owner_cache[index] = owners
         return owners
 
 
-def _owners_of(oids: np.ndarray, table: ManifestTable) -> Owners:
-    """chunk -> object id of each of its fragments, from a level's decoded manifests (pure: may run in a thread)."""
+MAX_SPARE_SLOTS = 1 << 22
+"""Fragment slots a level's owners may hold beyond 8 per manifest reference before the manifests count as
+damaged: writers' manifests name nearly every fragment of a chunk, so the table stays near their size."""
+
+
+def _owners_of(oids: np.ndarray, table: ManifestTable, key: str = "manifests") -> Owners:
+    """chunk -> object id of each of its fragments, from a level's decoded manifests (pure: may run in a thread).
+    A fragment id far past what the references account for is refused, naming ``key``, before the table
+    sized by it is allocated."""
     owners: Owners = {}
     if len(table.fragment):
         # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
@@ -183,7 +190,13 @@ def _owners_of(oids: np.ndarray, table: ManifestTable) -> Owners:
         else:
             chunks, chunk_of = found
         sizes = np.zeros(len(chunks), dtype=np.int64)
-        np.maximum.at(sizes, chunk_of, frags + 1)
+        limit = max(MAX_SPARE_SLOTS, 8 * len(frags))
+        top = int(frags.max())
+        if top < limit:
+            np.maximum.at(sizes, chunk_of, frags + 1)
+        if top >= limit or int(sizes.sum()) > limit:
+            raise FormatError(f"{key}: manifests name fragment {top} of a chunk, far past what their "
+                              f"{len(frags)} references account for")
         ends = np.cumsum(sizes)
         flat = np.full(int(ends[-1]), -1, dtype=np.int64)
         flat[ends[chunk_of] - sizes[chunk_of] + frags] = oids[table.object_row]
