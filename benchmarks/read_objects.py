@@ -17,8 +17,8 @@ Rows (medians of ``--reps``):
   length written with ``np.savez`` (an .npz of the export's size, from memory).  ``--baseline DIR``
   runs these rows with the zvf package in DIR too (e.g. the previous commit's ``src``), interleaved
   with the current one and the floors, each in its own worker subprocess warmed by one untimed run
-  (the floors too: a long-lived parent's warm allocator made them ~15% faster than the same reads in
-  a worker), so before/after ratios share the machine's load, each on a
+  (the floors too: a long-lived parent's warm allocator made them up to a quarter faster than the
+  same reads in a worker), so before/after ratios share the machine's load, each on a
   store its own zvf wrote (the same input: a layout change is measured writer and reader together); its
   "paired" column is the median over reps of each rep's floor / time (a rep's floor and jobs run
   back to back, so that ratio drifts less with the machine's load than the ratio of medians).
@@ -124,17 +124,21 @@ def raw_store(url: str, opts: dict | None):
                    **{k: opts[k] for k in ("access_key_id", "secret_access_key", "region")})
 
 
-async def floor_job(kind: str, url, opts, truth, out_dir, cells_dir: Path):
-    """A floor (``floor``, ``floor-all``, ``floor-export``) over the store at ``url``, whose cells are listed
-    from its local copy ``cells_dir``; timed like the zvf jobs (in process, or in a worker with ``--baseline``)."""
+def floor_job(kind: str, cells_dir: Path):
+    """A floor (``floor``, ``floor-all``, ``floor-export``) as a job like the zvf ones (in process, or in a
+    worker with ``--baseline``); the cells it GETs are listed now, from the store's local copy ``cells_dir``,
+    outside the timed runs."""
     keys = cell_keys(cells_dir, "vertices")
     more = cell_keys(cells_dir, *LABEL_ARRAYS) if kind == "floor-all" else []
-    rows = await floor_read(raw_store(url, opts), keys, more)
-    assert len(rows) == truth
-    if kind == "floor-export":  # what an export to .npz costs at the least: the rows and two int64 columns
-        ints = np.zeros(len(rows), np.int64)
-        np.savez(Path(out_dir) / "out-floor.npz", positions=rows, object_ids=ints, vertex_index=ints)  # settle()
-    return None
+
+    async def run(url, opts, truth, out_dir):
+        rows = await floor_read(raw_store(url, opts), keys, more)
+        assert len(rows) == truth
+        if kind == "floor-export":  # what an export to .npz costs at the least: the rows and two int64 columns
+            ints = np.zeros(len(rows), np.int64)
+            np.savez(Path(out_dir) / "out-floor.npz", positions=rows, object_ids=ints, vertex_index=ints)  # settle()
+        return None
+    return run
 
 
 async def _open(url: str, opts: dict | None):
@@ -206,8 +210,7 @@ def worker(args) -> None:
     import json
 
     opts = json.loads(args.opts) if args.opts else None
-    fn = (partial(floor_job, args.worker, cells_dir=Path(args.cells_dir)) if args.worker in FLOORS
-          else {**JOBS, **COLD_JOBS}[args.worker])
+    fn = floor_job(args.worker, Path(args.cells_dir)) if args.worker in FLOORS else {**JOBS, **COLD_JOBS}[args.worker]
     done = partial(settle, args.out_dir)
     median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
     secs, stats = median_of(1, lambda: fn(args.url, opts, args.truth, args.out_dir), done)
@@ -245,7 +248,7 @@ def object_rows(url: str, opts: dict | None, cells_dir: Path, reps: int, out_dir
     rep, so before, after and the floor share the machine's load and start
     from the same process state.
     """
-    floor, floor_all, floor_export = (partial(floor_job, kind, url, opts, truth, out_dir, cells_dir)
+    floor, floor_all, floor_export = (partial(floor_job(kind, cells_dir), url, opts, truth, out_dir)
                                       for kind in FLOORS)
     out = []
     whats = [w for w in (jobs or JOBS) if w != "export npz" or export_too]
