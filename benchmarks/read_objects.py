@@ -248,12 +248,12 @@ def object_rows(url: str, opts: dict | None, cells_dir: Path, reps: int, out_dir
     rep, so before, after and the floor share the machine's load and start
     from the same process state.
     """
-    floor, floor_all, floor_export = (partial(floor_job(kind, cells_dir), url, opts, truth, out_dir)
-                                      for kind in FLOORS)
     out = []
     whats = [w for w in (jobs or JOBS) if w != "export npz" or export_too]
     done = partial(settle, out_dir)
     if baseline is None:
+        floor, floor_all, floor_export = (partial(floor_job(kind, cells_dir), url, opts, truth, out_dir)
+                                          for kind in FLOORS)
         out.append({"what": "floor", "seconds": median_of(reps, floor, done)[0], "stats": None})
         out.append({"what": FLOOR_ALL, "seconds": median_of(reps, floor_all, done)[0], "stats": None})
         if "export npz" in whats:

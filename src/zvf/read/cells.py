@@ -19,7 +19,7 @@ from ..errors import FormatError
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding
 from ..format.metadata import ArrayMeta
-from ..format.shard import decode_shard_index, index_nbytes
+from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..io.executor import Executor
 from ..io.plan import ByteRange
 
@@ -169,10 +169,7 @@ class CellArray:
         """Inner chunks by shard: a shard asked for (nearly) whole -- 3/4 of the cells it stores -- or kept for a
         sweep comes in one GET; otherwise its index (one suffix read, cached), then its inner chunks as ranges
         (coalesced)."""
-        inner = np.asarray(self.codec.shard, dtype=np.int64)
-        by_shard: dict[tuple[int, ...], list[int]] = {}
-        for i, g in enumerate(grid):
-            by_shard.setdefault(tuple(int(x) for x in np.asarray(g) // inner), []).append(i)
+        by_shard = group_by_shard(grid, self.codec.shard)
         out: list[bytes | None] = [None] * len(grid)
         shard_keys = {s: self.key_of(s) for s in by_shard}
         whole = [s for s, members in by_shard.items() if keep or 4 * len(members) >= 3 * self._stored_in(s)]
@@ -213,9 +210,20 @@ class CellArray:
             shard, dtype=np.int64) * per
         slot = np.ravel_multi_index(tuple(local.T), tuple(per.tolist()))
         starts = offsets[slot]
-        absent = starts == np.uint64(2**64 - 1)
+        absent = starts == EMPTY
         return (np.where(absent, -1, starts.astype(np.int64)).tolist(),
                 np.where(absent, 0, nbytes[slot].astype(np.int64)).tolist())
+
+
+def group_by_shard(cells, per) -> dict[tuple[int, ...], list[int]]:
+    """Positions of the given cell coordinates grouped by the shard of ``per`` cells holding each, shards in
+    order of first appearance."""
+    per = np.asarray(per, dtype=np.int64)
+    at = np.asarray(cells, dtype=np.int64).reshape(len(cells), len(per)) // per
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(map(tuple, at.tolist())):
+        groups.setdefault(s, []).append(i)
+    return groups
 
 
 def rows_from_payload(payload: bytes | None, dtype: np.dtype, row_shape: tuple[int, ...], *, key: str) -> np.ndarray:

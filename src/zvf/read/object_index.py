@@ -22,13 +22,12 @@ import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError, MissingDataError
 from ..format.manifest import ManifestTable, decode_manifests_packed
-from ..format.shard import decode_shard_index, index_nbytes
+from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
 from .chunkset import required_array
 from .dense import read_dense
 from .points import off_loop
 
-EMPTY = 2**64 - 1
 # Prefetch object ids and shard indexes at open only while they are this small.
 PREFETCH_LIMIT = 1 << 20
 # Stored (compressed) manifest bytes past which shards are decoded off the event loop.

@@ -18,7 +18,7 @@ from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import FragmentIndex, decode_fragment_index, tiling_counts
 from ..format.grid import inside
 from ..io.plan import choose_fetch
-from .cells import rows_from_payload
+from .cells import group_by_shard, rows_from_payload
 from .selection import Selection
 
 if TYPE_CHECKING:
@@ -210,12 +210,7 @@ def shard_groups(arrays: dict, chunk_list: list) -> list[list[int]]:
     arr = vert if vert.codec.shard is not None else next((a for a in arrays.values() if a.codec.shard), None)
     if arr is None or not chunk_list:
         return [[i] for i in range(len(chunk_list))]
-    inner = np.asarray(arr.codec.shard, dtype=np.int64)
-    cells = np.asarray([arr.cell_coords(c) for c in chunk_list], dtype=np.int64).reshape(len(chunk_list), -1)
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, s in enumerate(map(tuple, (cells // inner).tolist())):
-        groups.setdefault(s, []).append(i)
-    return list(groups.values())
+    return list(group_by_shard([arr.cell_coords(c) for c in chunk_list], arr.codec.shard).values())
 
 
 class LevelRows:
