@@ -24,6 +24,11 @@ from zvf.cli.progress import ProgressBar
 from zvf.errors import RemoteError, StoreNotFoundError
 
 ZVF = [sys.executable, "-m", "zvf.cli.main"]
+# ``zvf`` with Ctrl-C live: a suite launched in the background of a non-interactive shell (or under
+# nohup) passes SIGINT on ignored, and a command started that way rightly keeps ignoring it
+ZVF_INTERRUPTIBLE = [sys.executable, "-c",
+                     "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                     "from zvf.cli.main import main; sys.exit(main(sys.argv[1:]))"]
 SRC = str(Path(zvf.__file__).resolve().parents[1])
 
 
@@ -266,7 +271,8 @@ def test_ctrl_c_during_export_leaves_no_file(s3_proxied, tmp_path):
     proxy.latency = 0.05
     out = tmp_path / "big.csv"
     flags = [f"-o{k}={v}" for k, v in opts.items()]
-    proc = subprocess.Popen([*ZVF, "export", url, str(out), "--batch-chunks", "1", "--prefetch", "1", "-q", *flags],
+    argv = [*ZVF_INTERRUPTIBLE, "export", url, str(out), "--batch-chunks", "1", "--prefetch", "1", "-q", *flags]
+    proc = subprocess.Popen(argv,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     deadline = time.monotonic() + 60
     while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):  # the export has started writing
