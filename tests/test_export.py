@@ -6,6 +6,8 @@ import csv
 import importlib.util
 import os
 import re
+import threading
+import time
 
 import anyio
 import numpy as np
@@ -189,6 +191,79 @@ async def test_failed_export_removes_the_partial_file(store, tmp_path, counted, 
     with pytest.raises(InvalidArgumentError):
         await export_mod.export(ds, str(out), batch_chunks=2)
     assert not out.exists()
+
+
+class _SlowOrFailingWriter:
+    """A file writer that takes ``delay`` s per batch and raises on batch ``fail_at``; counts its writes."""
+
+    def __init__(self, real, delay: float = 0.0, fail_at: int = -1):
+        self.real, self.delay, self.fail_at, self.writes = real, delay, fail_at, 0
+
+    def write(self, sel):
+        if self.writes == self.fail_at:
+            raise OSError(28, "No space left on device")
+        time.sleep(self.delay)
+        self.real.write(sel)
+        self.writes += 1
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def _wrap_writer(monkeypatch, **kw) -> list:
+    made = []
+    real = export_mod.open_writer
+
+    def opening(*args):
+        made.append(_SlowOrFailingWriter(real(*args), **kw))
+        return made[-1]
+
+    monkeypatch.setattr(export_mod, "open_writer", opening)
+    return made
+
+
+def _writer_left() -> bool:
+    """Whether a file writer thread still runs (one that has just reported its end gets a moment to return)."""
+    for t in threading.enumerate():
+        if t.name == "zvf-file-writer":
+            t.join(5)
+    return any(t.name == "zvf-file-writer" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("ahead", [1, None])  # 1 byte: the feeder waits for room before every batch
+async def test_a_failed_file_write_fails_the_export(store, tmp_path, monkeypatch, ahead):
+    monkeypatch.setattr(export_mod, "WRITE_AHEAD_BYTES", ahead or export_mod.WRITE_AHEAD_BYTES)
+    made = _wrap_writer(monkeypatch, fail_at=3)
+    ds = await zvf.aio.open(store)
+    with anyio.fail_after(60), pytest.raises(OSError, match="No space left"):
+        await export_mod.export(ds, str(tmp_path / "x.npz"), batch_chunks=2)
+    assert made[0].writes == 3 and list(tmp_path.iterdir()) == []
+    assert not _writer_left()
+
+
+async def test_a_cancelled_export_stops_its_writer(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(export_mod, "WRITE_AHEAD_BYTES", 1)
+    made = _wrap_writer(monkeypatch, delay=0.05)
+    ds = await zvf.aio.open(store)
+    with anyio.move_on_after(0.5) as scope:
+        await export_mod.export(ds, str(tmp_path / "x.csv"), batch_chunks=1)
+    assert scope.cancelled_caught and list(tmp_path.iterdir()) == []
+    assert not _writer_left()
+    writes = made[0].writes
+    await anyio.sleep(0.2)
+    assert 0 < writes == made[0].writes < 125  # nothing written after the cancellation
+
+
+async def test_a_progress_error_fails_the_export(store, tmp_path):
+    ds = await zvf.aio.open(store)
+
+    def progress(summary):
+        if summary["done"] > 4:
+            raise ValueError("progress sink closed")
+
+    with pytest.raises(ValueError, match="sink closed"):
+        await export_mod.export(ds, str(tmp_path / "x.npz"), batch_chunks=2, progress=progress)
+    assert list(tmp_path.iterdir()) == [] and not _writer_left()
 
 
 @pytest.mark.s3

@@ -24,6 +24,8 @@ by-id batching would fetch the cells an object spans once per batch).
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -357,6 +359,95 @@ async def object_batches(ds, *, level: int = 0, attributes=None, batch: int = 40
 # --------------------------------------------------------------------------
 
 
+WRITE_AHEAD_BYTES = 64 << 20
+"""Rows an export queues for its file writer (besides one batch, however big): enough for the writer to
+keep going while the loop is busy with reads, not so much that a slow disk piles batches up in memory."""
+
+
+def batch_nbytes(sel: Selection) -> int:
+    """The bytes of a batch's vertex columns (its positions and attributes)."""
+    return int(sel.positions.nbytes) + sum(int(a.nbytes) for a in sel.attributes.values())
+
+
+class WriterThread:
+    """Batches written to a file by a thread of its own, fed from the event loop through a queue of at most
+    ``ahead`` bytes of rows (and always one batch).
+
+    Each write starts as soon as the one before ends: a write handed over per batch (``to_thread``)
+    waits, between batches, for the loop to come round, and the loop is busy with the reads' CPU work
+    (a whole-level export spent half its writing time waiting so).  ``written(sel)`` is called on the
+    loop, in the feeding task, for every batch written (so an error it raises reaches the feeder).
+    """
+
+    def __init__(self, writer: Any, *, written: Callable[[Selection], None], ahead: int | None = None):
+        self._loop = asyncio.get_running_loop()
+        self._ahead = WRITE_AHEAD_BYTES if ahead is None else ahead
+        self._queued = 0  # bytes queued or being written
+        self._room = asyncio.Event()
+        self._todo: queue.SimpleQueue[Selection | None] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._ended: asyncio.Future[None] = self._loop.create_future()
+        self._done: list[Selection] = []
+        self._writer = writer
+        self._written = written
+        threading.Thread(target=self._run, name="zvf-file-writer", daemon=True).start()
+
+    def _run(self) -> None:
+        error: BaseException | None = None
+        try:
+            while (sel := self._todo.get()) is not None and not self._stopping.is_set():
+                self._writer.write(sel)
+                self._loop.call_soon_threadsafe(self._one_written, sel)
+        except BaseException as exc:  # handed to the feeder
+            error = exc
+        self._loop.call_soon_threadsafe(self._end, error)
+
+    def _one_written(self, sel: Selection) -> None:
+        self._queued -= batch_nbytes(sel)
+        self._done.append(sel)
+        self._room.set()
+
+    def _end(self, error: BaseException | None) -> None:
+        if error is None:
+            self._ended.set_result(None)
+        else:
+            self._ended.set_exception(error)
+        self._room.set()  # a feeder waiting for room learns of the end
+
+    def _report(self) -> None:
+        done, self._done = self._done, []
+        for sel in done:
+            self._written(sel)
+
+    async def put(self, sel: Selection) -> None:
+        """Queue one batch, once there is room; raises the writer's error if it failed."""
+        size = batch_nbytes(sel)
+        while self._queued and self._queued + size > self._ahead and not self._ended.done():
+            self._room.clear()
+            await self._room.wait()
+            self._report()
+        self._report()
+        if self._ended.done():
+            await self._ended  # the writer failed: its error
+        self._queued += size
+        self._todo.put(sel)
+
+    async def drain(self) -> None:
+        """Wait until every queued batch is written (raises the writer's error)."""
+        self._todo.put(None)
+        await asyncio.wait({self._ended})  # not the future itself: a cancelled caller must not cancel it
+        self._report()
+        await self._ended
+
+    async def stop(self) -> None:
+        """Drop the batches not yet written and wait for the thread to end (the caller shields this)."""
+        self._stopping.set()
+        self._todo.put(None)
+        await asyncio.wait({self._ended})
+        if not self._ended.cancelled():
+            self._ended.exception()  # retrieved: what propagates is the caller's own error
+
+
 async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attributes=None, prefetch: int = 4,
                  batch_chunks: int = 16, batch_objects: int = 1024,
                  progress: Callable[[dict], None] | None = None) -> dict:
@@ -369,11 +460,13 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     ``batch_chunks`` chunks), rows grouped by
     object with ``vertex_index`` (traversal order), and graphs, skeletons and
     meshes add their edges/faces table, so every object can be rebuilt from
-    the files.  ``progress(summary)`` is called after each batch
-    (``done``/``total`` in ``unit``).  File writes run in a worker thread so
-    the next batches keep downloading meanwhile; the files appear under their
-    names only once complete.  Returns vertices, chunks or objects, requests,
-    bytes, seconds, MB/s (bytes fetched) and files.
+    the files.  ``progress(summary)`` is called after each batch is written
+    (``done``/``total`` in ``unit``).  File writes run in a thread of their
+    own (:class:`WriterThread`, up to ``WRITE_AHEAD_BYTES`` of rows queued
+    for it) so the next batches keep downloading and decoding meanwhile;
+    the files appear under their names only once complete.  Returns
+    vertices, chunks or objects, requests, bytes, seconds, MB/s (bytes
+    fetched) and files.
     """
     fmt = format_of(out, fmt)
     check_out(out)
@@ -411,20 +504,25 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
         summary["seconds"] = time.perf_counter() - t0
         summary["mb_per_s"] = summary["bytes"] / 1e6 / max(summary["seconds"], 1e-9)
 
+    def written(sel: Selection) -> None:
+        summary["vertices"] += len(sel)
+        step = len(sel.objects) if by_object and sel.objects is not None else batch_chunks
+        summary["done"] = summary[unit] = min(total, summary["done"] + step)
+        update()
+        if progress is not None:
+            progress(summary)
+
+    feed = WriterThread(writer, written=written)
     try:
         async with stream as batches:
             async for sel in batches:
-                await anyio.to_thread.run_sync(writer.write, sel)
-                summary["vertices"] += len(sel)
-                step = len(sel.objects) if by_object else batch_chunks
-                summary["done"] = summary[unit] = min(total, summary["done"] + step)
-                update()
-                if progress is not None:
-                    progress(summary)
+                await feed.put(sel)
+        await feed.drain()
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(writer.close)
     except BaseException:  # Ctrl-C or a failed read: nothing half-written stays behind
         with anyio.CancelScope(shield=True):
+            await feed.stop()
             await anyio.to_thread.run_sync(writer.abort)
         raise
     update()
