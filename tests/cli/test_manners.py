@@ -272,8 +272,7 @@ def test_ctrl_c_during_export_leaves_no_file(s3_proxied, tmp_path):
     out = tmp_path / "big.csv"
     flags = [f"-o{k}={v}" for k, v in opts.items()]
     argv = [*ZVF_INTERRUPTIBLE, "export", url, str(out), "--batch-chunks", "1", "--prefetch", "1", "-q", *flags]
-    proc = subprocess.Popen(argv,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     deadline = time.monotonic() + 60
     while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):  # the export has started writing
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
