@@ -178,7 +178,7 @@ def test_owners_refuse_a_fragment_id_no_reference_accounts_for(fragment):
     with pytest.raises(FormatError, match=r"0/object_index/manifests: manifests name fragment"):
         _owners_of(np.array([7, 8]), table, "0/object_index/manifests")
     ok = ManifestTable(np.array([0, 1]), np.array([0, 0]), np.array([[0, 0, 0], [0, 0, 1]]), np.array([0, 3]), 2)
-    owners = _owners_of(np.array([7, 8]), ok)
+    owners = _owners_of(np.array([7, 8]), ok, "0/object_index/manifests")
     assert owners[(0, 0, 0)].tolist() == [7] and owners[(0, 0, 1)].tolist() == [-1, -1, -1, 8]
 
 

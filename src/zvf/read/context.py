@@ -175,7 +175,7 @@ MAX_SPARE_SLOTS = 1 << 22
 damaged: writers' manifests name nearly every fragment of a chunk, so the table stays near their size."""
 
 
-def _owners_of(oids: np.ndarray, table: ManifestTable, key: str = "manifests") -> Owners:
+def _owners_of(oids: np.ndarray, table: ManifestTable, key: str) -> Owners:
     """chunk -> object id of each of its fragments, from a level's decoded manifests (pure: may run in a thread).
     A fragment id far past what the references account for is refused, naming ``key``, before the table
     sized by it is allocated."""

@@ -384,7 +384,7 @@ class WriterThread:
         self._ahead = WRITE_AHEAD_BYTES if ahead is None else ahead
         self._queued = 0  # bytes queued or being written
         self._room = asyncio.Event()
-        self._todo: queue.SimpleQueue[Selection | None] = queue.SimpleQueue()
+        self._todo: queue.SimpleQueue[tuple[Selection, int] | None] = queue.SimpleQueue()  # (batch, its bytes)
         self._stopping = threading.Event()
         self._ended: asyncio.Future[None] = self._loop.create_future()
         self._done: list[Selection] = []
@@ -395,15 +395,15 @@ class WriterThread:
     def _run(self) -> None:
         error: BaseException | None = None
         try:
-            while (sel := self._todo.get()) is not None and not self._stopping.is_set():
-                self._writer.write(sel)
-                self._loop.call_soon_threadsafe(self._one_written, sel)
+            while (job := self._todo.get()) is not None and not self._stopping.is_set():
+                self._writer.write(job[0])
+                self._loop.call_soon_threadsafe(self._one_written, *job)
         except BaseException as exc:  # handed to the feeder
             error = exc
         self._loop.call_soon_threadsafe(self._end, error)
 
-    def _one_written(self, sel: Selection) -> None:
-        self._queued -= batch_nbytes(sel)
+    def _one_written(self, sel: Selection, size: int) -> None:
+        self._queued -= size
         self._done.append(sel)
         self._room.set()
 
@@ -430,7 +430,7 @@ class WriterThread:
         if self._ended.done():
             await self._ended  # the writer failed: its error
         self._queued += size
-        self._todo.put(sel)
+        self._todo.put((sel, size))
 
     async def drain(self) -> None:
         """Wait until every queued batch is written (raises the writer's error)."""

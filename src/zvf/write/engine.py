@@ -316,7 +316,7 @@ class SpatialArrayOut:
             raise FormatError(f"{key}: its {self.path} cells do not add up (damaged job summary)")
         ends = np.cumsum(lengths)
         for shard, inner, end, n in zip(taken["shard"].tolist(), taken["inner"].tolist(), ends.tolist(),
-                                        taken["lengths"].tolist()):
+                                        lengths.tolist()):
             self._shards.setdefault(tuple(shard), {})[int(inner)] = taken["bytes"][end - n:end].tobytes()
 
     async def flush_shard(self, writer: StoreWriter, shard: tuple[int, ...]) -> None:
