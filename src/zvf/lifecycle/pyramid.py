@@ -85,6 +85,7 @@ STRATEGIES = ("random",)
 CAPS_OBJECTS = "preserved_object_ids"
 CAP_SHARED = "shared_fragments"
 CAP_LINKS = "multiscale_links"
+RECORD = "zvf_pyramid"  # a coarse level's group attribute: how zvf built it (see build_record)
 
 
 # --------------------------------------------------------------------------- planning (pure)
@@ -683,28 +684,69 @@ async def build_pyramid(
                                    cross_level_storage, seed, progress, max_inflight_bytes, map_blocks)
 
 
+def build_record(plan: LevelPlan, *, seed: int, depth: int, storage: str) -> dict:
+    """What a rebuild of level ``plan.target`` needs, kept in its group's attributes under :data:`RECORD`
+    (a key 0.9.2 ignores): 0.9.2's documents keep the level bin only as an NGFF translation and no seed."""
+    return {"coarsen": list(plan.coarsen), "sparsity": plan.sparsity, "chunk_scale": [
+        round(c / s) for c, s in zip(plan.chunk, plan.src_chunk)], "chunk_shape": list(plan.chunk),
+        "bin_shape": list(plan.bin), "sparsity_strategy": STRATEGIES[0], "seed": int(seed),
+        "cross_level_depth": int(depth), "cross_level_storage": storage}
+
+
+def _recorded(lvl, ndim: int) -> dict | None:
+    """A level's :data:`RECORD`, when it is there and well formed (a store another tool changed may have
+    dropped or mangled it: then the documents are read instead)."""
+    rec = lvl.meta.raw.get("attributes", {}).get(RECORD)
+    try:
+        coarsen = _whole(rec["coarsen"], "coarsen", ndim)
+        scale = _whole(rec["chunk_scale"], "chunk_scale", ndim)
+        sparsity, seed = float(rec["sparsity"]), rec["seed"]
+        depth, storage = rec["cross_level_depth"], rec["cross_level_storage"]
+    except (TypeError, KeyError, ValueError, InvalidArgumentError):
+        return None
+    if not (math.isfinite(sparsity) and sparsity >= 1 and isinstance(seed, int) and seed >= 0
+            and isinstance(depth, int) and depth >= -1 and storage in STORAGES
+            and rec.get("sparsity_strategy") in STRATEGIES):
+        return None
+    return {"coarsen": list(coarsen), "sparsity": sparsity, "chunk_scale": list(scale), "seed": seed,
+            "cross_level_depth": depth, "cross_level_storage": storage}
+
+
 async def pyramid_spec(ds) -> dict | None:
-    """The ``build_pyramid`` keywords that rebuild ``ds``'s coarser levels as they are: per level the bin
-    ratio and chunk scale to its parent and the kept share of objects, the root's link depth and
-    storage.  None when the store has level 0 only, or levels that are not one chain 0 <- 1 <- 2 ...
-    (which only another tool writes)."""
-    if ds.levels == [0]:
+    """The ``build_pyramid`` keywords that rebuild ``ds``'s coarser levels as they are.
+
+    From each level's :data:`RECORD` (zvf's builds write one); for levels without one (another tool's
+    build), from 0.9.2's documents: the level bin is the NGFF translation's double, the chunk edge the
+    level's override or the root's, the kept share ``object_sparsity``, seed 0, the root's link depth
+    and storage.  None when the store has level 0 only, or levels that are not one chain
+    0 <- 1 <- 2 ... (which only another tool writes).
+    """
+    if ds.levels == [0] or ds.levels != list(range(len(ds.levels))):
         return None
-    if ds.levels != list(range(len(ds.levels))):
-        return None
-    factors, scales = [], []
-    prev = await ds.level(0)
+    root = ds.root
+    records = []
     for index in ds.levels[1:]:
         lvl = await ds.level(index)
-        if lvl.meta.parent_level != index - 1 or not lvl.meta.object_sparsity:
+        if lvl.meta.parent_level != index - 1:
             return None
-        bins = np.asarray(lvl.grid.effective_bin_shape) / np.asarray(prev.grid.effective_bin_shape)
-        chunks = np.asarray(lvl.grid.chunk_shape) / np.asarray(prev.grid.chunk_shape)
-        factors.append(([round(float(b)) for b in bins], round(1.0 / lvl.meta.object_sparsity, 9)))
-        scales.append([round(float(c)) for c in chunks])
-        prev = lvl
-    root = ds.root
-    return {"factors": factors, "chunk_scale_factors": scales,
+        records.append(_recorded(lvl, root.ndim))
+    if all(r is not None for r in records):
+        first = records[0]
+        return {"factors": [(r["coarsen"], r["sparsity"]) for r in records],
+                "chunk_scale_factors": [r["chunk_scale"] for r in records], "seed": first["seed"],
+                "cross_level_depth": first["cross_level_depth"], "cross_level_storage": first["cross_level_storage"]}
+    factors, scales = [], []
+    prev_bin, prev_chunk = np.asarray(root.bin_shape), np.asarray(root.chunk_shape)
+    for index in ds.levels[1:]:
+        meta = (await ds.level(index)).meta
+        if not meta.object_sparsity:
+            return None
+        level_bin = np.asarray(root.level_bin_shape(index))
+        level_chunk = np.asarray(meta.chunk_shape or root.chunk_shape)
+        factors.append(([round(float(b)) for b in level_bin / prev_bin], round(1.0 / meta.object_sparsity, 9)))
+        scales.append([round(float(c)) for c in level_chunk / prev_chunk])
+        prev_bin, prev_chunk = level_bin, level_chunk
+    return {"factors": factors, "chunk_scale_factors": scales, "seed": 0,
             "cross_level_depth": 1 if root.cross_level_depth is None else int(root.cross_level_depth),
             "cross_level_storage": root.cross_level_storage or "explicit"}
 
@@ -764,6 +806,8 @@ async def _build(handle, ex, root, root_state, level0, steps, summary, *, object
                                       explicit=storage == "explicit", seed=seed, progress=progress,
                                       map_blocks=map_blocks, depth=depth if links else 0, grids=grids)
             await writer.flush()
+            writer.level_doc(plan.target)["attributes"][RECORD] = build_record(
+                plan, seed=seed, depth=depth, storage=storage)
             plans.append(plan)
             summary["levels"].append(info)
             # the next step reads the level just written (not yet listed by the published root)
