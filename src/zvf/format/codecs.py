@@ -24,7 +24,8 @@ the same arrays)::
 The bytes-to-bytes codecs read are every one zarr-python 3 and numcodecs
 register that 0.9.2 can write into a ``compressor=[...]`` list: ``zstd``,
 ``blosc``, ``gzip``, ``crc32c`` and ``numcodecs.{zstd, blosc, gzip, zlib,
-bz2, lzma, lz4, crc32, crc32c, adler32, shuffle}``.
+bz2, lzma, lz4, crc32, crc32c, adler32, fletcher32, jenkins_lookup3,
+shuffle}``; every checksum is verified on read.
 
 For sharded arrays :meth:`CellCodec.encode` / :meth:`CellCodec.decode`
 work on one inner chunk (one cell); use :mod:`.shard` to assemble / split
@@ -502,6 +503,8 @@ def _checksum_fn(name: str) -> Callable[[bytes], int]:
 
 # name -> where its 4-byte checksum sits by default (zarr's crc32c: end; numcodecs' crc32/adler32: start)
 _CHECKSUMS = {"crc32c": "end", "numcodecs.crc32c": "end", "numcodecs.crc32": "start", "numcodecs.adler32": "start"}
+# HDF5's checksums as numcodecs registers them: 4 bytes after the data (computed by numcodecs' compiled code)
+_HDF5_CHECKSUMS = ("numcodecs.fletcher32", "numcodecs.jenkins_lookup3")
 
 
 def _checksum_strip(data: BytesLike, name: str, cfg: Mapping[str, Any], key: str) -> memoryview:
@@ -518,8 +521,33 @@ def _checksum_strip(data: BytesLike, name: str, cfg: Mapping[str, Any], key: str
 
 
 def _checksum_add(raw: bytes, name: str, cfg: Mapping[str, Any]) -> bytes:
+    if name in _HDF5_CHECKSUMS:
+        return bytes(_hdf5_checksum(name, cfg).encode(np.frombuffer(raw, dtype=np.uint8)))
     c = (_checksum_fn(name)(raw) & 0xFFFFFFFF).to_bytes(4, "little")
     return raw + c if cfg.get("location", _CHECKSUMS[name]) == "end" else c + raw
+
+
+def _hdf5_checksum(name: str, cfg: Mapping[str, Any]) -> Any:
+    """numcodecs' codec for ``name`` (``jenkins_lookup3``: its ``initval``; zarr cannot store a ``prefix``)."""
+    if name == "numcodecs.fletcher32":
+        from numcodecs.fletcher32 import Fletcher32
+
+        return Fletcher32()
+    from numcodecs.checksum32 import JenkinsLookup3
+
+    return JenkinsLookup3(initval=int(cfg.get("initval", 0)))
+
+
+def _hdf5_checksum_strip(data: BytesLike, name: str, cfg: Mapping[str, Any], key: str) -> memoryview:
+    """The data before a fletcher32 / jenkins_lookup3 checksum, verified (a mismatch names ``key``)."""
+    mv = byte_view(data)
+    if mv.nbytes < 4:
+        raise FormatError(f"{key}: {name} data of {mv.nbytes} bytes has no 4-byte checksum")
+    try:
+        _hdf5_checksum(name, cfg).decode(np.frombuffer(mv, dtype=np.uint8))
+    except RuntimeError as exc:  # numcodecs reports a mismatch so
+        raise FormatError(f"{key}: {name} checksum mismatch ({str(exc).splitlines()[0]})") from None
+    return mv[:-4]
 
 
 def _unshuffle(data: BytesLike, elementsize: int) -> memoryview:
@@ -563,6 +591,13 @@ def _check_bytes_codec(name: str, cfg: dict[str, Any], key: str) -> tuple[str, d
     elif name in _CHECKSUMS:
         if cfg.get("location", _CHECKSUMS[name]) not in ("start", "end"):
             raise FormatError(f"{key}: {name} location {cfg.get('location')!r} is not supported")
+    elif name == "numcodecs.fletcher32":
+        if cfg:
+            raise FormatError(f"{key}: fletcher32 takes no configuration, got {cfg!r}")
+    elif name == "numcodecs.jenkins_lookup3":
+        if not ints("initval") or not 0 <= cfg.get("initval", 0) <= 0xFFFFFFFF or cfg.get("prefix") is not None \
+                or set(cfg) - {"initval", "prefix"}:
+            raise FormatError(f"{key}: jenkins_lookup3 configuration {cfg!r} is not supported (an initval only)")
     elif name != "numcodecs.lz4":
         raise FormatError(f"{key}: unsupported codec {name!r}")
     return name, cfg
@@ -587,6 +622,8 @@ def _decode_one(name: str, cfg: Mapping[str, Any], data: BytesLike, key: str, ma
         return lz4_decompress(data, key=key, max_size=max_size)
     if name == "numcodecs.shuffle":
         return _unshuffle(data, int(cfg.get("elementsize", 4)))
+    if name in _HDF5_CHECKSUMS:
+        return _hdf5_checksum_strip(data, name, cfg, key)
     return _checksum_strip(data, name, cfg, key)
 
 
