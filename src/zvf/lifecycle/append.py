@@ -41,6 +41,7 @@ from ..format import builders
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
 from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
+from .carry import CONSOLIDATED, carry_root, with_section
 from .lock import StoreLock, read_document, replace_document
 from .pyramid import build_locked, pyramid_spec
 
@@ -148,7 +149,7 @@ def _scratch_plan(scratch: str, sep: str, take=None, nonempty: dict | None = Non
             continue
         with open(os.path.join(scratch, rel), "rb") as fh:
             doc = json.loads(fh.read())
-        doc.pop("consolidated_metadata", None)  # the documents change below: a root must not keep stale copies
+        doc.pop(CONSOLIDATED, None)  # the documents change below: a root must not keep stale copies
         if doc.get("node_type") == "array" and doc.get("chunk_key_encoding", {}).get("name") == "default":
             doc["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": sep}}
         path = rel.rsplit("/", 1)[0]
@@ -174,11 +175,6 @@ async def _publish(ex, lock: StoreLock, uploads: list, copies: list, docs: dict,
         await ex.call("copy", dst, lambda: ex.transport.copy(src, dst), put=True)
 
     await ex.gather([up(k, p) for k, p in uploads] + [cp(a, b) for a, b in copies])
-    root_doc = json.loads(docs["zarr.json"])
-    if "consolidated_metadata" in root_doc:  # the writer's section named scratch documents: name ours
-        root_doc["consolidated_metadata"] = builders.consolidated_metadata(
-            {k[:-len("/zarr.json")]: json.loads(v) for k, v in docs.items() if k != "zarr.json"})
-        docs["zarr.json"] = builders.dumps(root_doc)
     await lock.check()
     stages = ([k for k in docs if k.count("/") > 1], [k for k in docs if k.count("/") == 1])
     for stage in stages:
@@ -188,6 +184,15 @@ async def _publish(ex, lock: StoreLock, uploads: list, copies: list, docs: dict,
     gone = [k for k in live if k not in keep and not k.startswith(".")]
     if gone:
         await ex.delete(gone)
+
+
+def _carried_root(old_root: bytes, docs: dict) -> bytes:
+    """The scratch writer's root with what the store's root carried besides (see :mod:`.carry`), and a
+    consolidated section naming the new documents when the store's root had one."""
+    old = json.loads(old_root)
+    nodes = {k[:-len("/zarr.json")]: json.loads(v) for k, v in docs.items() if k != "zarr.json"}
+    new = carry_root(old, json.loads(docs["zarr.json"]), same_store=True)
+    return builders.dumps(with_section(new, CONSOLIDATED in old, nodes))
 
 
 def _other_sep(level) -> str:
@@ -229,6 +234,7 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
             else:
                 summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch)
             spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
+            docs["zarr.json"] = _carried_root(root[0], docs)
             await _publish(ex, lock, uploads, copies, docs, root, ds.url)
         if spec is not None:  # the old levels described the old data: build them again from the new level 0
             ex.clear_caches()

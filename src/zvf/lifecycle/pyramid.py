@@ -77,6 +77,7 @@ from ..write.object_index import (
     put_object_index,
 )
 from ..write.partition import partition
+from .carry import CONSOLIDATED, section_nodes, with_section
 from .lock import StoreLock, read_document, replace_document
 
 STORAGES = ("explicit", "implicit", "none")
@@ -525,6 +526,11 @@ class _PyramidWriter(StoreWriter):
         super().__init__(executor, **kw)
         self.root_bytes, self.root_tag, self.lock = root_bytes, root_tag, lock
         self.new_root: dict | None = None
+        self.documents: dict[str, dict] = {}  # every document this build writes (the root's section names them)
+
+    def add_document(self, key: str, doc: dict, *, stage: int) -> None:
+        super().add_document(key, doc, stage=stage)
+        self.documents[key] = doc
 
     async def _claim(self) -> None:
         """Nothing to claim: the caller holds the store's lock."""
@@ -817,7 +823,9 @@ async def _build(handle, ex, root, root_state, level0, steps, summary, *, object
             src = ds.context.levels[plan.target] = await load.finish_level(ex, ds.root, plan.target,
                                                                      writer.level_doc(plan.target), *parts[1:])
             src_chunk, src_bin = plan.chunk, plan.bin
-        writer.new_root = doc
+        old = parse.loads(root_state[0], key="zarr.json")
+        nodes = {**section_nodes(old), **{k[:-len("/zarr.json")]: d for k, d in writer.documents.items()}}
+        writer.new_root = doc = with_section(doc, CONSOLIDATED in old, nodes)
     return doc
 
 

@@ -10,11 +10,18 @@ whole objects at a time (:func:`object_batches`) -- see docs/LIFECYCLE.md.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..format import builders
+from ..io.executor import Executor
+from ..io.store import open_store
 from ..write.types import WriteSummary
 from . import layout
+from .carry import carry_root
+from .lock import read_document, replace_document
 
 WRITERS = {"point_cloud": "write_points", "polyline": "write_polylines", "streamline": "write_polylines",
            "line": "write_lines", "graph": "write_graph", "skeleton": "write_graph", "mesh": "write_mesh"}
@@ -105,19 +112,30 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
                             ("object_index_layout", object_index_layout)):
             if value is not ...:
                 opts[name] = value
-        if ds.geometry_type == "point_cloud":  # "auto" from the source's extent and count, before streaming
-            lo, hi = ds.bounds
-            opts["chunk_shape"], opts["bin_shape"] = layout.resolve(
-                opts["chunk_shape"], opts["bin_shape"], lo, hi, (await ds.level(0)).meta.vertex_count)
+        lo, hi = ds.bounds  # "auto" from the source's extent and vertex count, before streaming
+        opts["chunk_shape"], opts["bin_shape"] = layout.resolve(
+            opts["chunk_shape"], opts["bin_shape"], lo, hi, (await ds.level(0)).meta.vertex_count)
         write_kw = dict(opts, overwrite=overwrite, storage_options=target_storage_options)
         if ds.geometry_type == "point_cloud":
-            return await _rechunk_points(ds, target, write_kw, batch_chunks, by_attribute)
-        if by_attribute is not None:
+            summary = await _rechunk_points(ds, target, write_kw, batch_chunks, by_attribute)
+        elif by_attribute is not None:
             raise InvalidArgumentError(f"by_attribute: only point clouds can be chunked by an attribute, "
                                        f"{ds.url} holds {ds.geometry_type!r}")
-        return await _rechunk_objects(ds, target, write_kw)
+        else:
+            summary = await _rechunk_objects(ds, target, write_kw)
+        await _carry_root(ds.root.raw, target, target_storage_options)
+        return summary
     finally:
         await ds.close()
+
+
+async def _carry_root(source_root: dict, target, storage_options) -> None:
+    """Give the written target's root what the source's carried besides its layout (:mod:`.carry`):
+    one more compare-and-swap of the root the writer just published, its consolidated section kept."""
+    ex = Executor(open_store(target, mode="a", storage_options=storage_options))
+    before, tag = await read_document(ex, "zarr.json")
+    doc = carry_root(source_root, json.loads(before), same_store=False)
+    await replace_document(ex, "zarr.json", builders.dumps(doc), before, tag, ex.handle.url)
 
 
 async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
