@@ -49,6 +49,10 @@ class RemoteError(ZvfError):
     """The object store kept failing after the allowed retries."""
 
 
+class UnsupportedRequestError(RemoteError):
+    """The store's server does not implement the request (a listing on a static web host: HTTP 405/501)."""
+
+
 class MissingDataError(FormatError):
     """Metadata names a chunk, fragment or object the store does not hold."""
 

@@ -44,6 +44,7 @@ from ..errors import (
     RemoteError,
     StoreExistsError,
     StoreNotFoundError,
+    UnsupportedRequestError,
 )
 
 if TYPE_CHECKING:
@@ -204,6 +205,8 @@ _STATUS_RE = re.compile(r"status(?: code)?:? (\d{3})")
 _RANGE_PAST_END = ("StartTooLarge", "Requested range was invalid", "Wanted range starting at")
 # Statuses that say "not processed, try later": safe to retry even for non-idempotent puts.
 _SURELY_NOT_APPLIED = {429, 503}
+# Statuses that say "this server never does that" (a listing on a static web host): not worth retrying.
+_NOT_IMPLEMENTED = {405, 501}
 
 
 class _RangePastEnd(Exception):
@@ -291,7 +294,7 @@ class ObstoreTransport:
                                f"for a public bucket); {op} of {key!r}")
         if any(m in raw for m in _RANGE_PAST_END):
             return _RangePastEnd()
-        if "non-partial response" in raw or "CONTENT_RANGE header" in raw:
+        if "non-partial response" in raw or "CONTENT_RANGE header" in raw or "Range request not supported" in raw:
             return _NotPartial()  # whole object, or a Content-Range we cannot trust (bytes 0--1/0)
         if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError)) or "403 Forbidden" in raw:
             e = RemoteError(f"{self.label}: access denied: the credentials were rejected or may not do this "
@@ -304,6 +307,11 @@ class ObstoreTransport:
         status = int(m.group(1)) if m else None
         if status == 416:
             return _RangePastEnd()
+        if status in _NOT_IMPLEMENTED:
+            e = UnsupportedRequestError(f"{where}: the server does not implement this request (HTTP {status}; a "
+                                        f"static web host answers GET and HEAD only): {detail}")
+            e.status = status  # type: ignore[attr-defined]
+            return e
         if status is not None:
             if status >= 500 or status in (408, 429):
                 return TransientError(

@@ -1,17 +1,17 @@
 """Loading metadata: root, level and array documents in as few round trips as possible.
 
 The first wave of requests asks for everything whose name the format fixes
-(root, level 0, its core arrays) together with listings of groups whose
-children are user-named (attributes); a second wave fetches what the
-listings named.  Families needed only by some reads (links, object index,
-groups) load lazily, once.
-
-Stores zvf writes carry every document in the root's ``consolidated_metadata``
-(zarr-python's inline section).  When the documents wave 1 fetched agree with
-their copies there and the listings name nothing it lacks, the section is
-trusted: documents come from it and listings are answered from its keys, so
-the second wave and every later listing cost no request.  Any disagreement
-(a store changed by a tool that kept a stale section) falls back to fetching.
+(root, level 0, its core arrays).  Stores zvf writes carry every document in
+the root's ``consolidated_metadata`` (zarr-python's inline section).  When
+the documents wave 1 fetched agree with their copies there, the section is
+trusted: every other document comes from it and listings are answered from
+its keys, so opening and reading never list the store -- a static web host or
+CDN (GET and HEAD only) serves it, and a reader needs no list permission.
+Without a trusted section (stores 0.9.2 writes, or a store changed by a tool
+that kept a stale section) a second wave lists the groups whose children are
+user-named (attributes) and a third fetches what the listings named.
+Families needed only by some reads (links, object index, groups) load
+lazily, once.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..errors import (
     InvalidArgumentError,
     NotZvfStoreError,
     StoreNotFoundError,
+    UnsupportedRequestError,
 )
 from ..format import metadata as md
 from ..format import parse
@@ -156,16 +157,14 @@ async def _get_json(ex: Executor, key: str) -> dict | None:
     return None if raw is None else parse.loads(raw, key=key)
 
 
-def _trust_section(ex: Executor, root_doc: dict, index: int, level_doc, listed: dict, fixed: dict) -> None:
-    """Adopt the root's consolidated section when wave 1's documents and listings agree with it."""
+def _trust_section(ex: Executor, root_doc: dict, index: int, level_doc, fixed: dict) -> None:
+    """Adopt the root's consolidated section when the documents wave 1 fetched agree with it."""
     cm = root_doc.get("consolidated_metadata")
     section = cm.get("metadata") if isinstance(cm, dict) else None
     if not isinstance(section, dict) or not all(isinstance(d, dict) for d in section.values()):
         return
     fetched = {f"{index}": level_doc, **{f"{index}/{p}": d for p, d in fixed.items()}}
     if any(section.get(k) != d for k, d in fetched.items()):
-        return
-    if any(f"{index}/{p}" not in section for paths in listed.values() for p in paths):
         return
     # keyed by the root's key: this executor's own rewrite of the root (append, pyramid) drops it
     ex.put_cached(SECTION, "zarr.json", section, nbytes=len(json.dumps(section)))
@@ -176,7 +175,10 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
     v2 = await ex.gather([ex.get(".zgroup"), ex.get(".zarray")])
     if any(x is not None for x in v2):
         return NotZvfStoreError(f"{url}: a Zarr v2 store (.zgroup/.zarray); zvf reads Zarr v3 ZVF stores only")
-    prefixes, objects = await ex.list_dirs("")
+    try:
+        prefixes, objects = await ex.list_dirs("")
+    except UnsupportedRequestError:
+        return StoreNotFoundError(f"{url}: no store here (no zarr.json; the server cannot list what else is there)")
     if prefixes or objects:
         return IncompleteStoreError(
             f"{url}: holds data but no root zarr.json -- an unfinished or interrupted write; "
@@ -220,7 +222,13 @@ async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
     if section is not None:  # a trusted section names every node: no request
         return sorted(k[base:] for k in section if k.startswith(prefix) and k[len(prefix):].count("/") < depth)
     for step in range(depth):
-        results = await ex.gather([ex.list_dirs(p) for p in frontier])
+        try:
+            results = await ex.gather([ex.list_dirs(p) for p in frontier])
+        except UnsupportedRequestError as e:
+            raise UnsupportedRequestError(
+                f"{ex.handle.url}: the root has no consolidated metadata zvf can trust, so the groups under "
+                f"{prefix!r} must be listed, and the server cannot list ({e}); rewrite the store with zvf "
+                f"(its stores carry consolidated metadata) to serve it from a static host") from None
         frontier = []
         for dirs, _objs in results:
             for d in dirs:
@@ -246,30 +254,26 @@ OPEN_LISTED = ("vertex_attributes", "links", "links/0")
 LINKED = frozenset({"graph", "skeleton", "mesh"})
 
 
-async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[dict | None, Level | None]:
-    """A level ready for bbox queries and object reads, in two round trips.
-
-    Wave 1 asks at once for (optionally) the root, the level document, every
-    fixed-name array document and listings of the attribute and delta-0
-    link groups; wave 2 fetches the documents those listings named.  Other
-    families (cross-level links, object attributes, ...) load on first use.
-    """
+async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[dict | None, tuple]:
+    """Wave 1 of opening a level: (optionally) the root, the level document and every fixed-name array
+    document, asked for at once; :func:`finish_level` does the rest."""
     fixed = [p for fam in OPEN_FIXED for p in FIXED_DOCS[fam]]
     wave1 = await ex.gather(
         [_get_json(ex, root_key) if root_key else _none(), _get_json(ex, f"{index}/zarr.json")]
-        + [_list_tree(ex, f"{index}/{g}/", 1) for g in OPEN_LISTED]
         + [_get_json(ex, f"{index}/{p}/zarr.json") for p in fixed]
     )
     root_doc, level_doc = wave1[:2]
-    listed = dict(zip(OPEN_LISTED, wave1[2:2 + len(OPEN_LISTED)]))
-    return root_doc, (level_doc, listed, dict(zip(fixed, wave1[2 + len(OPEN_LISTED):])))
+    return root_doc, (level_doc, dict(zip(fixed, wave1[2:])))
 
 
 async def _none():
     return None
 
 
-async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, listed, fixed_docs) -> Level:
+async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, fixed_docs) -> Level:
+    """A level ready for bbox queries and object reads: the attribute and delta-0 link groups listed (from
+    the trusted section: no request), then the documents they name fetched beside the object index's
+    prefetch.  Other families (cross-level links, object attributes, ...) load on first use."""
     if level_doc is None:
         raise FormatError(f"{ex.handle.url}/{index}/zarr.json: level {index} is listed by the root but missing")
     level = make_level(root, index, level_doc)
@@ -282,6 +286,8 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, l
         raise FormatError(f"{index}/vertices/zarr.json: a rank-{vert.meta.ndim} chunk grid does not fit a "
                           f"{what} level (an attribute-chunked level names chunk_attribute_name and _values)")
     level.loaded.update(OPEN_FIXED)
+    listings = await ex.gather([_list_tree(ex, f"{index}/{g}/", 1) for g in OPEN_LISTED])
+    listed = dict(zip(OPEN_LISTED, listings))
     deltas = listed["links"] if root.geometry_type in LINKED else []
     paths = listed["vertex_attributes"] + (["links", *deltas, *listed["links/0"]] if deltas else [])
     if level.array("object_index/manifests") is not None:
