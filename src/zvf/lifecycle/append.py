@@ -51,22 +51,45 @@ SPATIAL = ("0/vertices/", "0/vertex_fragments/", "0/vertex_attributes/")
 
 
 # ------------------------------------------------------------------ merging inputs
-def _cat_attrs(old: dict, new, what: str, split=None) -> dict:
+def stored(values, dtype: np.dtype, what: str, cast: bool) -> np.ndarray:
+    """``values`` in the store's ``dtype``: refused (naming ``what``, the dtype and the first offending
+    values) when a value would not come back as given -- rounded, wrapped, clipped -- unless ``cast``."""
+    given = np.asarray(values)
+    if given.dtype == dtype:
+        return given
+    try:
+        out = given.astype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{what}: {given.dtype} values cannot be stored as {dtype}: {exc}") from None
+    if cast:
+        return out
+    with np.errstate(invalid="ignore", over="ignore"):
+        back = out.astype(given.dtype)
+        same = back == given
+    if given.dtype.kind in "fc":
+        same |= np.isnan(given) & np.isnan(back)
+    if not np.all(same):
+        bad = given[~same]
+        raise InvalidArgumentError(
+            f"{what}: the store keeps it as {dtype}, which cannot hold {int((~same).sum())} of the appended values "
+            f"exactly (first: {bad[:5].tolist()}); convert them, or pass cast=True to store them cast")
+    return out
+
+
+def _cat_attrs(old: dict, new, what: str, cast: bool) -> dict:
     new = dict(new or {})
     if set(old) != set(new):
         raise InvalidArgumentError(f"{what}: the store has {sorted(old)}, the append gives {sorted(new)}")
-    if split is not None:
-        return {k: list(old[k]) + list(split(new[k])) for k in old}
-    return {k: np.concatenate([np.asarray(old[k]), np.asarray(new[k]).astype(np.asarray(old[k]).dtype)])
+    return {k: np.concatenate([np.asarray(old[k]), stored(new[k], np.asarray(old[k]).dtype, f"{what}[{k!r}]", cast)])
             for k in old}
 
 
-def _merge_tables(old: dict, new: dict, id_shift: int) -> dict:
+def _merge_tables(old: dict, new: dict, id_shift: int, cast: bool) -> dict:
     """Object attributes, groups (new group ids follow the old ones; members shifted by ``id_shift``)."""
     out = {}
     if "object_attributes" in old or new.get("object_attributes"):
         out["object_attributes"] = _cat_attrs(old.get("object_attributes", {}), new.get("object_attributes"),
-                                              "object_attributes")
+                                              "object_attributes", cast)
     groups = dict(old.get("groups", {}))
     base = len(groups)
     for g, members in (new.get("groups") or {}).items():
@@ -75,23 +98,25 @@ def _merge_tables(old: dict, new: dict, id_shift: int) -> dict:
         out["groups"] = groups
     if "group_attributes" in old or new.get("group_attributes"):
         out["group_attributes"] = _cat_attrs(old.get("group_attributes", {}), new.get("group_attributes"),
-                                             "group_attributes")
+                                             "group_attributes", cast)
     return out
 
 
-def _new_batch(writer: str, args: tuple, kw: dict, attr_dtypes: dict[str, np.dtype],
-               old_ids: np.ndarray | None) -> tuple[dict, int]:
+def _new_batch(writer: str, args: tuple, kw: dict, pos_dtype: np.dtype, attr_dtypes: dict[str, np.dtype],
+               old_ids: np.ndarray | None, cast: bool) -> tuple[dict, int]:
     """The appended input as one batch of the streaming writer (after the store's own batches), and
     the shift of its object ids: polylines and lines continue the count, graphs and meshes start
-    above the old top id, point clouds keep the ids given (which must be new)."""
+    above the old top id, point clouds keep the ids given (which must be new).  Positions and
+    attributes come in the store's dtypes (see :func:`stored`)."""
     attrs = dict(kw.pop("attributes", None) or {})
     if set(attrs) != set(attr_dtypes):
         raise InvalidArgumentError(f"attributes: the store has {sorted(attr_dtypes)}, the append gives {sorted(attrs)}")
-    attrs = {n: [np.asarray(v).astype(attr_dtypes[n]) for v in a] if isinstance(a, list)
-             else np.asarray(a).astype(attr_dtypes[n]) for n, a in attrs.items()}
+    ragged = writer == "write_polylines"  # a list of per-polyline rows; elsewhere a list is the rows themselves
+    attrs = {n: [stored(v, attr_dtypes[n], f"attributes[{n!r}]", cast) for v in a] if ragged and isinstance(a, list)
+             else stored(a, attr_dtypes[n], f"attributes[{n!r}]", cast) for n, a in attrs.items()}
     top = int(old_ids.max()) if old_ids is not None and len(old_ids) else -1
     if writer == "write_points":
-        batch = {"positions": np.asarray(args[0]), "attributes": attrs}
+        batch = {"positions": stored(args[0], pos_dtype, "positions", cast), "attributes": attrs}
         given = kw.pop("object_ids", None)
         if (given is None) != (old_ids is None):
             raise InvalidArgumentError("object_ids: give them exactly when the store has object ids")
@@ -102,15 +127,21 @@ def _new_batch(writer: str, args: tuple, kw: dict, attr_dtypes: dict[str, np.dty
             batch["object_ids"] = given
         return batch, 0
     if writer == "write_polylines":
-        return {"polylines": [np.asarray(p) for p in args[0]], "attributes": attrs}, top + 1
+        return {"polylines": [stored(p, pos_dtype, f"polylines[{i}]", cast) for i, p in enumerate(args[0])],
+                "attributes": attrs}, top + 1
     if writer == "write_lines":
-        return {"endpoints": np.asarray(args[0]), "attributes": attrs}, top + 1
-    pos = np.asarray(args[0])
+        return {"endpoints": stored(args[0], pos_dtype, "endpoints", cast), "attributes": attrs}, top + 1
+    pos = stored(args[0], pos_dtype, "positions", cast)
     given = kw.pop("object_ids", None)
     ids = np.asarray(np.zeros(len(pos)) if given is None else given, dtype=np.int64) + (top + 1)
     links = "faces" if writer == "write_mesh" else "edges"
     batch = {"positions": pos, links: np.asarray(args[1], dtype=np.int64), "object_ids": ids, "attributes": attrs}
     return batch, top + 1
+
+
+def _attribute_dtypes(level) -> dict[str, np.dtype]:
+    """The stored dtype of every vertex attribute of ``level``."""
+    return {n: attribute_layout(level.array(f"vertex_attributes/{n}"))[0] for n in level.named("vertex_attributes")}
 
 
 def _positions_of(writer: str, args: tuple) -> np.ndarray:
@@ -215,6 +246,9 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
     kwargs = dict(kwargs)
     timeout, stale = kwargs.pop("lock_timeout", 60.0), kwargs.pop("stale_after", 3600.0)
     pyramid = kwargs.pop("pyramid", "rebuild")
+    cast = kwargs.pop("cast", False)
+    if not isinstance(cast, (bool, np.bool_)):
+        raise InvalidArgumentError(f"cast must be True or False, got {cast!r}")
     if pyramid not in ("rebuild", "drop"):
         raise InvalidArgumentError(f"pyramid must be 'rebuild' or 'drop', got {pyramid!r}")
     ex = ds.context.ex
@@ -230,9 +264,10 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
         with tempfile.TemporaryDirectory(prefix="zvf-append-") as scratch:
             if writer == "write_points" and ds_now.levels == [0] and opts["shard_shape"] is None \
                     and level.meta.chunk_dims is None and len(np.asarray(args[0])):
-                summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch)
+                summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch,
+                                                                               bool(cast))
             else:
-                summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch)
+                summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch, bool(cast))
             spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
             docs["zarr.json"] = _carried_root(root[0], docs)
             await _publish(ex, lock, uploads, copies, docs, root, ds.url)
@@ -245,7 +280,7 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
     return summary
 
 
-async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scratch: str):
+async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scratch: str, cast: bool):
     """Level 0 rewritten whole into ``scratch``: the store's own batches, then the appended one, through
     the streaming writer (memory bounded by a batch; the bytes of one write of the concatenation)."""
     from ..api import aio
@@ -256,8 +291,7 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
     old_tables = await rechunk.level_tables(ds)
     new_tables = {k: kwargs.pop(k, None) for k in ("object_attributes", "groups", "group_attributes")}
     old_ids = await ds.object_ids() if ds.has_objects(0) else None
-    dtypes = {n: attribute_layout(level.array(f"vertex_attributes/{n}"))[0] for n in level.named("vertex_attributes")}
-    batch, shift = _new_batch(writer, args, kwargs, dtypes, old_ids)
+    batch, shift = _new_batch(writer, args, kwargs, np.dtype(opts["dtype"]), _attribute_dtypes(level), old_ids, cast)
     if kwargs:
         raise InvalidArgumentError(f"{writer.replace('write', 'append')}: unexpected arguments {sorted(kwargs)}")
     if writer == "write_points":
@@ -276,8 +310,9 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
         lo, hi = np.minimum(lo, pos.min(axis=0)), np.maximum(hi, pos.max(axis=0))
     geometry = ds.geometry_type
     extra = {"geometry_type": geometry} if geometry in ("polyline", "streamline", "graph", "skeleton") else {}
-    wrote = await getattr(aio, writer)(scratch, batches(), **extra, **_merge_tables(old_tables, new_tables, shift),
-                                       **opts, bounds=(lo.tolist(), hi.tolist()), overwrite=True)
+    tables = _merge_tables(old_tables, new_tables, shift, cast)
+    wrote = await getattr(aio, writer)(scratch, batches(), **extra, **tables, **opts,
+                                       bounds=(lo.tolist(), hi.tolist()), overwrite=True)
     uploads, docs = _scratch_plan(scratch, _other_sep(level))
     summary = {"geometry_type": geometry, "vertex_count": int(wrote["vertex_count"]),
                "appended": len(pos), "object_count": int(wrote["object_count"] or 0),
@@ -285,7 +320,7 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
     return summary, uploads, [], docs
 
 
-async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: str):
+async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: str, cast: bool):
     """Only the chunks the new points fall in are read and rewritten (see the module docstring)."""
     from ..format.grid import Grid
     from ..io.executor import Executor
@@ -296,14 +331,16 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
     from . import rechunk
 
     level = await ds.level(0)
-    pos = np.asarray(positions)
+    dtype = np.dtype(opts["dtype"])
+    pos = stored(positions, dtype, "positions", cast)
     if pos.ndim != 2 or pos.shape[1] != ds.root.ndim:
         raise InvalidArgumentError(f"positions: expected shape (N, {ds.root.ndim}), got {pos.shape}")
-    dtype = np.dtype(opts["dtype"])
-    names = level.named("vertex_attributes")
+    dtypes = _attribute_dtypes(level)
+    names = list(dtypes)
     new_attrs = dict(kwargs.pop("attributes", None) or {})
     if set(new_attrs) != set(names):
         raise InvalidArgumentError(f"attributes: the store has {sorted(names)}, the append gives {sorted(new_attrs)}")
+    new_attrs = {n: stored(a, dtypes[n], f"attributes[{n!r}]", cast) for n, a in new_attrs.items()}
     has_ids = ds.has_objects(0)
     new_ids = kwargs.pop("object_ids", None)
     if (new_ids is None) == has_ids:
@@ -321,24 +358,23 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
             raise InvalidArgumentError(f"object_ids: {len(new_ids)} ids for {len(pos)} positions")
         if len(new_ids) and int(new_ids.min()) <= top:
             raise InvalidArgumentError(f"object_ids: appended ids must be new (greater than {top})")
-    tables = _merge_tables(old_tables, new_tables, 0)
+    tables = _merge_tables(old_tables, new_tables, 0, cast)
 
     lo, hi = (np.asarray(b, dtype=np.float64) for b in ds.root.bounds)
     p64 = pos.astype(np.float64)
     lo, hi = np.minimum(lo, p64.min(axis=0)), np.maximum(hi, p64.max(axis=0))
     grid = Grid.create(opts["chunk_shape"], opts["bin_shape"], ndim=ds.root.ndim)
     origin, _ = grid.layout(lo, hi, by_bin=not has_ids)
-    touched = np.unique(grid.chunk_of(pos.astype(dtype), by_bin=not has_ids), axis=0)
+    touched = np.unique(grid.chunk_of(pos, by_bin=not has_ids), axis=0)
     old_chunks = level.nonempty_chunks
     hit = _member(old_chunks, touched)
     old = await read_chunks(ds.context, level, old_chunks[hit], names)
-    sub = {"attributes": {n: np.concatenate([old.attributes[n], np.asarray(new_attrs[n]).astype(
-        old.attributes[n].dtype)]) for n in names}}
+    sub = {"attributes": {n: np.concatenate([old.attributes[n], new_attrs[n]]) for n in names}}
     if has_ids:
         sub["object_ids"] = np.concatenate([old.object_ids, new_ids])
     cells = os.path.join(scratch, "cells")
     kw = {k: opts[k] for k in ("chunk_shape", "bin_shape", "compression", "dtype", "object_index_layout")}
-    await write_points(cells, np.concatenate([old.positions.astype(dtype), pos.astype(dtype)]), **sub, **kw,
+    await write_points(cells, np.concatenate([old.positions.astype(dtype), pos]), **sub, **kw,
                        bounds=(lo.tolist(), hi.tolist()))
     all_chunks = np.unique(np.concatenate([old_chunks, touched]), axis=0)
     nonempty = [format_chunk_id(c) for c in all_chunks.tolist()]

@@ -249,36 +249,40 @@ class AsyncDataset(RootFacts):
         return await dense_attribute(self._ctx, "group_attributes", name, level)
 
     # ------------------------------------------------------------- appends (mode="a"; see zvf.lifecycle.append)
-    async def append_points(self, positions: ArrayLike, /, **kwargs: Any) -> Any:
+    async def append_points(self, positions: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> Any:
         """Append points (``attributes``, ``object_ids``, ``object_attributes``, ``groups``, ...
-        as for ``write_points``); the store then reads as one write of the concatenated input."""
+        as for ``write_points``); the store then reads as one write of the concatenated input.
+
+        Every append_* refuses a position or attribute value the store's dtype cannot hold exactly
+        (``InvalidArgumentError`` naming it, the dtype and the values) unless ``cast=True``."""
         from ..lifecycle.append import append
 
-        return await append(self, "write_points", (positions,), kwargs)
+        return await append(self, "write_points", (positions,), {**kwargs, "cast": cast})
 
-    async def append_polylines(self, polylines: Sequence[ArrayLike], /, **kwargs: Any) -> Any:
+    async def append_polylines(self, polylines: Sequence[ArrayLike], /, *, cast: bool = False, **kwargs: Any) -> Any:
         """Append polylines/streamlines; they get the next object ids."""
         from ..lifecycle.append import append
 
-        return await append(self, "write_polylines", (polylines,), kwargs)
+        return await append(self, "write_polylines", (polylines,), {**kwargs, "cast": cast})
 
-    async def append_lines(self, endpoints: ArrayLike, /, **kwargs: Any) -> Any:
+    async def append_lines(self, endpoints: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> Any:
         """Append line segments (M, 2, ndim); they get the next object ids."""
         from ..lifecycle.append import append
 
-        return await append(self, "write_lines", (endpoints,), kwargs)
+        return await append(self, "write_lines", (endpoints,), {**kwargs, "cast": cast})
 
-    async def append_graph(self, positions: ArrayLike, edges: ArrayLike, /, **kwargs: Any) -> Any:
+    async def append_graph(self, positions: ArrayLike, edges: ArrayLike, /, *, cast: bool = False,
+                           **kwargs: Any) -> Any:
         """Append a graph or skeleton; its ``object_ids`` (default 0) are shifted past the store's."""
         from ..lifecycle.append import append
 
-        return await append(self, "write_graph", (positions, edges), kwargs)
+        return await append(self, "write_graph", (positions, edges), {**kwargs, "cast": cast})
 
-    async def append_mesh(self, vertices: ArrayLike, faces: ArrayLike, /, **kwargs: Any) -> Any:
+    async def append_mesh(self, vertices: ArrayLike, faces: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> Any:
         """Append a mesh; its ``object_ids`` (default 0) are shifted past the store's."""
         from ..lifecycle.append import append
 
-        return await append(self, "write_mesh", (vertices, faces), kwargs)
+        return await append(self, "write_mesh", (vertices, faces), {**kwargs, "cast": cast})
 
     async def info(self) -> dict[str, Any]:
         """A summary of the store for ``zvf info``."""
