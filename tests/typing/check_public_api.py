@@ -46,7 +46,10 @@ def blocking() -> None:
         assert_type(ds.iter_objects([1]), Iterator[zvf.Selection])
         assert_type(ds.levels, list[int])
         assert_type(ds.aio, AsyncDataset)
+        ds.append_points(pos, attributes={"v": [1, 2, 3, 4]}, cast=True)
         assert_type(ds.close(), None)
+    assert_type(zvf.write_points("s", pos, chunk_shape=(5, 5, 5), fragment_attributes={"w": {(0, 0, 0): [1.0]}}),
+                zvf.WriteSummary)
     reveal_type(zvf.open)  # R: mode: str =, storage_options: TypedDict(zvf.io.store.StorageOptions
     reveal_type(zvf.Dataset.query)  # R: *, level: int =, attributes: str | typing.Sequence[str] | None =
     reveal_type(zvf.write_points)  # R: chunk_shape: typing.Sequence[float] | Literal['auto'], attributes:
@@ -85,7 +88,7 @@ def rejected(ds: zvf.Dataset) -> None:
     zvf.open("s", storage_options={"concurency": 3})  # E: unknown storage option
     zvf.open("s", mode=1)  # E: mode is a str
     zvf.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5), dtyp="float32")  # E: misspelled writer keyword
-    zvf.write_points("s", pos, chunk_shape=(5, 5, 5), fragment_attributes=None)  # E: object writers only
     zvf.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5), overwrite="yes")  # E: overwrite is a bool
+    ds.append_points(pos, cast="yes")  # E: cast is a bool
     bad: zvf.WriteOptions = {"compresion": "zstd"}  # E: unknown writer option
     zvf.write_points("s", pos, chunk_shape=(5, 5, 5), **bad)

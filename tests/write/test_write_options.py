@@ -102,7 +102,6 @@ def test_options_dict_matches_keywords(tmp_path):
 
 @pytest.mark.parametrize(("kw", "match"), [
     ({"dtyp": "float32"}, "unexpected keyword argument 'dtyp'"),
-    ({"fragment_attributes": None}, "unexpected keyword argument 'fragment_attributes'"),  # objects only
     ({"dtype": "int16"}, "dtype must be a float type"),
     ({"dtype": "nonsense"}, "dtype 'nonsense' is not a numpy dtype"),
     ({"object_index_layout": "flat"}, "object_index_layout must be one of"),
@@ -113,9 +112,8 @@ def test_bad_options_are_named(tmp_path, kw, match, streamed):
     pos = np.zeros((3, 3))
     with pytest.raises(InvalidArgumentError, match=match):
         zvf.write_points(tmp_path / "p", iter([pos]) if streamed else pos, chunk_shape=CHUNK, **kw)
-    if "fragment_attributes" not in kw:
-        with pytest.raises(InvalidArgumentError, match=match):
-            zvf.write_polylines(tmp_path / "l", iter([[pos]]) if streamed else [pos], chunk_shape=CHUNK, **kw)
+    with pytest.raises(InvalidArgumentError, match=match):
+        zvf.write_polylines(tmp_path / "l", iter([[pos]]) if streamed else [pos], chunk_shape=CHUNK, **kw)
     assert not (tmp_path / "p").exists() and not (tmp_path / "l").exists()
 
 

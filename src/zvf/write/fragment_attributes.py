@@ -3,7 +3,9 @@
 The caller gives ``{name: {chunk coords: (F_c,) or (F_c, C) array}}`` with the
 rows of each chunk aligned with the fragments the writer makes there (what
 ``ds.fragment_attribute(name, objects=...)`` hands back per manifest block), as
-zarr-vectors 0.9.2's ``fragment_attributes=`` takes them.  Its bytes: a spatial
+zarr-vectors 0.9.2's ``fragment_attributes=`` takes them: for objects one
+fragment per (object, chunk) in the chunk's object order; for point clouds
+without ids one per bin of the chunk (empty bins included), in bin order.  Its bytes: a spatial
 array per name under the level's codec, each cell the raw little-endian rows
 cast to the first array's dtype; chunks the caller leaves out get no cell.
 Unlike 0.9.2, a chunk that holds no fragments, or a row count that does not
@@ -80,6 +82,14 @@ class FragmentAttributes:
                                            f"{key} has {n_fragments} fragments")
             self._unused.discard((name, key))
             await level.array(f"{FAMILY}/{name}", self.docs[name]).add(level.writer, key, rows.tobytes())
+
+    async def put_partition(self, level, part) -> None:
+        """Upload the rows of every chunk of ``part`` (a :class:`.partition.Partition`), whose fragments
+        it counts per chunk."""
+        if self:
+            counts = np.bincount(part.frag_chunk, minlength=len(part.chunks))
+            for chunk, f in zip(part.chunks.tolist(), counts.tolist()):
+                await self.put(level, chunk, f)
 
     def written_elsewhere(self, chunks: np.ndarray) -> None:
         """Rows of ``chunks`` (absolute coords) go up in other processes (distributed cell tasks): only rows

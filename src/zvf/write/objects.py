@@ -164,10 +164,7 @@ async def _put_object_data(writer: StoreWriter, lay: Layout, frag_object: np.nda
 async def _put_fragment_attributes(level: LevelWriter, part: Partition, frag_attrs: FragmentAttributes,
                                    arrays_present: list[str]) -> None:
     """Fragment attribute cells of every chunk of ``part`` (see :mod:`.fragment_attributes`)."""
-    if frag_attrs:
-        counts = np.bincount(part.frag_chunk, minlength=len(part.chunks))
-        for chunk, f in zip(part.chunks.tolist(), counts.tolist()):
-            await frag_attrs.put(level, chunk, f)
+    await frag_attrs.put_partition(level, part)
     frag_attrs.finish(level.writer, arrays_present)
 
 

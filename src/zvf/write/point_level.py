@@ -12,6 +12,7 @@ from ..errors import InvalidArgumentError
 from ..format.grid import Grid
 from . import inputs
 from .engine import StoreWriter, add_level0_documents
+from .fragment_attributes import FragmentAttributes
 from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
 
 
@@ -48,12 +49,15 @@ def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
 
 
 async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, shapes, bounds, n: int, has_attributes: bool,
-                        uniq, manifest, extras: PointExtras, compression, object_index_layout: str) -> None:
+                        uniq, manifest, extras: PointExtras, compression, object_index_layout: str,
+                        fragment_attributes: FragmentAttributes | None = None) -> None:
     """Everything of a point cloud after its cells: object index, per-object/group data, level, root.
 
     ``shapes``: (chunk_shape, bin_shape) as the caller gave them -- 0.9.2 records ints as ints.
     """
     arrays_present = ["vertices"] + (["vertex_attributes"] if has_attributes else [])
+    if fragment_attributes is not None:
+        fragment_attributes.finish(writer, arrays_present)
     if uniq is not None:
         arrays_present.append("object_index")
         await put_object_index(writer, 0, *manifest, uniq, grid.ndim, compression=compression,

@@ -20,6 +20,7 @@ from ..io.store import open_store
 from ..lifecycle import layout
 from . import inputs
 from .categories import CategoryAxis
+from .fragment_attributes import FragmentAttributes
 from .level import put_rows, shard_tuple
 from .partition import partition_codes
 from .point_level import PointExtras, manifest_rows, publish_level
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
     from ..io.store import Target
-    from .types import Columns, PointBatches, Shape, WriteOptions
+    from .types import Columns, FragmentColumns, PointBatches, Shape, WriteOptions
 
 
 async def write_points(
@@ -41,6 +42,7 @@ async def write_points(
     attributes: Columns | None = None,
     object_ids: ArrayLike | None = None,
     chunk_by_attribute: str | None = None,
+    fragment_attributes: FragmentColumns | None = None,
     **options: Unpack[WriteOptions],
 ) -> WriteSummary:
     """Write a point cloud to ``target``; returns a summary (counts, requests, bytes).
@@ -57,19 +59,28 @@ async def write_points(
 
     ``chunk_by_attribute`` names an integer attribute whose values become a leading
     chunk axis (0.9.2's layout, see ``zvf.write.categories``; in-memory input only).
+
+    ``fragment_attributes``: ``{name: {chunk coords: (F_c,) / (F_c, C)}}``, one row per
+    fragment of the chunk (see ``zvf.write.fragment_attributes``): without object ids, one
+    per bin of the chunk in bin order; with them, one per object in the chunk by ascending
+    id.  Read back with ``ds.fragment_attribute(name)``.
     """
     if is_batch_stream(positions):
         if chunk_by_attribute is not None:
             raise InvalidArgumentError("chunk_by_attribute needs in-memory input, not batches")
         if attributes is not None or object_ids is not None:
             raise InvalidArgumentError("with batches, pass attributes and object_ids inside each batch")
-        return await write_points_stream(target, positions, chunk_shape=chunk_shape, **options)
+        return await write_points_stream(target, positions, chunk_shape=chunk_shape,
+                                         fragment_attributes=fragment_attributes, **options)
+    if fragment_attributes is not None and chunk_by_attribute is not None:
+        raise InvalidArgumentError("fragment_attributes: not supported with chunk_by_attribute")
     cfg = inputs.write_config(chunk_shape, options)
     pos = inputs.positions_array(positions, cfg.dtype)
     n, ndim = pos.shape
     lo, hi = inputs.bounds_for(pos, cfg.bounds, ndim)
     chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n)
     grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
+    frag_attrs = FragmentAttributes(fragment_attributes, ndim)
     attrs = inputs.row_attributes(attributes, n, "attributes")
     oids = None if object_ids is None else inputs.integer_ids(object_ids, n, "object_ids")
     axis = None if chunk_by_attribute is None else CategoryAxis.take(attrs, chunk_by_attribute, n)
@@ -99,16 +110,19 @@ async def write_points(
             return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
         await put_rows(level, part, pos, attrs, fragments_of)
+        await frag_attrs.put_partition(level, part)
         await level.finish()
 
         manifest = None
         if uniq is not None:
             manifest = manifest_rows(part.frag_chunk, part.frag_keys, part.chunks, uniq)
-        publish = publish_level if axis is None else axis.publish
-        await publish(writer, handle.url, grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n,
-                      has_attributes=bool(attrs),
+        common = dict(grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n, has_attributes=bool(attrs),
                       uniq=uniq, manifest=manifest, extras=extras, compression=cfg.compression,
                       object_index_layout=cfg.object_index_layout)
+        if axis is None:
+            await publish_level(writer, handle.url, **common, fragment_attributes=frag_attrs)
+        else:
+            await axis.publish(writer, handle.url, **common)
     return WriteSummary.of(
         writer, "point_cloud", vertex_count=int(n), chunk_count=len(part.chunks),
         object_count=0 if uniq is None else len(uniq), group_count=len(extras.group_rows),

@@ -41,6 +41,7 @@ from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs
 from .engine import StoreWriter, empty_group
+from .fragment_attributes import FragmentAttributes
 from .level import LevelWriter, put_rows, shard_tuple
 from .partition import partition
 from .point_level import PointExtras, manifest_rows, publish_level
@@ -48,7 +49,7 @@ from .types import WriteConfig, WriteSummary
 
 if TYPE_CHECKING:
     from ..io.store import Target
-    from .types import PointBatches, Shape, SpillDir, WriteOptions
+    from .types import FragmentColumns, PointBatches, Shape, SpillDir, WriteOptions
 
 SPILL_BYTES = 64 << 20  # rows buffered before a sorted run goes to disk
 UPLOAD_BYTES = 64 << 20  # encoded cells queued for upload at once
@@ -410,17 +411,20 @@ class DistinctIds:
 
 async def write_points_stream(target: Target, batches: PointBatches, *, chunk_shape: Shape, spill_dir: SpillDir = None,
                               spill_bytes: int = SPILL_BYTES, upload_bytes: int = UPLOAD_BYTES,
+                              fragment_attributes: FragmentColumns | None = None,
                               **options: Unpack[WriteOptions]) -> WriteSummary:
     """Write a point cloud from batches of unknown total size; same store as ``write_points``.
 
     Each batch is ``{"positions": (n, ndim), "attributes": {name: (n,)|(n, C)},
     "object_ids": (n,)}`` or a bare positions array.  ``spill_dir`` holds the
     temporary files (default: the system temp dir).  Without ``dtype`` the
-    first batch's float dtype is stored (see :func:`.inputs.batch_dtype`).
+    first batch's float dtype is stored (see :func:`.inputs.batch_dtype`).  ``fragment_attributes``
+    as for ``write_points`` (held in memory: one row per fragment of the chunks given).
     """
     cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
     grid = Grid.create(chunk_shape, cfg.bin_shape)
     ndim = grid.ndim
+    frag_attrs = FragmentAttributes(fragment_attributes, ndim)
     codec = CellCodec.for_writing(cfg.compression, shard_tuple(cfg.shard_shape, ndim))
     bounds, groups = cfg.bounds, cfg.groups
     if bounds is not None:  # validate the box itself before reading any batch
@@ -471,6 +475,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
                         return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
                     await put_rows(level, part, pos, attrs, fragments_of)
+                    await frag_attrs.put_partition(level, part)
                     shard = shard_done(visit, shard_of, i)
                     if shard is not None:
                         for arr in level.arrays.values():
@@ -493,7 +498,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
                 await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, cfg.bin_shape),
                                     bounds=(lo, hi), n=n, has_attributes=bool(attr_schema), uniq=uniq,
                                     manifest=manifest, extras=extras, compression=cfg.compression,
-                                    object_index_layout=cfg.object_index_layout)
+                                    object_index_layout=cfg.object_index_layout, fragment_attributes=frag_attrs)
         finally:
             spill.close()
     return WriteSummary.of(
