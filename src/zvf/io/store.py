@@ -561,7 +561,8 @@ def _build(factory: Any, url: str, secrets: list[str]) -> Any:
     except Exception as e:  # obstore config errors may echo values back
         from .transport import error_detail
 
-        raise InvalidArgumentError(f"cannot configure store {url!r}: {error_detail(e, secrets)}") from None
+        message = f"cannot configure store {url!r}: {error_detail(e, secrets)}"
+    raise InvalidArgumentError(message)  # outside the except clause: the unscrubbed error is not chained
 
 
 def _build_cloud(

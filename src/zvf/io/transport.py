@@ -32,8 +32,8 @@ import asyncio
 import builtins
 import functools
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 
@@ -45,6 +45,7 @@ from ..errors import (
     StoreExistsError,
     StoreNotFoundError,
     UnsupportedRequestError,
+    ZvfError,
 )
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 Chunks = Any  # bytes-like, Iterable[bytes-like] or AsyncIterable[bytes-like]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 #: seconds a cancelled caller waits for its obstore request to finish before abandoning it
@@ -218,20 +221,86 @@ class _NotPartial(Exception):
     servers that ignore Range): fetch it whole and slice."""
 
 
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with each secret (3+ characters) replaced by ``***``: store errors may echo credentials."""
-    for s in secrets:
+# Environment variables obstore takes credentials from: AWS_*, AZURE_*, GOOGLE_* whose name says key, secret,
+# token, SAS or password (AWS_ACCESS_KEY_ID, AWS_SESSION_TOKEN, AZURE_STORAGE_ACCOUNT_KEY,
+# GOOGLE_SERVICE_ACCOUNT_KEY...)
+_CREDENTIAL_ENV = re.compile(r"^(AWS|AZURE|GOOGLE)_\w*(KEY|SECRET|TOKEN|SAS|PASSWORD)\w*$")
+# Credentials a server or client may echo whatever their value: signed-URL query parameters and signature
+# header fields (AWS SigV2/V4, GCS V4, Azure SAS), XML elements of S3 error bodies, Authorization schemes,
+# service-account JSON fields.
+_CREDENTIAL_PATTERNS = (
+    (re.compile(r"(?i)\b(X-Amz-Credential|X-Amz-Signature|X-Amz-Security-Token|X-Goog-Credential|X-Goog-Signature|"
+                r"AWSAccessKeyId|GoogleAccessId|Credential|Signature|sig|access_token|token)=[^&\s\"'<>,;)]+"),
+     r"\1=***"),
+    (re.compile(r"(?s)<(Token-\d+|AWSAccessKeyId|SignatureProvided|StringToSign|StringToSignBytes|"
+                r"CanonicalRequest|CanonicalRequestBytes|AccessKeyId|SecretAccessKey|SessionToken)>.*?</\1>"),
+     r"<\1>***</\1>"),
+    (re.compile(r"(?i)\b(Bearer|SharedKey|SharedKeyLite|AWS)\s+[A-Za-z0-9_./+=:-]{8,}"), r"\1 ***"),
+    (re.compile(r"(?i)(x-amz-security-token|authorization|x-ms-\w*(?:key|token))(\s*[:=]\s*)[^\s,\"'<>&;]+"),
+     r"\1\2***"),
+    (re.compile(r'("(?:private_key|private_key_id|client_secret|refresh_token|access_token)"\s*:\s*)"[^"]*"'),
+     r'\1"***"'),
+)
+
+
+def environment_secrets() -> list[str]:
+    """Credential values in this process's environment (and the private fields of a JSON key given there)."""
+    import json
+    import os
+
+    out = []
+    for name, value in os.environ.items():
+        if not _CREDENTIAL_ENV.match(name.upper()) or len(value) < 8:
+            continue
+        out.append(value)
+        if value.lstrip().startswith("{"):
+            try:
+                doc = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                out += [str(v) for k, v in doc.items() if k in ("private_key", "private_key_id", "client_secret",
+                                                                 "refresh_token") and v]
+    return out
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with credentials replaced by ``***``: each of ``secrets`` and of the environment's (3+ characters;
+    as is and URL-encoded) and whatever the patterns of signed URLs, signature headers and S3 error bodies hold.
+    Store errors echo them: AWS's ExpiredToken body holds the session token, a signed URL its signature."""
+    from urllib.parse import quote
+
+    for s in sorted({*secrets, *environment_secrets()}, key=len, reverse=True):
         if s and len(s) >= 3:
-            text = text.replace(s, "***")
+            for form in {s, quote(s, safe=""), quote(s, safe="/")}:
+                text = text.replace(form, "***")
+    for pattern, replacement in _CREDENTIAL_PATTERNS:
+        text = pattern.sub(replacement, text)
     return text
 
 
 def error_detail(exc: BaseException, secrets: Iterable[str] = ()) -> str:
-    """An obstore error's first paragraph on one line (no debug dump), at most ~400 characters, scrubbed."""
-    first = str(exc).split("\n\nDebug source:", 1)[0].strip().replace("\n", " ")
-    if len(first) > 400:
-        first = first[:400] + "..."
-    return scrub(first, secrets)
+    """An obstore error's first paragraph on one line (no debug dump), scrubbed, then cut at ~400 characters
+    (scrubbing first: a secret cut in two would no longer match)."""
+    first = scrub(str(exc).split("\n\nDebug source:", 1)[0].strip().replace("\n", " "), secrets)
+    return first if len(first) <= 400 else first[:400] + "..."
+
+
+def _detached(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """An ``ObstoreTransport`` coroutine method whose zvf errors carry no chained exception: the obstore
+    error a translation was raised from (``__context__`` even under ``from None``) holds the unscrubbed
+    response, request URL and debug dump; what is useful of it -- status, key, operation -- is on the error."""
+
+    @functools.wraps(fn)
+    async def method(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except ZvfError as e:
+            err = e
+        err.__context__ = err.__cause__ = None
+        raise err  # outside the except clause: nothing is chained again
+
+    return method
 
 
 def _under_a_file(exc: BaseException) -> bool:
@@ -274,7 +343,18 @@ class ObstoreTransport:
         return self.prefix + key if self.prefix else key
 
     def _error(self, exc: BaseException, op: str, key: str) -> BaseException:
-        """Translate an obstore exception into zvf's (see module docstring)."""
+        """Translate an obstore exception into zvf's (see module docstring), which carries the operation, key
+        and HTTP status (where one was answered) as attributes: the obstore error is not chained (see
+        :func:`_detached`)."""
+        err = self._translate(exc, op, key)
+        if isinstance(err, RemoteError):
+            err.op, err.key = op, key  # type: ignore[attr-defined]
+            if getattr(err, "status", None) is None:
+                m = _STATUS_RE.search(str(exc))
+                err.status = int(m.group(1)) if m else None  # type: ignore[attr-defined]
+        return err
+
+    def _translate(self, exc: BaseException, op: str, key: str) -> BaseException:
         from obstore import exceptions as oe
 
         raw = str(exc)
@@ -351,10 +431,12 @@ class ObstoreTransport:
 
     # -- reads ------------------------------------------------------------------------
 
+    @_detached
     async def get(self, key: str) -> bytes | None:
         view = await self.get_view(key)
         return None if view is None else bytes(view)
 
+    @_detached
     async def get_view(self, key: str) -> memoryview | None:
         """:meth:`get` as a read-only view of obstore's buffer, not copied (cell payloads, never parsed as text)."""
         obs = _settling_obstore()
@@ -382,6 +464,7 @@ class ObstoreTransport:
                 out.append(None)
         return out
 
+    @_detached
     async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
         obs = _settling_obstore()
 
@@ -409,6 +492,7 @@ class ObstoreTransport:
                 return None if whole is None else whole[start:end]
             raise err from None
 
+    @_detached
     async def get_ranges(
         self, key: str, starts: Sequence[int], ends: Sequence[int]
     ) -> list[bytes | memoryview] | None:
@@ -444,6 +528,7 @@ class ObstoreTransport:
             out[i] = memoryview(g)
         return out
 
+    @_detached
     async def get_suffix(self, key: str, nbytes: int) -> bytes | memoryview | None:
         obs = _settling_obstore()
 
@@ -468,6 +553,7 @@ class ObstoreTransport:
                 return None if whole is None else whole[-nbytes:]
             raise err from None
 
+    @_detached
     async def head(self, key: str) -> int | None:
         obs = _settling_obstore()
 
@@ -478,6 +564,7 @@ class ObstoreTransport:
             self._raise_unless_missing(e, "head", key)
             return None
 
+    @_detached
     async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None:
         """The object and its tag for a later ``put(key, data, mode=tag)`` (a compare-and-swap); the
         tag is None where the store has no conditional update (obstore's LocalStore)."""
@@ -500,6 +587,7 @@ class ObstoreTransport:
 
     # -- writes -----------------------------------------------------------------------
 
+    @_detached
     async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None:
         obs = _settling_obstore()
         from obstore.exceptions import PreconditionError
@@ -534,6 +622,7 @@ class ObstoreTransport:
             done += 1
         return done
 
+    @_detached
     async def put_multipart(
         self, key: str, chunks: Chunks, *, part_size: int, max_concurrency: int = 4
     ) -> None:
@@ -552,6 +641,7 @@ class ObstoreTransport:
         except Exception as e:
             self._raise(e, "put_multipart", key)
 
+    @_detached
     async def copy(self, src: str, dst: str) -> None:
         """Copy one object, server side where the store can (S3, GCS, Azure): no bytes through us."""
         obs = _settling_obstore()
@@ -563,6 +653,7 @@ class ObstoreTransport:
         except Exception as e:
             self._raise(e, "copy", src)
 
+    @_detached
     async def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys``; missing ones are ignored."""
         obs = _settling_obstore()
@@ -590,6 +681,7 @@ class ObstoreTransport:
     def _strip(self, path: str) -> str:
         return path[len(self.prefix):] if self.prefix and path.startswith(self.prefix) else path
 
+    @_detached
     async def list(self, prefix: str = "") -> list[tuple[str, int]]:
         obs = _settling_obstore()
 
@@ -605,6 +697,7 @@ class ObstoreTransport:
         out.sort()
         return out
 
+    @_detached
     async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
         obs = _settling_obstore()
 
