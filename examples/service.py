@@ -9,12 +9,19 @@ concurrency limit, one set of caches and in-flight reads shared between
 concurrent requests -- the metadata and object index are fetched once, not
 per request.
 
+Answers are capped: a response that would be larger than ``max_response_bytes`` of
+JSON (``make_app(..., max_response_bytes=...)``, default 16 MiB) is refused
+with ``413 Payload Too Large`` naming the limit.  A box query reads at most the
+rows that fit (``select(..., limit=)``), so a box over the whole store costs a
+bounded read, not gigabytes of JSON built in memory.
+
 Run: python examples/service.py
 (starts an in-process S3 server, writes a store, serves on 127.0.0.1:<free port>,
 sends a few concurrent requests, checks the answers, shuts everything down)
 """
 
 import asyncio
+import json
 
 import numpy as np
 from aiohttp import ClientSession, web
@@ -24,6 +31,11 @@ from zvf.errors import InvalidArgumentError
 from zvf.testing import EmbeddedS3
 
 DATASET = web.AppKey("dataset", zvf.aio.AsyncDataset)
+MAX_BYTES = web.AppKey("max_response_bytes", int)
+#: the default cap on one response's JSON
+MAX_RESPONSE_BYTES = 16 << 20
+# Most JSON bytes one vertex takes in an answer: a float's repr is at most 24 characters (", " apart), an id 20.
+ROW_BYTES = 3 * 26 + 4 + 22
 
 
 def _point(text: str, name: str) -> list[float]:
@@ -33,15 +45,35 @@ def _point(text: str, name: str) -> list[float]:
         raise web.HTTPBadRequest(text=f"{name} must be comma-separated numbers, e.g. 10,20,5") from None
 
 
+def _too_large(request: web.Request, what: str) -> web.HTTPRequestEntityTooLarge:
+    limit = request.app[MAX_BYTES]
+    return web.HTTPRequestEntityTooLarge(
+        max_size=limit, actual_size=limit + 1,
+        text=f"{what}: the answer is larger than this service's limit of {limit} bytes of JSON "
+             f"(max_response_bytes); ask for a smaller box")
+
+
+def _json(request: web.Request, body: dict, what: str) -> web.Response:
+    """The JSON response, or 413 when it is over the limit."""
+    text = json.dumps(body)
+    if len(text) > request.app[MAX_BYTES]:
+        raise _too_large(request, what)
+    return web.Response(text=text, content_type="application/json")
+
+
 async def bbox(request: web.Request) -> web.Response:
     ds = request.app[DATASET]
     lo, hi = _point(request.query.get("lo"), "lo"), _point(request.query.get("hi"), "hi")
+    most = max(1, request.app[MAX_BYTES] // ROW_BYTES)  # the rows that surely fit: read one more at most
     try:
-        sel = await ds.query((lo, hi))
+        sel = await ds.select(bbox=(lo, hi), limit=most + 1).read()
     except InvalidArgumentError as exc:
         raise web.HTTPBadRequest(text=str(exc)) from None
-    return web.json_response({"count": len(sel), "positions": sel.positions.tolist(),
-                              "object_ids": None if sel.object_ids is None else sel.object_ids.tolist()})
+    if len(sel) > most:
+        raise _too_large(request, f"box {lo}..{hi}")
+    return _json(request, {"count": len(sel), "positions": sel.positions.tolist(),
+                           "object_ids": None if sel.object_ids is None else sel.object_ids.tolist()},
+                 f"box {lo}..{hi}")
 
 
 async def one_object(request: web.Request) -> web.Response:
@@ -51,22 +83,26 @@ async def one_object(request: web.Request) -> web.Response:
         sel = await ds.read_object(oid)
     except ValueError as exc:  # not an integer, or not an object of the store (InvalidArgumentError)
         raise web.HTTPNotFound(text=str(exc)) from None
+    if len(sel) * ROW_BYTES > request.app[MAX_BYTES]:
+        raise _too_large(request, f"object {oid}")
     centroid = sel.positions.mean(axis=0).tolist() if len(sel) else None
-    return web.json_response({"id": oid, "count": len(sel), "positions": sel.positions.tolist(),
-                              "centroid": centroid})
+    return _json(request, {"id": oid, "count": len(sel), "positions": sel.positions.tolist(),
+                           "centroid": centroid}, f"object {oid}")
 
 
 async def stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[DATASET].stats.snapshot())
 
 
-def make_app(target: str, storage_options: dict | None = None) -> web.Application:
+def make_app(target: str, storage_options: dict | None = None,
+             max_response_bytes: int = MAX_RESPONSE_BYTES) -> web.Application:
     async def dataset(app: web.Application):
         app[DATASET] = await zvf.aio.open(target, storage_options=storage_options)  # once, at startup
         yield
         await app[DATASET].close()
 
     app = web.Application()
+    app[MAX_BYTES] = max_response_bytes
     app.cleanup_ctx.append(dataset)
     app.router.add_get("/bbox", bbox)
     app.router.add_get(r"/object/{oid}", one_object)
@@ -86,7 +122,8 @@ async def main() -> None:
         await zvf.aio.write_points(target, points, object_ids=owners, chunk_shape=(25, 25, 25),
                                    bounds=([0, 0, 0], [100, 100, 100]), compression="zstd", storage_options=opts)
 
-        runner = web.AppRunner(make_app(target, opts))
+        limit = 1 << 20  # 1 MiB here, so the demo's whole-store box shows the cap
+        runner = web.AppRunner(make_app(target, opts, max_response_bytes=limit))
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -102,7 +139,8 @@ async def main() -> None:
                         return r.status, (await r.json() if r.content_type == "application/json" else await r.text())
 
                 paths = [f"/bbox?lo={','.join(map(str, lo))}&hi={','.join(map(str, hi))}" for lo, hi in boxes]
-                paths += [f"/object/{i}" for i in ids] + ["/object/100000", "/bbox?lo=1,2&hi=3,4"]
+                paths += [f"/object/{i}" for i in ids] + ["/object/100000", "/bbox?lo=1,2&hi=3,4",
+                                                          "/bbox?lo=0,0,0&hi=100,100,100"]
                 answers = await asyncio.gather(*(get(p) for p in paths))  # concurrently, one shared dataset
 
                 for (lo, hi), (status, body) in zip(boxes, answers):
@@ -119,9 +157,12 @@ async def main() -> None:
                     assert np.allclose(body["centroid"], mine.mean(axis=0), atol=1e-3)
                     centroid = np.round(body["centroid"], 2).tolist()
                     print(f"GET /object/{oid}: {body['count']} points, centroid {centroid}")
-                assert answers[-2][0] == 404 and "100000" in answers[-2][1], answers[-2]
-                assert answers[-1][0] == 400, answers[-1]
-                print("GET /object/100000 -> 404; GET /bbox with 2-D corners -> 400")
+                assert answers[-3][0] == 404 and "100000" in answers[-3][1], answers[-3]
+                assert answers[-2][0] == 400, answers[-2]
+                status, text = answers[-1]
+                assert status == 413 and f"limit of {limit} bytes" in text, (status, text)
+                print("GET /object/100000 -> 404; GET /bbox with 2-D corners -> 400; "
+                      f"GET /bbox over the whole store -> 413 ({text})")
 
                 _, counters = await get("/stats")
                 print(f"{len(paths)} HTTP requests served with {counters['requests']} store requests "
