@@ -21,6 +21,11 @@ class UnknownArgumentError(InvalidArgumentError, TypeError):
     """A keyword the call does not take: also a ``TypeError``, which Python raises for any unexpected keyword."""
 
 
+class InputFileError(ZvfError, ValueError):
+    """A file given to read (a conversion's input) is not what its format says: truncated, of another
+    format, rows that do not parse.  The message names the file and, where known, the line or column."""
+
+
 class StoreNotFoundError(ZvfError, FileNotFoundError):
     """The target holds no store at all."""
 

@@ -239,6 +239,9 @@ class Dataset(RootFacts):
     def __repr__(self) -> str:
         return repr(self._inner).replace("AsyncDataset", "Dataset", 1)
 
+    def _repr_html_(self) -> str:
+        return self._inner._repr_html_()
+
     def __enter__(self) -> Self:
         return self
 

@@ -20,6 +20,7 @@ def _value(text: str):
 def cmd_convert(args) -> int:
     import zvf
 
+    from ..converters.base import STORE_OPTIONS
     from .main import _options
     from .rechunk import _shape
 
@@ -28,7 +29,11 @@ def cmd_convert(args) -> int:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise SystemExit(f"zvf: --set expects key=value, got {pair!r}")
-        extra[key.replace("-", "_")] = _value(value)
+        key = key.replace("-", "_")
+        if key in STORE_OPTIONS:
+            flag = "-o/--option" if key == "storage_options" else f"--{key.replace('_', '-')}"
+            raise SystemExit(f"zvf: --set {key}: a store option, given as {flag}")
+        extra[key] = _value(value)
     kw = {}
     if args.shard_shape is not None:
         kw["shard_shape"] = [int(v) for v in args.shard_shape.split(",")]

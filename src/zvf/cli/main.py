@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from collections.abc import Iterator
 
-from ..errors import ZvfError
+from ..errors import FormatError, IncompleteStoreError, InputFileError, ZvfError
 from .progress import ProgressBar
 
 
@@ -65,8 +67,12 @@ def cmd_info(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     for key, value in info.items():
+        if key.endswith("_attributes") and isinstance(info.get(f"{key[:-1]}_dtypes"), dict):
+            continue  # the names again: shown with their dtypes
+        if isinstance(value, dict):  # attribute name -> dtype
+            value = ", ".join(f"{name} ({dtype})" for name, dtype in value.items()) or "-"
         if key != "level_summary":
-            print(f"{key:18} {value}")
+            print(f"{key:24} {value}")
     print(f"{'level':>5} {'vertices':>14} {'chunks':>9} {'objects':>11}")
     for row in info["level_summary"]:
         objects = "-" if row["objects"] is None else f"{row['objects']:,}"
@@ -93,14 +99,14 @@ def cmd_export(args) -> int:
     import zvf
 
     from ..read.export import export
-    from ..read.writers import check_out, format_of
+    from ..read.writers import STDOUT, check_out, format_of
 
     if args.workers or args.scheduler:  # on Dask: OUT is a directory, one file per partition
         from .ingest import cmd_export_dask
 
         return cmd_export_dask(args)
-    fmt = format_of(args.out, args.format)  # before any request: unknown suffix, missing pyarrow
-    check_out(args.out)
+    fmt = format_of(args.out, args.format, flag="--format")  # before any request: unknown suffix, no pyarrow
+    check_out(args.out, fmt)
     bar = ProgressBar("export", quiet=args.quiet)
 
     def progress(s: dict) -> None:
@@ -117,7 +123,8 @@ def cmd_export(args) -> int:
         s = anyio.run(run, backend="asyncio")
     unit = s["unit"]
     print(f"exported {s['vertices']:,} vertices from {s[unit]:,} {unit} -> {', '.join(s['files'])} ({s['format']}): "
-          f"{s['requests']} requests, {s['bytes']:,} bytes, {s['seconds']:.2f} s, {s['mb_per_s']:.1f} MB/s")
+          f"{s['requests']} requests, {s['bytes']:,} bytes, {s['seconds']:.2f} s, {s['mb_per_s']:.1f} MB/s",
+          file=sys.stderr if args.out == STDOUT else sys.stdout)  # stdout carries the rows
     return 0
 
 
@@ -146,8 +153,17 @@ def _at_least(low: int):
 _count, _positive = _at_least(0), _at_least(1)
 
 
+# Values such as ``-1,-1,-1`` or ``-10,20,5`` are values, not options (argparse only knows plain negative numbers).
+_NEGATIVE = re.compile(r"^-(\d|\.\d)[\d.,eE+-]*$")
+
+
 class _Parser(argparse.ArgumentParser):
-    """Argument errors as one line on stderr and exit 2 (no usage block, no traceback)."""
+    """Argument errors as one line on stderr and exit 2 (no usage block, no traceback); negative
+    coordinate lists are values (``--chunk-shape -1,-1,-1`` reaches its own check)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -185,9 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a level to .npz, .csv or .parquet (streamed); objects keep their "
                                       "vertex order, edges and faces (OUT.edges.csv / OUT.faces.parquet)")
     target(p)
-    p.add_argument("out", help="output file; its suffix picks the format unless --format is given")
+    p.add_argument("out", help="output file (only a regular file there is replaced), or - for stdout; its "
+                               "suffix picks the format unless --format is given")
     p.add_argument("--level", type=_count, default=0)
-    p.add_argument("--format", choices=("npz", "csv", "parquet"), help="default: from OUT's suffix")
+    p.add_argument("--format", choices=("npz", "csv", "parquet", "json"),
+                   help="default: from OUT's suffix (json: JSON Lines, one object per row)")
     p.add_argument("--prefetch", type=_positive, default=4, help="batches fetched ahead (default 4)")
     p.add_argument("--batch-chunks", type=_positive, default=16, help="chunks per batch, point clouds (default 16)")
     p.add_argument("--batch-objects", type=_positive, help="objects per batch, object geometries (default 1024; "
@@ -224,11 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Errors in what a file or store holds exit 1; everything else a user can fix in the command exits 2.
+DATA_ERRORS = (FormatError, IncompleteStoreError, InputFileError)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; errors a user can act on end in one line on stderr, never a traceback."""
+    """Run one command; errors a user can act on end in one line on stderr, never a traceback:
+    exit 2 for the command (arguments, options, targets), 1 for the data (a malformed file or store,
+    a local I/O error), 130 on Ctrl-C; a reader that goes away (``zvf info | head``) ends it quietly."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # stdout's reader is gone: later writes (and the flush at exit) go nowhere instead of failing again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # as a shell reports a command ended by SIGPIPE
+    except DATA_ERRORS as exc:
+        print(f"zvf: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     except ZvfError as exc:
         print(f"zvf: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

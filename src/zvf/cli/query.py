@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import re
+import json
+import sys
 import time
-
-# Coordinates such as ``-10,-10,-10`` are values, not options (argparse only knows plain negative numbers).
-_NEGATIVE = re.compile(r"^-(\d|\.\d)[\d.,eE+-]*$")
 
 
 def _numbers(text: str, what: str) -> list[float]:
@@ -68,35 +66,46 @@ def selection_args(args) -> dict:
 
 
 def cmd_query(args) -> int:
+    """Count, explain or read a selection; rows go to ``--out`` FILE, or to stdout with ``--format``
+    (or ``--out -``), the summary to stdout unless the rows are there (then stderr)."""
     import zvf
 
-    from ..read.writers import check_out, format_of, link_table, open_writer
+    from ..read.writers import STDOUT, check_out, format_of, link_table, open_writer
     from .main import _options
 
     kw = selection_args(args)
+    out = args.out if args.out is not None else (STDOUT if args.format else None)
+    if (args.count or args.explain) and out is not None:
+        raise SystemExit("zvf: --count and --explain print no rows: leave out --out and --format")
     fmt = None
-    if args.out:  # before any request: bad suffix, missing pyarrow, no such directory
-        fmt = format_of(args.out, None)
-        check_out(args.out)
+    if out is not None:  # before any request: bad suffix, missing pyarrow, no such directory, not a file
+        fmt = format_of(out, args.format, flag="--format")
+        check_out(out, fmt)
     t0 = time.perf_counter()
     with zvf.open(args.target, storage_options=_options(args.option)) as ds:
         q = ds.select(**kw)
         if args.explain:
-            print(q.explain())
+            print(json.dumps(q.plan().to_dict(), indent=2, default=str) if args.json else q.explain())
             return 0
         if args.count:
             n = q.count()
             stats = ds.stats.snapshot()
-            print(f"{n} vertices (counted in {(time.perf_counter() - t0) * 1000:.1f} ms, {stats['requests']} requests, "
-                  f"{stats['bytes']} bytes)")
+            ms = (time.perf_counter() - t0) * 1000
+            if args.json:
+                print(json.dumps({"vertices": n, "ms": round(ms, 3), "requests": stats["requests"],
+                                  "bytes": stats["bytes"]}))
+            else:
+                print(f"{n} vertices (counted in {ms:.1f} ms, {stats['requests']} requests, {stats['bytes']} bytes)")
             return 0
         sel = q.read()
         stats = ds.stats.snapshot()
         geometry = ds.geometry_type
     elapsed = time.perf_counter() - t0
     files = []
-    if args.out:
-        writer = open_writer(args.out, fmt, sel, link_table(geometry, clip=args.clip), rows=len(sel))
+    if out is not None:
+        links = link_table(geometry, clip=args.clip)
+        check_out(out, fmt, links)
+        writer = open_writer(out, fmt, sel, links, rows=len(sel))
         try:
             writer.write(sel)
         except BaseException:
@@ -104,15 +113,22 @@ def cmd_query(args) -> int:
             raise
         writer.close()
         files = writer.files()
-    extra = f", {len(sel.objects)} objects" if sel.objects is not None else ""
+    summary = {"vertices": len(sel), "objects": None if sel.objects is None else len(sel.objects),
+               "ms": round(elapsed * 1000, 3), "requests": stats["requests"], "bytes": stats["bytes"],
+               "files": [f for f in files if f != STDOUT]}
+    stream = sys.stderr if out == STDOUT else sys.stdout  # stdout carries the rows
+    if args.json:
+        print(json.dumps(summary), file=stream)
+        return 0
+    extra = f", {summary['objects']} objects" if summary["objects"] is not None else ""
     print(f"{len(sel)} vertices{extra} in {elapsed * 1000:.1f} ms, {stats['requests']} requests, "
-          f"{stats['bytes']} bytes" + (f" -> {', '.join(files)}" if files else ""))
+          f"{stats['bytes']} bytes" + (f" -> {', '.join(summary['files'])}" if summary["files"] else ""), file=stream)
     return 0
 
 
 def register(sub, target) -> None:
-    p = sub.add_parser("query", help="read, count or explain a selection (box, ball, objects, groups, where)")
-    p._negative_number_matcher = _NEGATIVE  # let --bbox -10,-10,-10 5,5,5 parse
+    p = sub.add_parser("query", help="read, count or explain a selection (box, ball, objects, groups, where); "
+                                     "print its rows or write them to a file")
     target(p)
     p.add_argument("--bbox", nargs=2, metavar=("LO", "HI"), help="closed box corners, e.g. -10,20,5 60,70,55")
     p.add_argument("--near", nargs=2, metavar=("X,Y,Z", "R"), help="closed ball: center and radius")
@@ -125,8 +141,13 @@ def register(sub, target) -> None:
     p.add_argument("--limit", type=int, help="at most N vertices (point clouds) or N objects")
     p.add_argument("--level", type=int, default=0)
     p.add_argument("--max-vertices", type=int, help="pick the finest level whose estimate fits N (level auto)")
-    p.add_argument("--count", action="store_true", help="print the count only (from indexes where possible)")
-    p.add_argument("--explain", action="store_true", help="print the read plan and read nothing")
-    p.add_argument("--out", help="write the result to FILE.npz, FILE.csv or FILE.parquet (objects: with "
-                                 "vertex_index, and FILE.edges/faces.csv|parquet as for zvf export)")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--count", action="store_true", help="print the count only (from indexes where possible)")
+    only.add_argument("--explain", action="store_true", help="print the read plan and read nothing")
+    p.add_argument("--format", choices=("csv", "json", "npz", "parquet"),
+                   help="print the rows to stdout in this format (json: JSON Lines, one object per row), or "
+                        "the format of --out when its suffix does not say")
+    p.add_argument("--out", help="write the rows to FILE.npz, .csv, .parquet or .json (objects: with "
+                                 "vertex_index, and FILE.edges/faces.csv|parquet as for zvf export); - for stdout")
+    p.add_argument("--json", action="store_true", help="print the summary (count, requests, bytes) as JSON")
     p.set_defaults(func=cmd_query)

@@ -10,9 +10,12 @@ def _shape(text: str | None):
     if text is None or text in ("auto", "none"):
         return None if text == "none" else text
     try:
-        return [float(v) for v in text.split(",")]
+        sizes = [float(v) for v in text.split(",")]
     except ValueError:
         raise SystemExit(f"zvf: a shape must be 'auto' or numbers like 10,10,5, got {text!r}") from None
+    if not all(s > 0 for s in sizes):  # nan too
+        raise SystemExit(f"zvf: a shape's sizes must be positive numbers like 10,10,5, got {text!r}")
+    return sizes
 
 
 def cmd_rechunk(args) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -49,10 +50,17 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 )}
 
 STORE = "zvf"
+STORE_SUFFIXES = (".zarr", ".zvf", ".zarrvectors", ".zv")
+_FILE_SUFFIX = re.compile(r"^\.[a-z][a-z0-9]{0,7}$")  # what names a file format (.xyz, .txt), not a version (.v2 too)
 
 
 def format_of(path: str, given: str | None = None) -> str | None:
-    """The format named by ``given`` or by ``path``'s suffix (None: not a file format, so a store)."""
+    """The format named by ``given`` or by ``path``'s suffix (None: not a file format, so a store).
+
+    A local path ending in a suffix that is neither a format's nor a store's (``.zarr``, ``.zvf``,
+    ``.zarrvectors``, ``.zv``) is refused unless it is an existing store directory: ``out/x.xyz``
+    is a misspelt file, not a store to create (``to="zvf"`` / ``--to zvf`` says it is one).
+    """
     if given is not None:
         name = given.lower().lstrip(".")
         if name != STORE and name not in FORMATS:
@@ -62,6 +70,14 @@ def format_of(path: str, given: str | None = None) -> str | None:
     for fmt in FORMATS.values():
         if low.endswith(fmt.suffixes):
             return fmt.name
+    ext = os.path.splitext(low.rsplit("/", 1)[-1])[1]
+    local = "://" not in low or low.startswith("file://")
+    if local and _FILE_SUFFIX.match(ext) and ext not in STORE_SUFFIXES and not os.path.isdir(path):
+        suffixes = sorted(s for f in FORMATS.values() for s in f.suffixes)
+        raise InvalidArgumentError(
+            f"{path!r}: {ext} is not a format zvf converts ({' '.join(suffixes)}) nor a store name "
+            f"({' '.join(STORE_SUFFIXES)} or no suffix); name the format with from_/to (--from/--to), "
+            f"{STORE!r} for a store")
     return None
 
 
@@ -103,12 +119,22 @@ async def convert(
         mod = importlib.import_module(f".{fmt.module}", __name__)
         store = StoreOptions(chunk_shape=chunk_shape, bin_shape=bin_shape, compression=compression,
                              shard_shape=shard_shape, overwrite=overwrite, storage_options=storage_options)
-        out = await mod.to_store(fmt.name, src, dst, store, **options)
+        local = _local_path(dst)
+        made = local is not None and not os.path.exists(local)
+        try:
+            out = await mod.to_store(fmt.name, src, dst, store, **options)
+        except BaseException:
+            if made and os.path.isdir(local) and not os.listdir(local):  # the failed write's empty directory
+                os.rmdir(local)
+            raise
     else:
+        from ..read.writers import check_replaceable
+
         fmt = FORMATS[dst_fmt]
         parent = os.path.dirname(os.path.abspath(dst))
         if not os.path.isdir(parent):
             raise InvalidArgumentError(f"dst {dst!r}: directory {parent!r} does not exist")
+        check_replaceable(dst)  # a symlink, FIFO, device or directory there is never replaced
         if os.path.exists(dst) and not overwrite:
             raise InvalidArgumentError(f"dst {dst!r} exists; pass overwrite=True (--overwrite) to replace it")
         mod = importlib.import_module(f".{fmt.module}", __name__)
@@ -125,6 +151,13 @@ async def convert(
             await ds.close()
     return {"from": src_fmt or STORE, "to": dst_fmt or STORE, "src": src, "dst": dst, **out,
             "seconds": time.perf_counter() - t0}
+
+
+def _local_path(target: str) -> str | None:
+    """The local directory of a store target (a path or ``file://`` URL), None for other URLs."""
+    if target.startswith("file://"):
+        return target[len("file://"):]
+    return None if "://" in target else target
 
 
 async def _atomic(fn, name: str, ds, dst: str, options: dict) -> dict:

@@ -15,16 +15,18 @@ restores it exactly.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import importlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import anyio
 import numpy as np
 
-from ..errors import InvalidArgumentError, MissingDependencyError
+from ..errors import InputFileError, InvalidArgumentError, MissingDependencyError, UnknownArgumentError, ZvfError
 
 SOURCE_KEY = "zvf_source"
 BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
@@ -57,13 +59,69 @@ class StoreOptions:
                 "overwrite": self.overwrite, "storage_options": self.storage_options}
 
 
+STORE_OPTIONS = tuple(f.name for f in fields(StoreOptions) if f.name != "extra")
+
+
 def take_options(fmt: str, options: dict, known: dict) -> dict:
-    """``known`` (name -> default) filled from ``options``; an option no converter knows is an error."""
+    """``known`` (name -> default) filled from ``options``, each value checked against its default's type
+    (``batch_*`` at least 1, ``level`` at least 0); an option no converter knows is an error naming the
+    closest one it takes (or a store option: ``chunk_shap`` -> ``chunk_shape``)."""
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise InvalidArgumentError(
-            f"{fmt} conversion has no option {', '.join(map(repr, unknown))} (it takes {sorted(known) or 'none'})")
-    return {**known, **options}
+        close = difflib.get_close_matches(unknown[0], [*known, *STORE_OPTIONS], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownArgumentError(
+            f"{fmt} conversion has no option {', '.join(map(repr, unknown))} (it takes {sorted(known) or 'none'}, "
+            f"and the store options {', '.join(STORE_OPTIONS)}){hint}")
+    return {**known, **{k: _typed(fmt, k, v, known[k]) for k, v in options.items()}}
+
+
+def _typed(fmt: str, name: str, value: Any, default: Any) -> Any:
+    """``value`` as the type of ``default`` (text from the command line parsed), or a clear error."""
+    if default is None or value is None:
+        return value
+    kind = type(default)
+    if kind is bool:
+        text = str(value).lower()
+        if isinstance(value, (bool, np.bool_)) or text in ("true", "false"):
+            return text == "true"
+        raise InvalidArgumentError(f"{fmt} option {name} must be true or false, got {value!r}")
+    if kind is int:
+        try:
+            number = int(value) if not isinstance(value, float) or value.is_integer() else None
+        except (TypeError, ValueError):
+            number = None
+        if number is None or isinstance(value, (bool, np.bool_)):
+            raise InvalidArgumentError(f"{fmt} option {name} must be a whole number, got {value!r}")
+        low = 1 if name.startswith("batch") else 0
+        if number < low:
+            raise InvalidArgumentError(f"{fmt} option {name} must be >= {low}, got {number}")
+        return number
+    return value
+
+
+@contextlib.contextmanager
+def reading(src: str, fmt: str, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """What a file parser raises on a bad file (``errors``) as an InputFileError naming the file."""
+    try:
+        yield
+    except ZvfError:
+        raise
+    except errors as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(f"{src}: not a valid {fmt.upper()} file (truncated or another format?): "
+                             f"{detail}") from exc
+
+
+def guarded(batches: Callable[[], Iterable[dict]], src: str, fmt: str,
+            errors: tuple[type[BaseException], ...]) -> Callable[[], Iterator[dict]]:
+    """``batches`` whose parser errors become InputFileErrors (see :func:`reading`)."""
+
+    def run() -> Iterator[dict]:
+        with reading(src, fmt, errors):
+            yield from batches()
+
+    return run
 
 
 async def threaded(items: Iterable[Any]) -> AsyncIterator[Any]:

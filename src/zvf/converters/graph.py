@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .base import StoreOptions, need, source_record, stamp, take_options
+from ..errors import InputFileError
+from .base import StoreOptions, need, reading, source_record, stamp, take_options
 
 AXES = ("x", "y", "z")
 _TYPES = {"boolean": np.bool_, "int": np.int32, "long": np.int64, "float": np.float32, "double": np.float64}
@@ -48,7 +48,7 @@ def _table(items: list[dict], domain: str, types: dict, src: str) -> dict[str, n
             continue  # a string property: no ZVF field holds text
         missing = [i for i, d in enumerate(items) if name not in d]
         if missing and dt.kind != "f":
-            raise InvalidArgumentError(f"{src}: {domain} data {name!r} is missing on some {domain}s "
+            raise InputFileError(f"{src}: {domain} data {name!r} is missing on some {domain}s "
                                        f"(first: #{missing[0]}); only float data may be missing (NaN)")
         out[name] = np.array([d.get(name, np.nan) for d in items], dtype=dt)
     return out
@@ -59,14 +59,15 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     nx = _nx()
     from ..write.objects import write_graph
 
-    g = nx.read_graphml(src)
-    types = _key_types(src)
+    with reading(src, fmt, (ET.ParseError, nx.NetworkXError, ValueError, KeyError)):
+        g = nx.read_graphml(src)
+        types = _key_types(src)
     nodes = list(g.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     ndata = _table([g.nodes[n] for n in nodes], "node", types, src)
     axes = [a for a in AXES if a in ndata]
-    if len(axes) < 2:
-        raise InvalidArgumentError(f"{src}: nodes need numeric x, y[, z] data; found {sorted(ndata)}")
+    if axes not in (["x", "y"], ["x", "y", "z"]):
+        raise InputFileError(f"{src}: nodes need numeric x, y[, z] data; found {sorted(ndata)}")
     pos = np.column_stack([ndata.pop(a).astype(np.float64) for a in axes])
     oids = ndata.pop("object_id", None)
     with contextlib.suppress(ValueError):  # ids that are not integers are not kept

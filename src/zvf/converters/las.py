@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .base import BATCH_ROWS, StoreOptions, need, source_record, stamp, take_options, write_batches
+from ..errors import InputFileError, InvalidArgumentError
+from .base import BATCH_ROWS, StoreOptions, guarded, need, reading, source_record, stamp, take_options, write_batches
 
 COORDS = ("X", "Y", "Z")
 
@@ -42,33 +42,50 @@ def _record(header) -> dict:
     }
 
 
+# what laspy and lazrs raise on a file that is not LAS/LAZ or ends early
+_READ_ERRORS = (ValueError, RuntimeError, EOFError, IndexError)
+
+
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
     opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS})
     laspy = _laspy()
-    with laspy.open(src) as reader:
+    errors = (laspy.errors.LaspyException, *_READ_ERRORS)
+    with reading(src, fmt, errors), laspy.open(src) as reader:
         header = reader.header
         record = _record(header)
         standard = [d.name for d in header.point_format.dimensions if d.is_standard and d.name not in COORDS]
         extra = [d.name for d in header.point_format.extra_dimensions]
-        extent = (header.mins.tolist(), header.maxs.tolist(), int(header.point_count))
+        count = int(header.point_count)
+        extent = (header.mins.tolist(), header.maxs.tolist(), count)
+    if count == 0:
+        raise InputFileError(f"{src}: its header says it holds no points")
 
     def batches():
+        n = 0
         with laspy.open(src) as rd:
             for pts in rd.chunk_iterator(int(opts["batch_rows"])):
                 attrs = {n: np.asarray(pts[n]) for n in standard}
                 attrs.update({n: np.asarray(pts.array[n]) for n in extra})  # raw: unscaled extra bytes
+                n += len(pts)
                 yield {"positions": np.column_stack([np.asarray(pts.x), np.asarray(pts.y), np.asarray(pts.z)]),
                        "attributes": attrs}
+        if n != count:  # a file cut at a record boundary reads without error: fewer points than announced
+            raise InputFileError(f"{src}: holds {n:,} points, its header says {count:,} (a truncated file?)")
 
-    summary = await write_batches(dst, batches, store, extent=extent, dtype="float64")
+    summary = await write_batches(dst, guarded(batches, src, fmt, errors), store, extent=extent, dtype="float64")
     await stamp(dst, store, record)
     return {"vertices": summary.vertex_count}
 
 
-def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, scale: float | None):
-    """The LAS header to write: the recorded one, or one made for the store's attributes."""
+def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, scale: float | None,
+            point_format: int | None = None):
+    """The LAS header to write: the recorded one (``point_format`` overriding its format), or one made
+    for the store's attributes: a ``classification`` takes point format 6/7 (LAS 1.4: classes 0..255;
+    formats 0-5 hold 0..31)."""
     if rec:
-        header = laspy.LasHeader(point_format=rec["point_format"], version=rec["version"])
+        pf = rec["point_format"] if point_format is None else point_format
+        version = rec["version"] if pf == rec["point_format"] else ("1.4" if pf >= 6 else rec["version"])
+        header = laspy.LasHeader(point_format=pf, version=version)
         for eb in rec["extra_bytes"]:
             dt = np.dtype((eb["dtype"], tuple(eb["shape"]))) if eb["shape"] else np.dtype(eb["dtype"])
             header.add_extra_dim(laspy.ExtraBytesParams(name=eb["name"], type=dt, description=eb["description"]))
@@ -77,8 +94,10 @@ def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, sca
         header.system_identifier = rec.get("system_identifier", "")
         header.generating_software = rec.get("generating_software", "")
         return header
-    pf = 3 if {"red", "green", "blue"} <= set(sample) else 1
-    header = laspy.LasHeader(point_format=pf, version="1.2")
+    rgb = {"red", "green", "blue"} <= set(sample)
+    pf = point_format if point_format is not None else (7 if rgb else 6) if "classification" in sample else \
+        (3 if rgb else 1)
+    header = laspy.LasHeader(point_format=pf, version="1.4" if pf >= 6 else "1.2")
     standard = set(header.point_format.dimension_names)
     for name, values in sample.items():
         if name not in standard:
@@ -91,7 +110,11 @@ def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, sca
 
 
 async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
-    opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4})
+    opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4,
+                                       "point_format": None})
+    point_format = None if opts["point_format"] is None else int(opts["point_format"])
+    if point_format is not None and not 0 <= point_format <= 10:
+        raise InvalidArgumentError(f"point_format must be a LAS point format 0..10, got {opts['point_format']!r}")
     laspy = _laspy()
     if ds.ndim != 3:
         raise InvalidArgumentError(f"{ds.url}: LAS holds 3-D points, the store is {ds.ndim}-D")
@@ -100,7 +123,8 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     try:
         async for sel in ds.iter_chunks(level=opts["level"], batch_chunks=int(opts["batch_chunks"]), prefetch=2):
             if writer is None:
-                header = _header(laspy, source_record(ds, "las"), sel.attributes, ds.bounds[0], opts["scale"])
+                header = _header(laspy, source_record(ds, "las"), sel.attributes, ds.bounds[0], opts["scale"],
+                                 point_format)
                 writer = laspy.open(dst, mode="w", header=header, do_compress=compress)
                 extra = {d.name for d in header.point_format.extra_dimensions}
                 standard = set(header.point_format.dimension_names) - extra - set(COORDS)
@@ -110,11 +134,17 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
                 if name in extra:
                     rec.array[name] = values  # raw, as read in
                 elif name in standard:
-                    rec[name] = values  # bit fields go through laspy's sub-field views
+                    try:
+                        rec[name] = values  # bit fields go through laspy's sub-field views
+                    except OverflowError as exc:  # e.g. a class above 31 in point formats 0-5
+                        raise InvalidArgumentError(
+                            f"{ds.url}: attribute {name!r} does not fit LAS point format "
+                            f"{header.point_format.id} ({exc}); pick one that holds it, e.g. point_format=6 "
+                            f"(--set point_format=6)") from None
             writer.write_points(rec)
             n += len(sel)
         if writer is None:  # an empty store: a valid file with no points
-            header = _header(laspy, source_record(ds, "las"), {}, ds.bounds[0], opts["scale"])
+            header = _header(laspy, source_record(ds, "las"), {}, ds.bounds[0], opts["scale"], point_format)
             writer = laspy.open(dst, mode="w", header=header, do_compress=compress)
     finally:
         if writer is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InputFileError, InvalidArgumentError
 from .base import StoreOptions, take_options
 
 _STL_RECORD = np.dtype([("normal", "<f4", (3,)), ("v", "<f4", (3, 3)), ("attr", "<u2")])
@@ -31,11 +31,11 @@ def _numbers(lines: list[str], src: str, what: str) -> np.ndarray:
         return np.zeros((0, 0))
     widths = {len(ln.split()) for ln in lines}
     if len(widths) != 1:
-        raise InvalidArgumentError(f"{src}: {what} lines have {sorted(widths)} values; they must all have the same")
+        raise InputFileError(f"{src}: {what} lines have {sorted(widths)} values; they must all have the same")
     try:
         return np.array(" ".join(lines).split(), dtype=np.float64).reshape(len(lines), widths.pop())
     except ValueError as exc:
-        raise InvalidArgumentError(f"{src}: a {what} line is not numeric ({exc})") from None
+        raise InputFileError(f"{src}: a {what} line is not numeric ({exc})") from None
 
 
 def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -45,7 +45,7 @@ def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     v_lines = re.findall(r"^v[ \t]+(.*?)\s*$", text, re.MULTILINE)
     verts = _numbers(v_lines, src, "v")
     if verts.shape[1] not in (3, 4, 6, 7):
-        raise InvalidArgumentError(f"{src}: v lines must hold x y z [w] [r g b], got {verts.shape[1]} values")
+        raise InputFileError(f"{src}: v lines must hold x y z [w] [r g b], got {verts.shape[1]} values")
     pos = verts[:, :3]
     attrs = {"color": verts[:, -3:].astype(np.float32)} if verts.shape[1] >= 6 else {}
     # object of each vertex: count the 'o' statements before each v line
@@ -59,7 +59,7 @@ def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     if faces.size:
         faces = np.where(faces < 0, faces + len(pos), faces - 1)
         if faces.min() < 0 or faces.max() >= len(pos):
-            raise InvalidArgumentError(f"{src}: a face refers to a vertex outside 1..{len(pos)}")
+            raise InputFileError(f"{src}: a face refers to a vertex outside 1..{len(pos)}")
     else:
         faces = np.zeros((0, 3), np.int64)
     return pos, faces, oids.astype(np.int64), attrs
@@ -101,15 +101,15 @@ def read_stl(src: str) -> np.ndarray:
         if 84 + count * _STL_RECORD.itemsize == len(data):
             return np.frombuffer(data, _STL_RECORD, count, 84)["v"].astype(np.float64)
     if not data.lstrip().lower().startswith(b"solid"):
-        raise InvalidArgumentError(f"{src}: neither a binary STL (size does not match its triangle count) "
+        raise InputFileError(f"{src}: neither a binary STL (size does not match its triangle count) "
                                    f"nor an ASCII one (no 'solid')")
     nums = re.findall(rb"vertex\s+(\S+)\s+(\S+)\s+(\S+)", data)
     if len(nums) % 3:
-        raise InvalidArgumentError(f"{src}: {len(nums)} vertex lines is not a whole number of triangles")
+        raise InputFileError(f"{src}: {len(nums)} vertex lines is not a whole number of triangles")
     try:
         return np.array(nums, dtype=np.float32).astype(np.float64).reshape(-1, 3, 3)  # STL is float32
     except ValueError as exc:
-        raise InvalidArgumentError(f"{src}: a vertex line is not numeric ({exc})") from None
+        raise InputFileError(f"{src}: a vertex line is not numeric ({exc})") from None
 
 
 def write_stl(dst: str, tris: np.ndarray, *, ascii: bool) -> None:
@@ -147,7 +147,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         faces = inverse.reshape(-1, 3).astype(np.int64)
         oids, attrs = np.zeros(len(pos), np.int64), {}
     if not len(pos):
-        raise InvalidArgumentError(f"{src}: no vertices")
+        raise InputFileError(f"{src}: no vertices")
     s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, object_ids=oids, attributes=attrs or None,
                          dtype=opts["dtype"], **store.writer_kw())
     return {"vertices": s.vertex_count, "faces": len(faces), "objects": s.object_count}

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .base import StoreOptions, need, source_record, stamp, take_options, write_batches
+from ..errors import InputFileError, InvalidArgumentError
+from .base import StoreOptions, need, reading, source_record, stamp, take_options, write_batches
 
 AXES = ("x", "y", "z")
 FACE_LISTS = ("vertex_indices", "vertex_index")
@@ -33,14 +33,14 @@ def _faces(ply, src: str) -> tuple[np.ndarray | None, dict]:
     el = ply["face"]
     name = next((p.name for p in el.properties if p.name in FACE_LISTS), None)
     if name is None:
-        raise InvalidArgumentError(f"{src}: face element has no vertex_indices list")
+        raise InputFileError(f"{src}: face element has no vertex_indices list")
     prop = next(p for p in el.properties if p.name == name)
     lists = el.data[name]
     if len(lists) == 0:
         return np.zeros((0, 3), np.int64), {}
     lens = np.fromiter((len(f) for f in lists), dtype=np.int64, count=len(lists))
     if np.any(lens != lens[0]):
-        raise InvalidArgumentError(f"{src}: faces have {sorted(set(lens.tolist()))} corners; "
+        raise InputFileError(f"{src}: faces have {sorted(set(lens.tolist()))} corners; "
                                    f"a ZVF mesh needs one face size (triangulate first)")
     info = {"face_list": name, "face_count_dtype": prop.len_dtype, "face_index_dtype": prop.val_dtype,
             "dropped_face_properties": [p.name for p in el.properties if p.name != name]}
@@ -50,13 +50,14 @@ def _faces(ply, src: str) -> tuple[np.ndarray | None, dict]:
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
     opts = take_options(fmt, options, {"batch_rows": 1_000_000})
     plyfile = _plyfile()
-    ply = plyfile.PlyData.read(src)
+    with reading(src, fmt, (plyfile.PlyParseError, ValueError, EOFError, IndexError)):
+        ply = plyfile.PlyData.read(src)
     if "vertex" not in ply:
-        raise InvalidArgumentError(f"{src}: no vertex element")
+        raise InputFileError(f"{src}: no vertex element")
     v = ply["vertex"].data
     axes = [a for a in AXES if a in v.dtype.names]
-    if len(axes) < 2:
-        raise InvalidArgumentError(f"{src}: vertex element needs x, y[, z] properties, has {v.dtype.names}")
+    if axes not in (["x", "y"], ["x", "y", "z"]):
+        raise InputFileError(f"{src}: vertex element needs x, y[, z] properties, has {v.dtype.names}")
     props = [(p.name, p.val_dtype) for p in ply["vertex"].properties]
     names = [n for n, _ in props if n not in axes]
     pos = np.column_stack([v[a] for a in axes])

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InputFileError
 from .base import StoreOptions, source_record, stamp, take_options
 
 
@@ -27,9 +27,9 @@ def read_swc(src: str) -> tuple[np.ndarray, list[str]]:
     try:
         table = np.loadtxt(src, comments="#", ndmin=2)
     except ValueError as exc:
-        raise InvalidArgumentError(f"{src}: not an SWC table of 7 numbers per line ({exc})") from None
+        raise InputFileError(f"{src}: not an SWC table of 7 numbers per line ({exc})") from None
     if table.size and table.shape[1] != 7:
-        raise InvalidArgumentError(
+        raise InputFileError(
             f"{src}: SWC lines have 7 fields (id type x y z radius parent), got {table.shape[1]}")
     return table.reshape(-1, 7), comments
 
@@ -42,7 +42,7 @@ def tree_roots(parent_row: np.ndarray) -> np.ndarray:
         if np.array_equal(nxt, up):
             return up
         up = nxt
-    raise InvalidArgumentError("SWC parents form a cycle")
+    raise InputFileError("SWC parents form a cycle")
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
@@ -51,17 +51,17 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
 
     table, comments = read_swc(src)
     if not len(table):
-        raise InvalidArgumentError(f"{src}: no nodes")
+        raise InputFileError(f"{src}: no nodes")
     ids = table[:, 0].astype(np.int64)
     parents = table[:, 6].astype(np.int64)
     order = np.argsort(ids)
     if np.any(np.diff(ids[order]) == 0):
-        raise InvalidArgumentError(f"{src}: node ids repeat")
+        raise InputFileError(f"{src}: node ids repeat")
     has_parent = parents >= 0
     where = np.searchsorted(ids[order], parents[has_parent])
     where = np.minimum(where, len(ids) - 1)
     if np.any(ids[order][where] != parents[has_parent]):
-        raise InvalidArgumentError(f"{src}: a parent id names no node")
+        raise InputFileError(f"{src}: a parent id names no node")
     parent_row = np.full(len(ids), -1, np.int64)
     parent_row[has_parent] = order[where]
     roots = tree_roots(parent_row)

@@ -11,6 +11,7 @@ attribute.  Both are streamed by row batches (CSV lines, Parquet row groups) in 
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import re
@@ -19,14 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     BATCH_ROWS,
     OBJECT_BATCH,
     StoreOptions,
+    guarded,
     need,
     object_attributes,
     object_batches,
+    reading,
     take_options,
     write_batches,
 )
@@ -47,32 +50,87 @@ def _pyarrow():
 # ----------------------------------------------------------------------------------- reading
 
 
+DELIMITERS = (",", ";", "\t")
+_BAD_VALUE = re.compile(r"could not convert string '(.*)' to (\w+) at row (\d+), column (\d+)")
+_RAGGED = re.compile(r"(?:changed from \d+ to|requires \d+ columns but) (\d+) (?:were found )?at row (\d+)")
+
+
+def csv_header(src: str) -> tuple[list[str], str]:
+    """(column names, delimiter) of a CSV's header line.  The delimiter is the commonest of ``,`` ``;``
+    and tab on it; names may be quoted (``"x","y"``, as pyarrow writes them)."""
+    try:
+        with open(src, encoding="utf-8", newline="") as fh:
+            line = fh.readline()
+    except UnicodeDecodeError:
+        raise InputFileError(f"{src}: not a text file (a CSV is UTF-8 text)") from None
+    counts = {d: line.count(d) for d in DELIMITERS}
+    delimiter = max(counts, key=lambda d: counts[d]) if any(counts.values()) else ","
+    names = [n.strip() for n in next(csv.reader([line], delimiter=delimiter), [])]
+    if not names or names == [""]:
+        raise InputFileError(f"{src}: no header line (column names) found")
+    if len(set(names)) != len(names):
+        raise InputFileError(f"{src}: the header names a column twice: {names}")
+    return names, delimiter
+
+
 def _csv_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray]]:
-    """Columns of ``batch_rows`` lines at a time; integer columns decided on the first batch."""
-    with open(src, encoding="utf-8") as fh:
-        names = [c.strip() for c in fh.readline().strip().split(",")]
-        if not names or names == [""]:
-            raise InvalidArgumentError(f"{src}: no header line (column names) found")
-        ints: list[bool] | None = None
+    """Columns of ``batch_rows`` lines at a time.  A column is int64 when every value of the first
+    batch is an integer as written (``3``, not ``3.0``), else float64; a value that does not parse
+    as its column's type is an error naming its line and column."""
+    names, delimiter = csv_header(src)
+    dtype: np.dtype | None = None
+    with open(src, encoding="utf-8", newline="") as fh:
+        fh.readline()
+        line_no = 1  # lines read so far (the header)
         while True:
-            lines = list(itertools.islice(fh, batch_rows))
+            try:
+                lines = list(itertools.islice(fh, batch_rows))
+            except UnicodeDecodeError:
+                raise InputFileError(f"{src}: not a text file (a CSV is UTF-8 text)") from None
+            numbers = [line_no + 1 + i for i, ln in enumerate(lines) if ln.strip()]
+            line_no += len(lines)
             lines = [ln for ln in lines if ln.strip()]
             if not lines:
                 return
-            text = np.loadtxt(lines, delimiter=",", dtype=str, ndmin=2)
-            if text.shape[1] != len(names):
-                raise InvalidArgumentError(f"{src}: rows have {text.shape[1]} fields, the header names {len(names)}")
-            if ints is None:
-                ints = [_all_ints(text[:, i]) for i in range(len(names))]
-            yield {n: text[:, i].astype(np.int64 if ints[i] else np.float64) for i, n in enumerate(names)}
+            if dtype is None:
+                dtype = _csv_types(src, lines, names, delimiter, numbers)
+            table = _csv_parse(src, lines, names, delimiter, dtype, numbers)
+            yield {n: np.ascontiguousarray(table[n]) for n in names}
 
 
-def _all_ints(col: np.ndarray) -> bool:
+def _csv_parse(src: str, lines: list[str], names: list[str], delimiter: str, dtype, numbers: list[int]):
+    """``lines`` parsed as ``dtype`` (numpy's errors told as the file's line and column)."""
     try:
-        col.astype(np.int64)
-    except ValueError:
-        return False
-    return True
+        return np.loadtxt(lines, delimiter=delimiter, dtype=dtype, quotechar='"', ndmin=1, comments=None)
+    except ValueError as exc:
+        text = str(exc)
+        if m := _RAGGED.search(text):
+            row = int(m.group(2)) - 1
+            raise InputFileError(f"{src}: line {numbers[min(row, len(numbers) - 1)]} has {m.group(1)} fields, "
+                                 f"the header names {len(names)} ({delimiter!r}-separated)") from None
+        if m := _BAD_VALUE.search(text):
+            row, col = int(m.group(3)), int(m.group(4)) - 1
+            name = names[col] if 0 <= col < len(names) else f"#{col + 1}"
+            want = "an integer (as its first rows)" if m.group(2).startswith("int") else "a number"
+            raise InputFileError(f"{src}: line {numbers[min(row, len(numbers) - 1)]}, column {name!r}: "
+                                 f"{m.group(1)!r} is not {want}; only numeric columns convert") from None
+        raise InputFileError(f"{src}: {text}") from None
+
+
+def _csv_types(src: str, lines: list[str], names: list[str], delimiter: str, numbers: list[int]) -> np.dtype:
+    """The columns' dtypes from the first batch: int64 where every value parses as an integer."""
+    floats = _csv_parse(src, lines, names, delimiter, np.dtype([(n, np.float64) for n in names]), numbers)
+    types = []
+    for i, n in enumerate(names):
+        col = floats[n]
+        integral = bool(np.all(np.isfinite(col)) and np.all(col == np.round(col)))
+        if integral:
+            try:
+                np.loadtxt(lines, delimiter=delimiter, dtype=np.int64, quotechar='"', usecols=i, comments=None)
+            except ValueError:
+                integral = False
+        types.append((n, np.int64 if integral else np.float64))
+    return np.dtype(types)
 
 
 def _join_channels(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -144,11 +202,23 @@ def _wkb_points(arr, src: str) -> np.ndarray:
     return out
 
 
-def _split(cols: dict[str, np.ndarray], src: str, ndim: int) -> tuple[np.ndarray, dict, np.ndarray | None, dict]:
-    axes = [a for a in AXES[:ndim] if a in cols]
-    if len(axes) < 2:
-        raise InvalidArgumentError(f"{src}: needs position columns x, y[, z] (or a GeoParquet geometry); "
-                                   f"it has {sorted(cols)}")
+def position_columns(names: list[str], src: str) -> list[str]:
+    """The columns holding x, y[, z] (any case: ``X,Y,Z`` too), checked from the header alone: y must be
+    there (``x,z`` is not a 2-D cloud whose y is z), and no axis named twice (``x`` and ``X``)."""
+    found: dict[str, str] = {}
+    for name in names:
+        axis = name.lower()
+        if axis in AXES:
+            if axis in found:
+                raise InputFileError(f"{src}: columns {found[axis]!r} and {name!r} both name axis {axis}")
+            found[axis] = name
+    if "x" not in found or "y" not in found:
+        raise InputFileError(f"{src}: needs position columns x, y[, z] (any case) or a GeoParquet geometry; "
+                             f"its columns are {names}")
+    return [found[a] for a in AXES if a in found]
+
+
+def _split(cols: dict[str, np.ndarray], axes: list[str]) -> tuple[np.ndarray, dict, np.ndarray | None, dict]:
     pos = np.column_stack([np.asarray(cols[a], dtype=np.float64) for a in axes])
     oid = cols.get(OBJECT_ID)
     rest = {k: v for k, v in cols.items() if k not in axes and k != OBJECT_ID}
@@ -157,44 +227,58 @@ def _split(cols: dict[str, np.ndarray], src: str, ndim: int) -> tuple[np.ndarray
     return pos, attrs, oid, obj
 
 
+# what pyarrow raises on a file that is not Parquet or ends early (ArrowInvalid is a ValueError, ArrowIOError
+# an OSError)
+_PARQUET_ERRORS = (ValueError, OSError)
+
+
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
     opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "geometry": None})
     rows = int(opts["batch_rows"])
+    if fmt == "csv":
+        names = csv_header(src)[0]
+        axes = position_columns(names, src)  # before any row is read
 
-    def tables() -> Iterator[dict[str, np.ndarray]]:
-        if fmt == "csv":
+        def tables() -> Iterator[dict[str, np.ndarray]]:
             return (_join_channels(c) for c in _csv_batches(src, rows))
-        return _parquet_batches(src, rows)
+    else:
+        pq = _pyarrow()
+        with reading(src, fmt, _PARQUET_ERRORS):
+            schema = pq.ParquetFile(src).schema_arrow
+        names = list(schema.names)
+        geo = _geo_column(schema.metadata)
+        axes = [] if geo in names else position_columns(names, src)
+        tables = guarded(lambda: _parquet_batches(src, rows), src, fmt, _PARQUET_ERRORS)
 
     first = next(tables(), None)
     if first is None:
-        raise InvalidArgumentError(f"{src}: no rows")
-    ndim = 3 if "z" in first else 2
+        raise InputFileError(f"{src}: no rows")
+    axes = axes or [a for a in AXES if a in first]  # GeoParquet: its points' axes
     if OBJECT_ID not in first:
         def batches():
             for cols in tables():
-                pos, attrs, _, obj = _split(cols, src, ndim)
+                pos, attrs, _, obj = _split(cols, axes)
                 if obj:
-                    raise InvalidArgumentError(f"{src}: {OBJECT_PREFIX}* columns need an {OBJECT_ID} column")
+                    raise InputFileError(f"{src}: {OBJECT_PREFIX}* columns need an {OBJECT_ID} column")
                 yield {"positions": pos, "attributes": attrs}
 
         s = await write_batches(dst, batches, store, dtype="float64")
         return {"vertices": s.vertex_count}
     from ..write.objects import write_polylines
 
-    s = await write_batches(dst, lambda: _polyline_batches(tables(), src, ndim), store, write_polylines,
+    s = await write_batches(dst, lambda: _polyline_batches(tables(), axes), store, write_polylines,
                             main="polylines", geometry_type=opts["geometry"] or "polyline", dtype="float64")
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-def _polyline_batches(tables: Iterator[dict], src: str, ndim: int) -> Iterator[dict]:
+def _polyline_batches(tables: Iterator[dict], axes: list[str]) -> Iterator[dict]:
     """Rows grouped by ``object_id`` (file order within an object), objects in id order.
 
     Ids are read whole first (one int64 per row); rows are then gathered object by object.
     """
     pos_parts, attr_parts, oid_parts, obj_parts = [], [], [], []
     for cols in tables:
-        pos, attrs, oid, obj = _split(cols, src, ndim)
+        pos, attrs, oid, obj = _split(cols, axes)
         pos_parts.append(pos)
         attr_parts.append(attrs)
         oid_parts.append(np.asarray(oid, dtype=np.int64))

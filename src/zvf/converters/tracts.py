@@ -19,12 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     StoreOptions,
+    guarded,
     need,
     object_attributes,
     object_batches,
+    reading,
     source_record,
     stamp,
     take_options,
@@ -91,6 +93,17 @@ def _trx_batches(trx, batch: int) -> Iterator[dict]:
                "object_attributes": {k: np.asarray(v[lo:hi]) for k, v in trx.data_per_streamline.items()}}
 
 
+def _read_errors(fmt: str) -> tuple[type[BaseException], ...]:
+    """What nibabel (TRK/TCK) or trx-python (a zip of arrays) raise on a bad or truncated file."""
+    if fmt == "trx":
+        import zipfile
+
+        return (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError)
+    from nibabel.streamlines.tractogram_file import DataError, HeaderError
+
+    return (DataError, HeaderError, ValueError, EOFError, IndexError)
+
+
 def _text(value: Any) -> str:
     return value.decode("ascii", "replace").rstrip("\x00") if isinstance(value, bytes) else str(value)
 
@@ -108,9 +121,11 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     groups = None
     trx = None
     batch = int(opts["batch"])
+    errors = _read_errors(fmt)
     try:
         if fmt == "trx":
-            trx = _trx().load(src)
+            with reading(src, fmt, errors):
+                trx = _trx().load(src)
             record = {"format": "trx", "affine": np.asarray(trx.header["VOXEL_TO_RASMM"]).tolist(),
                       "dimensions": np.asarray(trx.header["DIMENSIONS"]).tolist(), "groups": sorted(trx.groups)}
 
@@ -120,7 +135,8 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
                 groups = {g: np.asarray(trx.groups[name], dtype=np.int64) for g, name in enumerate(record["groups"])}
         else:
             nib = _nib()
-            f = nib.streamlines.load(src, lazy_load=True)  # a lazy tractogram iterates again for each pass
+            with reading(src, fmt, errors):
+                f = nib.streamlines.load(src, lazy_load=True)  # a lazy tractogram iterates again for each pass
             hdr = f.header
             F = nib.streamlines.Field
             record = {"format": fmt, "affine": np.asarray(hdr.get(F.VOXEL_TO_RASMM, np.eye(4))).tolist()}
@@ -132,13 +148,15 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
             def source() -> Iterator[dict]:
                 return _nib_batches(f.tractogram, batch)
 
-        def batches() -> Iterator[dict]:
+        def squeezed() -> Iterator[dict]:
             return ({"polylines": b["polylines"], "attributes": _squeeze(b["attributes"]),
                      "object_attributes": _squeeze(b["object_attributes"])} for b in source())
 
+        batches = guarded(squeezed, src, fmt, errors)
+
         first = next(batches(), None)
         if first is None:
-            raise InvalidArgumentError(f"{src}: no streamlines")
+            raise InputFileError(f"{src}: no streamlines")
         s = await write_batches(dst, batches, store, write_polylines, main="polylines", geometry_type="streamline",
                                 groups=groups, dtype=first["polylines"][0].dtype)
     finally:

@@ -33,7 +33,7 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
     from ..format.grid import check_bbox
     from ..read.load import LINKED
     from ..read.objects import SEQUENTIAL
-    from ..read.points import chunks_in_box, pick_attributes, read_chunks
+    from ..read.points import pick_attributes, read_chunks
     from ..read.writers import link_table
 
     for name, v in (("batch_chunks", batch_chunks), ("batch_objects", batch_objects)):
@@ -54,7 +54,7 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
                                  batch_objects)
         else:
             box = None if bbox is None else check_bbox(bbox, ds.ndim)
-            chunks = lvl.nonempty_chunks if box is None else chunks_in_box(lvl, *box)
+            chunks = lvl.nonempty_chunks if box is None else lvl.chunks_in(*box)
             template = await read_chunks(ds.context, lvl, chunks[:0], names)
             parts = [chunks[i:i + batch_chunks] for i in range(0, len(chunks), batch_chunks)]
             bbox = box
@@ -162,11 +162,17 @@ def export(target: Any, out: str | os.PathLike[str], *, format: str = "parquet",
     retried task replaces it.  Returns files, vertices, partitions and seconds.
     """
     dask = need_dask()
-    from ..read.writers import check_out, companion, format_of
+    from ..read.writers import STDOUT, companion, format_of
 
+    if os.fspath(out) == STDOUT:
+        raise InvalidArgumentError("a Dask export writes a directory of parts; export to stdout ('-') without Dask")
     fmt = format_of(str(out), format)
     out = os.path.abspath(os.fspath(out))
-    check_out(out)
+    if not os.path.isdir(os.path.dirname(out)):
+        raise InvalidArgumentError(f"output directory {os.path.dirname(out)!r} of {out!r} does not exist")
+    if os.path.lexists(out) and (os.path.islink(out) or not os.path.isdir(out)):
+        raise InvalidArgumentError(f"output {out!r} exists and is not a directory: a Dask export writes a "
+                                   f"directory of parts there")
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
     url, opts = spec_of(target, storage_options)

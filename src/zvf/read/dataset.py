@@ -48,14 +48,37 @@ class AsyncDataset(RootFacts):
     @classmethod
     async def open(cls, target: Target, *, mode: str = "r",
                    storage_options: StorageOptions | None = None) -> AsyncDataset:
+        if mode not in ("r", "a"):  # a store is made by a writer (zvf.write_*, convert), not by open
+            raise InvalidArgumentError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}; "
+                                       f"stores are created by zvf.write_points/... or zvf.convert")
         handle = open_store(target, mode=mode, storage_options=storage_options)
         ex = Executor(handle)
         root, level0 = await load.load_root(ex, handle.url)
         return cls(handle, ex, root, level0)
 
     def __repr__(self) -> str:
-        return (f"AsyncDataset({self.url!r}, geometry={self.geometry_type!r}, ndim={self.ndim}, "
-                f"levels={self.levels})")
+        return f"AsyncDataset({self.url!r}, {', '.join(f'{k}={v!r}' for k, v in self._summary().items())})"
+
+    def _summary(self) -> dict[str, Any]:
+        """What ``repr`` shows, from what opening loaded (level 0): no request."""
+        lvl = self._ctx.levels.get(0)
+        out: dict[str, Any] = {"geometry": self.geometry_type, "ndim": self.ndim, "levels": self.levels}
+        if lvl is not None:
+            out["vertices"] = lvl.meta.vertex_count
+            out["chunks"] = len(lvl.nonempty_chunks)
+            objects = (lvl.groups.get("object_index") or {}).get("num_objects")
+            if isinstance(objects, int):
+                out["objects"] = objects
+            out["vertex_attributes"] = lvl.named("vertex_attributes")
+        return out
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the ``repr`` facts as a table."""
+        from html import escape
+
+        rows = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(str(v))}</td></tr>"
+                       for k, v in self._summary().items())
+        return f"<b>zvf dataset</b> <code>{escape(self.url)}</code><table>{rows}</table>"
 
     async def __aenter__(self) -> Self:
         return self
@@ -285,25 +308,59 @@ class AsyncDataset(RootFacts):
         return await append(self, "write_mesh", (vertices, faces), {**kwargs, "cast": cast})
 
     async def info(self) -> dict[str, Any]:
-        """A summary of the store for ``zvf info``."""
+        """A summary of the store for ``zvf info``: layout (chunk, bin and shard shapes, compression),
+        counts, and every vertex, object and group attribute with its dtype (``float32[3]``: 3 channels)."""
         lvl = await self.level(0)
         lo, hi = self.bounds
-        return {
+        vertices = lvl.array("vertices")
+        codec = vertices.codec if vertices is not None else None
+        info: dict[str, Any] = {
             "url": self.url,
             "geometry_type": self.geometry_type,
             "ndim": self.ndim,
+            "dtype": None if vertices is None else str(np.dtype(vertices.meta.attributes.get("dtype", "float32"))),
             "bounds": [lo.tolist(), hi.tolist()],
             "chunk_shape": list(self.chunk_shape),
             "bin_shape": None if lvl.grid.bin_shape is None else list(lvl.grid.bin_shape),
+            "shard_shape": None if codec is None or codec.shard is None else list(codec.shard),
+            "compression": None if codec is None else ("+".join(name for name, _ in codec.compressors) or None),
             "levels": self.levels,
             "vertex_count": lvl.meta.vertex_count,
             "nonempty_chunks": len(lvl.nonempty_chunks),
             "vertex_attributes": lvl.named("vertex_attributes"),
-            "zv_version": self.root.zv_version,
+            "vertex_attribute_dtypes": {n: _vlen_dtype(lvl.array(f"vertex_attributes/{n}"))
+                                        for n in lvl.named("vertex_attributes")},
         }
+        if self.has_objects(0):
+            objects = await self.family(0, "object_attributes")
+            await self.family(0, "groups")
+            await self.family(0, "group_attributes")
+            info["object_count"] = len(await self.object_ids(level=0))
+            info["object_attributes"] = {n: _dense_dtype(objects.array(f"object_attributes/{n}"))
+                                         for n in objects.named("object_attributes")}
+            groups = objects.array("groups")
+            info["group_count"] = 0 if groups is None else int(groups.meta.shape[0])
+            info["group_attributes"] = {n: _dense_dtype(objects.array(f"group_attributes/{n}"))
+                                        for n in objects.named("group_attributes")}
+        info["zv_version"] = self.root.zv_version
+        return info
 
     async def close(self) -> None:
         """Release cached metadata and blobs (connections close with the store); later reads raise
         DatasetClosedError.  Closing twice is harmless."""
         self._ctx.closed = True
         self._ctx.executor.clear_caches()
+
+
+def _vlen_dtype(arr: Any) -> str:
+    """A vertex attribute's dtype as ``float32`` or ``uint8[3]`` (channels per row)."""
+    from .points import attribute_layout
+
+    dtype, row_shape = attribute_layout(arr)
+    return str(dtype) + (f"[{','.join(map(str, row_shape))}]" if row_shape else "")
+
+
+def _dense_dtype(arr: Any) -> str:
+    """An object or group attribute's dtype as ``float32`` or ``float32[3]``."""
+    rest = tuple(arr.meta.shape[1:])
+    return str(np.dtype(arr.meta.data_type)) + (f"[{','.join(map(str, rest))}]" if rest else "")

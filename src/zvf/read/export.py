@@ -451,7 +451,8 @@ class WriterThread:
 async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attributes=None, prefetch: int = 4,
                  batch_chunks: int = 16, batch_objects: int = 1024,
                  progress: Callable[[dict], None] | None = None) -> dict:
-    """Write a level to ``out`` (npz, csv or parquet), batch by batch; layout in ``zvf.read.writers``.
+    """Write a level to ``out`` (npz, csv, parquet or json; ``-``: stdout), batch by batch; layout in
+    ``zvf.read.writers``.
 
     Point clouds go ``batch_chunks`` chunks at a time.  Object geometries go
     by one :class:`ObjectSweep` over the chunks (each cell read about once;
@@ -469,7 +470,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     fetched) and files.
     """
     fmt = format_of(out, fmt)
-    check_out(out)
+    check_out(out, fmt)
     for name, v in (("batch_chunks", batch_chunks), ("batch_objects", batch_objects)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise InvalidArgumentError(f"{name} must be an integer >= 1, got {v!r}")
@@ -479,6 +480,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     names = pick_attributes(lvl, attributes)
     by_object = ds.geometry_type in SEQUENTIAL | LINKED and ds.has_objects(lvl.index)
     links = link_table(ds.geometry_type) if by_object else None
+    check_out(out, fmt, links)  # its companion too, and whether stdout can take it
     if by_object:
         template = await ds.read_objects(np.zeros(0, np.int64), level=level, attributes=names, combined=True)
         total, unit = len(await ds.object_ids(level=level)), "objects"

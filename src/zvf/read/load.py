@@ -179,11 +179,16 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
         prefixes, objects = await ex.list_dirs("")
     except UnsupportedRequestError:
         return StoreNotFoundError(f"{url}: no store here (no zarr.json; the server cannot list what else is there)")
-    if prefixes or objects:
+    names = [p.rstrip("/").rsplit("/", 1)[-1] for p in prefixes] + [k.rsplit("/", 1)[-1] for k, _ in objects]
+    if any(n.isdigit() or n == md.CLAIM_KEY for n in names):  # a level directory or a writer's claim
         return IncompleteStoreError(
             f"{url}: holds data but no root zarr.json -- an unfinished or interrupted write; "
             "run `zvf validate` to see what is left"
         )
+    if names:
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        return NotZvfStoreError(f"{url}: not a ZVF store (no zarr.json, and none of what a zvf write leaves: "
+                                f"level directories 0/, 1/..., {md.CLAIM_KEY}); it holds {shown}")
     return StoreNotFoundError(f"{url}: no store here (no zarr.json)")
 
 

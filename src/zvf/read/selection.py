@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from ..errors import MissingDependencyError
+
+
+def _optional(module: str, extra: str, what: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(f"{what} needs {module}, which is not installed: "
+                                     f"pip install 'zvf[{extra}]'") from exc
 
 
 @dataclass
@@ -32,6 +44,31 @@ class Selection:
 
     def __len__(self) -> int:
         return int(self.positions.shape[0])
+
+    def to_arrow(self) -> Any:
+        """The vertex table as a ``pyarrow.Table`` (``pip install 'zvf[parquet]'``): the columns of
+        ``zvf export`` (``x, y, z``, ``object_id``, ``vertex_index``, attributes), dtypes kept, a
+        C-channel attribute as one fixed-size list column.  Edges and faces are not in it (``edges``,
+        ``faces``)."""
+        pa = _optional("pyarrow", "parquet", "Selection.to_arrow")
+        from .writers import flat_columns, vertex_arrays
+
+        columns: dict[str, Any] = {}
+        for key, values in vertex_arrays(self).items():
+            if key.startswith("attr_") and values.ndim > 1:
+                flat = np.ascontiguousarray(values.reshape(len(values), -1))
+                columns[key[5:]] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+            else:
+                columns.update((n, pa.array(np.ascontiguousarray(c))) for n, c in flat_columns({key: values}))
+        return pa.table(columns)
+
+    def to_pandas(self) -> Any:
+        """The vertex table as a ``pandas.DataFrame`` (``pip install 'zvf[pandas]'``): the columns of
+        ``zvf export``, a C-channel attribute as ``name_0 .. name_{C-1}``, dtypes kept."""
+        pd = _optional("pandas", "pandas", "Selection.to_pandas")
+        from .writers import flat_columns, vertex_arrays
+
+        return pd.DataFrame(dict(flat_columns(vertex_arrays(self))))
 
     def __repr__(self) -> str:
         extra = [f"{len(self)} vertices", f"attributes={sorted(self.attributes)}"]

@@ -1,4 +1,4 @@
-"""Result files shared by ``zvf export`` and ``zvf query --out``: ``.npz``, ``.csv``, ``.parquet``.
+"""Result files shared by ``zvf export`` and ``zvf query --out``: ``.npz``, ``.csv``, ``.parquet``, ``.json``.
 
 A result is one or two tables (README "Export files"):
 
@@ -15,14 +15,27 @@ A result is one or two tables (README "Export files"):
 NPZ vertex keys are ``positions`` (N, ndim), ``object_ids``, ``vertex_index``
 and ``attr_<name>``.  Every file is written under a temporary name in OUT's
 directory and renamed into place only when complete, so an interrupted
-export never leaves a half-written file that looks like a result.
+export never leaves a half-written file that looks like a result.  Only a
+regular file at OUT (or at a companion's path) is replaced: a symlink, FIFO,
+device or directory there is refused before anything is read.
+
+OUT ``-`` is stdout: CSV, JSON Lines and Parquet stream there batch by batch;
+an NPZ (a zip, whose directory comes last) is assembled in a temporary file
+and copied out at the end.  A result with a link table goes to stdout as NPZ
+only (CSV, JSON and Parquet would need a second stream).  JSON Lines
+(``json``) writes one object per vertex row with the CSV's columns.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
+import shutil
+import stat
+import sys
+import tempfile
 import uuid
 
 import numpy as np
@@ -31,18 +44,23 @@ from ..errors import InvalidArgumentError
 from .npz import NpzBuilder
 from .selection import Selection
 
-FORMATS = ("npz", "csv", "parquet")
+FORMATS = ("npz", "csv", "parquet", "json")
+SUFFIXES = {".npz": "npz", ".csv": "csv", ".parquet": "parquet", ".json": "json", ".jsonl": "json"}
 LINK_TABLES = ("edges", "faces")
 CSV_ROWS = 65536  # rows formatted at once (bounds the Python objects made per step)
+STDOUT = "-"
 
 
-def format_of(out: str, fmt: str | None) -> str:
-    """The export format: ``fmt`` or OUT's suffix; checks pyarrow for Parquet before any request."""
+def format_of(out: str, fmt: str | None, *, flag: str = "the format") -> str:
+    """The export format: ``fmt`` or OUT's suffix; checks pyarrow for Parquet before any request.
+    ``flag`` names how a caller passes the format (``--format`` on the command line)."""
     if fmt is None:
-        fmt = os.path.splitext(str(out))[1].lower().lstrip(".")
-        if fmt not in FORMATS:
-            raise InvalidArgumentError(f"cannot tell the format of {str(out)!r}: end it in .npz, .csv or .parquet, "
-                                       f"or pass the format")
+        if str(out) == STDOUT:
+            raise InvalidArgumentError(f"writing to stdout ('-') needs {flag}: one of {', '.join(FORMATS)}")
+        fmt = SUFFIXES.get(os.path.splitext(str(out))[1].lower())
+        if fmt is None:
+            raise InvalidArgumentError(f"cannot tell the format of {str(out)!r}: end it in "
+                                       f"{', '.join(SUFFIXES)}, or pass {flag}")
     if fmt not in FORMATS:
         raise InvalidArgumentError(f"format must be one of {FORMATS}, got {fmt!r}")
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:
@@ -51,11 +69,37 @@ def format_of(out: str, fmt: str | None) -> str:
     return fmt
 
 
-def check_out(out: str) -> None:
-    """OUT's directory must exist (a clear error before any request, not a traceback at the end)."""
-    parent = os.path.dirname(os.path.abspath(str(out)))
+def check_out(out: str, fmt: str | None = None, links: str | None = None) -> None:
+    """Before any request: OUT's directory exists, and OUT and its companion (with ``links``) are absent
+    or regular files -- the only things a result replaces; ``-`` (stdout) carries no link table unless
+    as NPZ."""
+    out = str(out)
+    if out == STDOUT:
+        if links and fmt != "npz":
+            raise InvalidArgumentError(f"this result has a {links} table besides its vertices: write it to a file "
+                                       f"(OUT and OUT.{links}.{fmt}), or to stdout as --format npz")
+        return
+    parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
-        raise InvalidArgumentError(f"output directory {parent!r} of {str(out)!r} does not exist")
+        raise InvalidArgumentError(f"output directory {parent!r} of {out!r} does not exist")
+    for path in [out] + ([companion(out, links)] if links and fmt != "npz" else []):
+        check_replaceable(path)
+
+
+def check_replaceable(path: str) -> None:
+    """``path`` is absent or a regular file: a symlink (``/dev/stdout``), FIFO, device or directory
+    there is refused, never replaced by the rename that publishes a result."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = ("a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    raise InvalidArgumentError(f"output {path!r} is {kind}: zvf replaces only regular files "
+                               f"(write to '-' for stdout, or pick another name)")
 
 
 def companion(out: str, table: str) -> str:
@@ -197,7 +241,14 @@ class _Out:
             self.abort()
             raise
         for final, tmp in self.partials.items():
-            os.replace(tmp, final)
+            if final == STDOUT:  # an NPZ assembled aside: copied out, then removed
+                with open(tmp, "rb") as fh:
+                    shutil.copyfileobj(fh, sys.stdout.buffer, 1 << 20)
+                sys.stdout.buffer.flush()
+                os.remove(tmp)
+            else:
+                check_replaceable(final)  # nothing else took its place meanwhile
+                os.replace(tmp, final)
         self.partials = {}
 
     def abort(self) -> None:
@@ -209,6 +260,11 @@ class _Out:
         self.partials = {}
 
     def _target(self, table: str) -> str:
+        """Where a table's rows go: a temporary file renamed into place at the end, or stdout."""
+        if self.path == STDOUT:
+            if table != "vertices":
+                raise InvalidArgumentError(f"a {table} table cannot go to stdout beside the vertices")
+            return STDOUT
         final = self.path if table == "vertices" else companion(self.path, table)
         self.partials[final] = _partial(final)
         return self.partials[final]
@@ -224,10 +280,33 @@ class _Out:
         self._finish()
 
 
-class _CsvTable:
+class _Text:
+    """A text sink: a file it opens and closes, or stdout (flushed and left open)."""
+
+    def __init__(self, path: str):
+        self.stdout = path == STDOUT
+        self.fh = (_stdout_text() if self.stdout
+                   else open(path, "w", newline="", encoding="utf-8"))  # noqa: SIM115 - closed in close()
+
+    def close(self) -> None:
+        if self.stdout:
+            self.fh.flush()
+            self.fh.detach()  # stdout's buffer stays open
+        else:
+            self.fh.close()
+
+
+def _stdout_text():
+    import io
+
+    sys.stdout.flush()  # what was printed before goes first
+    return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="", write_through=True)
+
+
+class _CsvTable(_Text):
     def __init__(self, path: str, arrays: dict[str, np.ndarray]):
+        super().__init__(path)
         cols = flat_columns(arrays)
-        self.fh = open(path, "w", newline="")  # noqa: SIM115 - closed in close()
         self.fh.write(",".join(n for n, _ in cols) + "\n")
         self.row_fmt = ",".join(_cell_format(c.dtype) for _, c in cols) + "\n"
 
@@ -237,8 +316,19 @@ class _CsvTable:
             part = [c[a:a + CSV_ROWS].tolist() for c in cols]
             self.fh.write((self.row_fmt * len(part[0])) % tuple(v for row in zip(*part) for v in row))
 
-    def close(self) -> None:
-        self.fh.close()
+
+class _JsonTable(_Text):
+    """JSON Lines: one object per row, keyed by the CSV's column names."""
+
+    def __init__(self, path: str, arrays: dict[str, np.ndarray]):
+        super().__init__(path)
+
+    def write(self, arrays: dict[str, np.ndarray]) -> None:
+        cols = flat_columns(arrays)
+        names = [n for n, _ in cols]
+        for a in range(0, len(cols[0][1]), CSV_ROWS):
+            part = [c[a:a + CSV_ROWS].tolist() for _, c in cols]
+            self.fh.write("".join(json.dumps(dict(zip(names, row))) + "\n" for row in zip(*part)))
 
 
 class CsvOut(_Out):
@@ -246,6 +336,15 @@ class CsvOut(_Out):
 
     def _open(self, table, arrays):
         self.sinks[table] = _CsvTable(self._target(table), arrays)
+        return self.sinks[table]
+
+
+class JsonOut(_Out):
+    """JSON Lines, the CSV's columns (floats as Python prints them: they round-trip); links in
+    ``OUT.edges.json``."""
+
+    def _open(self, table, arrays):
+        self.sinks[table] = _JsonTable(self._target(table), arrays)
         return self.sinks[table]
 
 
@@ -259,7 +358,7 @@ class _ParquetTable:
         import pyarrow.parquet as pq
 
         self.pa = pa
-        self.writer = pq.ParquetWriter(path, self._table(arrays).schema)
+        self.writer = pq.ParquetWriter(sys.stdout.buffer if path == STDOUT else path, self._table(arrays).schema)
         self.pending: list = []
         self.rows = 0
 
@@ -282,7 +381,7 @@ class _ParquetTable:
         try:
             self._flush()
         finally:
-            self.writer.close()
+            self.writer.close()  # a stream it was handed (stdout) stays open
 
 
 class ParquetOut(_Out):
@@ -306,6 +405,14 @@ class NpzOut(_Out):
 
     def files(self) -> list[str]:
         return [self.path]
+
+    def _target(self, table: str) -> str:
+        if self.path != STDOUT:
+            return super()._target(table)
+        fd, tmp = tempfile.mkstemp(prefix="zvf-", suffix=".npz.partial")  # a zip needs seeking: built aside
+        os.close(fd)
+        self.partials[STDOUT] = tmp
+        return tmp
 
     def _open(self, table, arrays):
         if self.zip is None:
@@ -337,7 +444,7 @@ class _NpzTable:
         self.write = out._append
 
 
-WRITERS = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut}
+WRITERS = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut, "json": JsonOut}
 
 
 def open_writer(out: str, fmt: str, template: Selection, links: str | None = None, rows: int | None = None) -> _Out:
