@@ -30,40 +30,6 @@ from zvf.neuroglancer.sharded import (
 ts = pytest.importorskip("tensorstore")
 ngr = pytest.importorskip("neuroglancer.read_precomputed_annotations")
 
-BOUNDS = ([0.0] * 3, [100.0] * 3)
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory):
-    from zarr_vectors import building as zb
-
-    root = tmp_path_factory.mktemp("ngstores")
-    rng = np.random.default_rng(3)
-    pos = rng.uniform(0, 100, (600, 3)).astype(np.float32)
-    zb.write_points(str(root / "pts.zarrvectors"), pos, chunk_shape=(25.0,) * 3, bounds=BOUNDS,
-                    vertex_attributes={"inten": rng.random(600).astype(np.float32),
-                                       "cls": rng.integers(0, 5, 600).astype(np.uint8)},
-                    object_ids=np.repeat(np.arange(60), 10))
-    pls = [(np.cumsum(rng.normal(0, 4, (int(rng.integers(3, 15)), 3)), axis=0) + 50).clip(1, 99).astype(np.float32)
-           for _ in range(12)]
-    zb.write_polylines(str(root / "sl.zarrvectors"), pls, chunk_shape=(25.0,) * 3, bounds=BOUNDS,
-                       geometry_type="streamline")
-    trunk = np.c_[np.linspace(8, 92, 8), np.full(8, 30.0), np.full(8, 45.0)]
-    branch = np.c_[np.full(3, 44.0), np.linspace(40, 80, 3), np.full(3, 45.0)]
-    sk = np.r_[trunk, branch, trunk + [0, 40, 10]].astype(np.float32)  # noqa: RUF005 - numpy addition
-    edges = np.array([[i + 1, i] for i in range(7)] + [[8, 3], [9, 8], [10, 9]]
-                     + [[12 + i, 11 + i] for i in range(7)])
-    zb.write_graph(str(root / "sk.zarrvectors"), sk, edges, chunk_shape=(50.0,) * 3, bounds=BOUNDS,
-                   object_ids=np.r_[np.zeros(11, int), np.ones(8, int)], kind="skeleton",
-                   vertex_attributes={"radius": np.linspace(0.5, 2, len(sk)).astype(np.float32)})
-    tet = np.array([[60, 60, 60], [72, 60, 60], [60, 72, 60], [60, 60, 72]], np.float32)
-    faces = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]])
-    zb.write_mesh(str(root / "mesh.zarrvectors"), np.r_[tet, tet - 40, tet - [10, 50, 0]],
-                  np.r_[faces, faces + 4, faces + 8], chunk_shape=(50.0,) * 3, bounds=BOUNDS,
-                  object_ids=np.r_[[0] * 4, [1] * 4, [5] * 4])
-    return root
-
-
 async def _export(src, out, **kw) -> dict:
     async with await zvf.aio.open(str(src)) as ds:
         return await export(ds, out, **kw)
@@ -218,7 +184,8 @@ async def test_mesh_export_legacy_format(stores, tmp_path):
     summary = await _export(stores / "mesh.zarrvectors", out)
     assert summary["layers"] == ["mesh"] and summary["meshes"] == 3
     kv = ts.KvStore.open(f"file://{out}/mesh/").result()
-    assert json.loads(kv.read(b"info").result().value) == {"@type": "neuroglancer_legacy_mesh"}
+    assert json.loads(kv.read(b"info").result().value) == {"@type": "neuroglancer_legacy_mesh",
+                                                            "segment_properties": "segment_properties"}
     for oid, sel in (await _objects(stores / "mesh.zarrvectors")).items():
         manifest = json.loads(kv.read(f"{oid}:0".encode()).result().value)
         (frag,) = manifest["fragments"]
@@ -242,33 +209,40 @@ async def test_export_refuses_existing_output_and_leaves_nothing_on_error(stores
 def test_cli_export(stores, tmp_path, capsys):
     out = tmp_path / "cli_ng"
     assert cli(["neuroglancer", "export", str(stores / "sl.zarrvectors"), str(out), "-q"]) == 0
-    assert f"precomputed://file://{out}/annotations" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "--url-base" in printed and "precomputed://" not in printed  # a file:// source no viewer can open
     assert cli(["neuroglancer", "export", str(stores / "sl.zarrvectors"), str(out), "-q"]) == 2
     assert "exists" in capsys.readouterr().err
+    hosted = "https://data.example.org/sl"
+    assert cli(["neuroglancer", "export", str(stores / "sl.zarrvectors"), str(tmp_path / "b"), "-q", "--json",
+                "--url-base", hosted + "/"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sources"] == {"annotations": f"precomputed://{hosted}/annotations"}
+    assert doc["state"]["layers"][0]["source"] == f"precomputed://{hosted}/annotations"
+    assert doc["url"].startswith("https://neuroglancer-demo.appspot.com/#!")
 
 
 # ---------------------------------------------------------------- serve
 
+LOCAL = {"Origin": "http://127.0.0.1:9000"}  # a viewer on this machine
+
 
 @pytest.fixture
 async def served(stores):
-    """Start ``make_app`` for a store on 127.0.0.1; yields (base url, dataset)."""
-    from aiohttp import web
-
+    """Start ``make_app`` for a store on 127.0.0.1; yields (base url, dataset, app)."""
+    from zvf.neuroglancer.http import start as start_app
     from zvf.neuroglancer.serve import make_app
 
     runners = []
     dss = []
 
-    async def start(name: str):
-        ds = await zvf.aio.open(str(stores / name))
+    async def start(name, **kw):
+        ds = await zvf.aio.open(str(name if not isinstance(name, str) else stores / name))
         dss.append(ds)
-        runner = web.AppRunner(make_app(ds))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        app = make_app(ds, **kw)
+        runner, base = await start_app(app, "127.0.0.1", 0)
         runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}", ds
+        return base, ds, app
 
     yield start
     for runner in runners:
@@ -277,29 +251,55 @@ async def served(stores):
         await ds.close()
 
 
-async def test_serve_points_answers_viewer_requests(served):
+async def _get(session, url, **kw) -> tuple[int, bytes, dict]:
+    async with session.get(url, **kw) as resp:
+        return resp.status, await resp.read(), dict(resp.headers)
+
+
+def _cell(raw: bytes, schema_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    n = int(np.frombuffer(raw, "<u8", 1)[0])
+    recs = np.frombuffer(raw, schema_dtype, n, 8)
+    return recs, np.frombuffer(raw, "<u8", n, 8 + n * schema_dtype.itemsize)
+
+
+async def test_serve_points_multilevel_index(served):
+    """Several spatial levels, each a disjoint sample, every point once; limits from metadata; cells in a
+    random order fixed by the ids; the neuroglancer reader over HTTP agrees."""
     import aiohttp
 
-    base, ds = await served("pts.zarrvectors")
-    async with aiohttp.ClientSession() as s:
-        async with s.get(f"{base}/annotations/info") as resp:
-            assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == "*"
-            info = await resp.json()
+    from zvf.neuroglancer.serve import VIEW
+
+    base, ds, app = await served("pts.zarrvectors", limit=40)
+    schema = app[VIEW].schema
+    async with aiohttp.ClientSession(headers=LOCAL) as s:
+        status, body, headers = await _get(s, f"{base}/annotations/info")
+        assert status == 200 and headers["Access-Control-Allow-Origin"] == LOCAL["Origin"]
+        info = json.loads(body)
         assert info["annotation_type"] == "POINT" and "sharding" not in info["by_id"]
-        async with s.head(f"{base}/annotations/info") as resp:
-            assert resp.status == 200
-        async with s.options(f"{base}/annotations/by_id/1") as resp:
-            assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "*"
-        for path in ("by_id/99999999999", "by_id/abc", "spatial0/9_9_9", "nothing"):
-            async with s.get(f"{base}/annotations/{path}") as resp:
-                assert resp.status == 404 and resp.headers["Access-Control-Allow-Origin"] == "*", path
-        async with s.get(f"{base}/skeletons/info") as resp:
-            assert resp.status == 404
-    # the neuroglancer reader over HTTP (in a thread: this loop serves it) sees every point once
+        levels = info["spatial"]
+        assert len(levels) > 1 and levels[0]["grid_shape"] == [1, 1, 1] and levels[0]["limit"] <= 40
+        for lv in levels:  # grid_shape x chunk_size spans the index's bounds on every level
+            assert np.allclose(np.multiply(lv["grid_shape"], lv["chunk_size"]),
+                               np.subtract(info["upper_bound"], info["lower_bound"]))
+        seen: dict[int, int] = {}
+        for k, lv in enumerate(levels):
+            fullest = 0
+            for cell in np.ndindex(*lv["grid_shape"]):
+                status, raw, _ = await _get(s, f"{base}/annotations/spatial{k}/{'_'.join(map(str, cell))}")
+                assert status == 200
+                recs, ids = _cell(raw, schema.dtype)
+                lo = np.add(info["lower_bound"], np.multiply(cell, lv["chunk_size"]))
+                assert np.all((recs["geometry"] >= lo) & (recs["geometry"] <= lo + lv["chunk_size"]))
+                assert np.array_equal(np.argsort(ann.uniform(ids), kind="stable"), np.arange(len(ids)))  # random
+                assert (await _get(s, f"{base}/annotations/spatial{k}/{'_'.join(map(str, cell))}"))[1] == raw
+                fullest = max(fullest, len(ids))
+                for i in ids.tolist():
+                    seen[i] = seen.get(i, 0) + 1
+            assert fullest <= 2 * lv["limit"] + 10, (k, fullest, lv["limit"])  # an expected count, not a cap
+        assert len(seen) == len(await ds.read_all()) and set(seen.values()) == {1}
     r = await anyio.to_thread.run_sync(ngr.AnnotationReader, f"{base}/annotations/")
     got = await anyio.to_thread.run_sync(lambda: _unique(r.get_within_spatial_bounds()))
     everything = await ds.read_all()
-    assert len(got) == len(everything)
     pts = np.array([a.point for a in got.values()], np.float32)
     assert np.array_equal(pts[np.lexsort(pts.T[::-1])], everything.positions[np.lexsort(everything.positions.T[::-1])])
     aid = sorted(got)[5]
@@ -307,23 +307,127 @@ async def test_serve_points_answers_viewer_requests(served):
     assert np.array_equal(np.asarray(one.point, np.float32), np.asarray(got[aid].point, np.float32))
 
 
-async def test_serve_lines_skeletons_and_meshes(served, stores, tmp_path):
+async def test_serve_refuses_malformed_ids_and_foreign_pages(served):
+    """400 (never 500) on any malformed id or cell, 404 on absent ones; 403 for an origin not allowed, 421 for
+    a Host header not naming the server (DNS rebinding); loopback and listed origins are answered."""
     import aiohttp
 
-    base, _ = await served("sk.zarrvectors")
+    from zvf.neuroglancer.http import Access
+
+    base, _, _ = await served("sl.zarrvectors", access=Access.create("127.0.0.1", ["https://viewer.example.org"]))
+    async with aiohttp.ClientSession(headers=LOCAL) as s:
+        bad = ["%C2%B2", "1" * 5000, str(2**64), "-1", "abc", "1.0", "%20", "0x10", "١٢"]
+        for path in ("by_id", "rel_object"):
+            for text in bad:
+                status, _, headers = await _get(s, f"{base}/annotations/{path}/{text}")
+                assert status == 400 and headers["Access-Control-Allow-Origin"] == LOCAL["Origin"], (path, text)
+            assert (await _get(s, f"{base}/annotations/{path}/{2**40}"))[0] == 404
+        for cell in ("1_2", "a_b_c", "0_0_%C2%B2", "0_0_" + "9" * 5000):
+            assert (await _get(s, f"{base}/annotations/spatial0/{cell}"))[0] == 400, cell
+        assert (await _get(s, f"{base}/annotations/spatial0/9_9_9"))[0] == 404
+        assert (await _get(s, f"{base}/annotations/spatial99/0_0_0"))[0] == 404
+        assert (await _get(s, f"{base}/annotations/spatial{'9' * 5000}/0_0_0"))[0] == 400
+        assert (await _get(s, f"{base}/skeletons/info"))[0] == 404
+        assert (await _get(s, f"{base}/nothing"))[0] == 404
+        async with s.options(f"{base}/annotations/by_id/1", headers={"Access-Control-Request-Method": "GET"}) as resp:
+            assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == LOCAL["Origin"]
+        async with s.head(f"{base}/annotations/info") as resp:
+            assert resp.status == 200
+    for origin, status in (("https://viewer.example.org", 200), ("http://localhost:1234", 200),
+                           ("https://evil.example.com", 403), ("null", 403), ("http://127.0.0.1.evil.com", 403)):
+        async with aiohttp.ClientSession() as s:
+            got, _, headers = await _get(s, f"{base}/annotations/info", headers={"Origin": origin})
+            assert got == status, origin
+            assert headers.get("Access-Control-Allow-Origin") == (origin if status == 200 else None)
+    async with aiohttp.ClientSession() as s:
+        assert (await _get(s, f"{base}/annotations/info"))[0] == 200  # no Origin: a tool, not a page
+        port = base.rsplit(":", 1)[1]
+        for host, status in ((f"localhost:{port}", 200), (f"evil.example.com:{port}", 421), ("", 421)):
+            assert (await _get(s, f"{base}/annotations/info", headers={"Host": host}))[0] == status, host
+
+
+async def _memory(path):
+    """``path`` opened from memory, with the transport's request log."""
+    from zvf.io.executor import Executor
+    from zvf.io.store import StoreHandle
+    from zvf.read import load
+    from zvf.read.dataset import AsyncDataset
+    from zvf.testing import MemoryTransport
+
+    tr = MemoryTransport({p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()})
+    handle = StoreHandle.for_transport(tr, concurrency=32, read_only=True)
+    ex = Executor(handle)
+    root, level0 = await load.load_root(ex, handle.url)
+    return AsyncDataset(handle, ex, root, level0), tr
+
+
+@pytest.mark.parametrize("name", ["pts.zarrvectors", "sl.zarrvectors", "sk.zarrvectors"])
+async def test_serve_startup_reads_no_vertex_cell(stores, name):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from zvf.neuroglancer.serve import make_app
+
+    ds, tr = await _memory(stores / name)
+    async with TestClient(TestServer(make_app(ds, limit=20))) as client:
+        cells = [e.key for e in tr.log if not e.key.endswith(("zarr.json", "/"))]  # documents, listings
+        assert cells and not [k for k in cells if "/vertices/" in k or "/vertex_attributes/" in k], cells
+        resp = await client.get("/annotations/info")
+        assert resp.status in (200, 421)  # TestClient's Host may not be loopback; startup is what counts
+    await ds.close()
+
+
+async def test_serve_lines_levels_follow_the_pyramid(tmp_path):
+    """Objects a coarser pyramid level keeps are drawn first: the coarsest spatial level holds only those."""
+    import aiohttp
+
+    from zvf.neuroglancer.serve import VIEW
+
+    rng = np.random.default_rng(5)
+    lines = [(np.cumsum(rng.normal(0, 3, (20, 3)), axis=0) + rng.uniform(20, 80, 3)).clip(0, 100) for _ in range(200)]
+    path = tmp_path / "pyr.zarrvectors"
+    await zvf.aio.write_polylines(str(path), lines, chunk_shape=(25.0,) * 3, geometry_type="streamline",
+                                  bounds=([0.0] * 3, [100.0] * 3))
+    await zvf.aio.build_pyramid(str(path), [(2, 4)])
+    async with await zvf.aio.open(str(path)) as ds:
+        ids, table = await ds.manifests(1)
+        kept = set(np.unique(ids[table.object_row]).tolist())
+    assert 0 < len(kept) < 200
+    from zvf.neuroglancer.http import start
+    from zvf.neuroglancer.serve import make_app
+
+    async with await zvf.aio.open(str(path)) as ds:
+        app = make_app(ds, limit=200)
+        runner, base = await start(app, "127.0.0.1", 0)
+        try:
+            view = app[VIEW]
+            assert len(view.levels) > 1
+            async with aiohttp.ClientSession() as s:
+                _, raw, _ = await _get(s, f"{base}/annotations/spatial0/0_0_0")
+            _, aids = _cell(raw, view.schema.dtype)
+            first = {int(a) >> 32 for a in aids.tolist()}
+            assert first and first <= kept
+        finally:
+            await runner.cleanup()
+
+
+async def test_serve_lines_skeletons_meshes_and_segment_properties(served, stores, tmp_path):
+    import aiohttp
+
+    base, _, _ = await served("sk.zarrvectors")
     objs = await _objects(stores / "sk.zarrvectors")
     async with aiohttp.ClientSession() as s:
-        async with s.get(f"{base}/skeletons/info") as resp:
-            info = await resp.json()
+        _, body, _ = await _get(s, f"{base}/skeletons/info")
+        info = json.loads(body)
         assert info["vertex_attributes"][0]["id"] == "radius" and "sharding" not in info
+        assert info["segment_properties"] == "segment_properties"
+        _, body, _ = await _get(s, f"{base}/skeletons/segment_properties/info")
+        assert json.loads(body)["inline"]["ids"] == ["0", "1"]
         for oid, sel in objs.items():
-            async with s.get(f"{base}/skeletons/{oid}") as resp:
-                raw = await resp.read()
+            _, raw, _ = await _get(s, f"{base}/skeletons/{oid}")
             nv, ne = np.frombuffer(raw, "<u4", 2)
             assert np.array_equal(np.frombuffer(raw, "<f4", 3 * nv, 8).reshape(-1, 3), sel.positions)
             assert np.array_equal(np.frombuffer(raw, "<u4", 2 * ne, 8 + 12 * nv).reshape(-1, 2), sel.edges)
-        async with s.get(f"{base}/skeletons/77") as resp:
-            assert resp.status == 404
+        assert (await _get(s, f"{base}/skeletons/77"))[0] == 404
     r = await anyio.to_thread.run_sync(ngr.AnnotationReader, f"{base}/annotations/")
     got = await anyio.to_thread.run_sync(lambda: _unique(r.get_within_spatial_bounds()))
     assert set(got) == {int(a) for oid, sel in objs.items() for a in ann.line_ids(oid, len(sel.edges))}
@@ -332,18 +436,144 @@ async def test_serve_lines_skeletons_and_meshes(served, stores, tmp_path):
     line = await anyio.to_thread.run_sync(lambda: r.by_id[int(ann.line_ids(1, 3)[2])])
     assert np.array_equal(np.asarray(line.point_a, np.float32), objs[1].positions[objs[1].edges[2, 0]])
 
-    base, _ = await served("mesh.zarrvectors")
+    base, _, _ = await served("mesh.zarrvectors")
     meshes = await _objects(stores / "mesh.zarrvectors")
     async with aiohttp.ClientSession() as s:
-        async with s.get(f"{base}/mesh/info") as resp:
-            assert (await resp.json())["@type"] == "neuroglancer_legacy_mesh"
-        async with s.get(f"{base}/mesh/5:0") as resp:
-            frag = json.loads(await resp.read())["fragments"][0]
-        async with s.get(f"{base}/mesh/{frag}") as resp:
-            raw = await resp.read()
+        _, body, _ = await _get(s, f"{base}/mesh/info")
+        assert json.loads(body)["@type"] == "neuroglancer_legacy_mesh"
+        _, body, _ = await _get(s, f"{base}/mesh/5:0")
+        frag = json.loads(body)["fragments"][0]
+        _, raw, _ = await _get(s, f"{base}/mesh/{frag}")
         nv = int(np.frombuffer(raw, "<u4", 1)[0])
         assert np.array_equal(np.frombuffer(raw, "<f4", 3 * nv, 4).reshape(-1, 3), meshes[5].positions)
         assert np.array_equal(np.frombuffer(raw, "<u4", offset=4 + 12 * nv).reshape(-1, 3), meshes[5].faces)
         for path in ("mesh/3:0", "mesh/3.frag", "annotations/info"):
-            async with s.get(f"{base}/{path}") as resp:
-                assert resp.status == 404, path
+            assert (await _get(s, f"{base}/{path}"))[0] == 404, path
+        for path in ("mesh/x:0", "mesh/%C2%B2.frag"):
+            assert (await _get(s, f"{base}/{path}"))[0] == 400, path
+        _, body, _ = await _get(s, f"{base}/mesh/segment_properties/info")
+        assert json.loads(body)["inline"]["ids"] == ["0", "1", "5"]
+
+
+# ---------------------------------------------------------------- segment properties, offsets, viewer state
+
+
+async def test_segment_properties_from_object_attributes_and_groups(tmp_path):
+    """Serve and export give the same properties: ids, numeric attributes (exact types, NaN kept), int64 as
+    text, a label, a tag per group."""
+    import aiohttp
+
+    from zvf.neuroglancer.http import start
+    from zvf.neuroglancer.serve import make_app
+
+    path = tmp_path / "attrs.zarrvectors"
+    pos = np.array([[10, 10, 10], [20, 10, 10], [30, 10, 10], [10, 50, 50], [20, 50, 50], [60, 60, 60],
+                    [70, 60, 60]], np.float32)
+    edges = np.array([[1, 0], [2, 1], [4, 3], [6, 5]])
+    await zvf.aio.write_graph(str(path), pos, edges, chunk_shape=(50.0,) * 3, geometry_type="skeleton",
+                              object_ids=np.array([0, 0, 0, 1, 1, 2, 2]), bounds=([0.0] * 3, [100.0] * 3),
+                              object_attributes={"length": np.array([2.5, np.nan, 1.0], np.float32),
+                                                 "kind": np.array([3, 4, 5], np.uint8),
+                                                 "big": np.array([2**40, 1, 2], np.int64)},
+                              groups={0: [0, 2], 1: [2]})
+    async with await zvf.aio.open(str(path)) as ds:
+        await export(ds, tmp_path / "out", label="kind")
+        runner, base = await start(make_app(ds, label="kind"), "127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                _, body, _ = await _get(s, f"{base}/skeletons/segment_properties/info")
+        finally:
+            await runner.cleanup()
+    served_props = json.loads(body)
+    exported = json.loads((tmp_path / "out" / "skeletons" / "segment_properties" / "info").read_text())
+    assert served_props == exported
+    inline = exported["inline"]
+    assert inline["ids"] == ["0", "1", "2"]
+    props = {p["id"]: p for p in inline["properties"]}
+    assert props["label"] == {"id": "label", "type": "label", "values": ["3", "4", "5"]}
+    assert props["length"]["data_type"] == "float32" and props["length"]["values"] == [2.5, "NaN", 1.0]
+    assert props["kind"] == {"id": "kind", "type": "number", "data_type": "uint8", "values": [3, 4, 5]}
+    assert props["big"] == {"id": "big", "type": "string", "values": [str(2**40), "1", "2"]}
+    assert props["groups"]["tags"] == ["group0", "group1"] and props["groups"]["values"] == [[0], [], [0, 1]]
+
+
+async def test_offset_keeps_utm_precision_and_warns_without_it(tmp_path, recwarn):
+    from zvf.neuroglancer.coords import PrecisionWarning
+    from zvf.neuroglancer.state import viewer_state
+
+    rng = np.random.default_rng(9)
+    origin = np.array([4.1e6, 5.3e5, 100.0])
+    pos = origin + np.round(rng.uniform(0, 500, (300, 3)), 3)  # UTM metres, millimetre resolution
+    path = tmp_path / "utm.zarrvectors"
+    await zvf.aio.write_points(str(path), pos, chunk_shape=(100.0,) * 3, dtype="float64")
+    async with await zvf.aio.open(str(path)) as ds:
+        with pytest.warns(PrecisionWarning, match="offset"):
+            await export(ds, tmp_path / "raw", offset="none")
+        recwarn.clear()
+        summary = await export(ds, tmp_path / "auto")
+        assert not [w for w in recwarn if issubclass(w.category, PrecisionWarning)]
+        everything = await ds.read_all()
+    offset = np.array(summary["offset"])
+    assert np.all(offset == np.floor(everything.positions.min(axis=0) / 100) * 100)
+    r = _reader(tmp_path / "auto" / "annotations")
+    got = np.array([a.point for a in r.get_within_spatial_bounds()], np.float64) + offset
+    want = everything.positions
+    assert np.abs(np.sort(got, axis=0) - np.sort(want, axis=0)).max() < 1e-4  # float32 near 0..500: ~3e-5
+    raw = np.array([a.point for a in _reader(tmp_path / "raw" / "annotations").get_within_spatial_bounds()],
+                   np.float64)
+    assert np.abs(np.sort(raw, axis=0) - np.sort(want, axis=0)).max() > 0.1  # float32 at 4.1e6: 0.25 apart
+    state = viewer_state(geometry="point_cloud", base="http://127.0.0.1:1", layers=["annotations"],
+                         axes=["x", "y", "z"], unit="m", lower=summary["bounds"][0], upper=summary["bounds"][1],
+                         offset=summary["offset"])
+    source = state["layers"][0]["source"]
+    assert [row[-1] for row in source["transform"]["matrix"]] == summary["offset"]
+    assert state["dimensions"]["x"] == [1.0, "m"] and source["transform"]["outputDimensions"]["x"] == [1.0, "m"]
+    assert np.allclose(state["position"], np.add(*summary["bounds"]) / 2)
+
+
+def test_viewer_state_and_url_round_trip():
+    from urllib.parse import unquote
+
+    from zvf.neuroglancer.state import viewer_state, viewer_url
+
+    state = viewer_state(geometry="skeleton", base="https://h.example/data/", layers=["annotations", "skeletons"],
+                         axes=["x", "y", "z"], unit="um", lower=[0, 0, 0], upper=[10, 20, 40], segments=range(3000))
+    assert [(layer["type"], layer["name"]) for layer in state["layers"]] == [("annotation", "skeleton edges"),
+                                                                               ("segmentation", "skeletons")]
+    assert state["layers"][0]["linkedSegmentationLayer"] == {"object": "skeletons"}
+    assert state["layers"][1]["source"] == "precomputed://https://h.example/data/skeletons"
+    assert len(state["layers"][1]["segments"]) == 1000 and state["layers"][1]["segments"][:2] == ["0", "1"]
+    assert state["position"] == [5, 10, 20] and state["projectionScale"] == pytest.approx(1.25 * 40)
+    assert state["dimensions"]["z"] == [pytest.approx(1e-6), "m"]
+    url = viewer_url("http://127.0.0.1:8080/v/abc/", state)
+    head, frag = url.split("#!", 1)
+    assert head == "http://127.0.0.1:8080/v/abc/" and json.loads(unquote(frag)) == state
+    for bad in ("file:///tmp/x", "s3://bucket/x"):
+        with pytest.raises(zvf.errors.InvalidArgumentError, match="http"):
+            viewer_state(geometry="point_cloud", base=bad, layers=["annotations"], axes=["x", "y", "z"],
+                         unit="nm", lower=[0, 0, 0], upper=[1, 1, 1])
+
+
+def test_cli_serve_prints_a_ready_link(stores, tmp_path):
+    """``zvf neuroglancer serve --json`` prints one line: sources on 127.0.0.1, the state, the URL; the sources
+    answer; Ctrl-C (SIGINT) ends it."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-c", "from zvf.cli.main import main; raise SystemExit(main())",
+                             "neuroglancer", "serve", str(stores / "sk.zarrvectors"), "--port", "0", "--json",
+                             "--viewer", "http://127.0.0.1:1/v/x/"], stdout=subprocess.PIPE, text=True)
+    try:
+        doc = json.loads(proc.stdout.readline())
+        assert set(doc) == {"sources", "state", "url"} and doc["url"].startswith("http://127.0.0.1:1/v/x/#!")
+        for source in doc["sources"].values():
+            url = source.removeprefix("precomputed://")
+            assert url.startswith("http://127.0.0.1:")
+            with urllib.request.urlopen(url + "/info", timeout=10) as resp:
+                assert json.loads(resp.read())["@type"].startswith("neuroglancer_")
+        assert doc["state"]["layers"][1]["segments"] == ["0", "1"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0

@@ -99,8 +99,8 @@ class Schema:
         out["geometry"] = geometry
         for i, p in enumerate(self.properties):
             values = attributes[p.source]
-            if p.component is not None:
-                values = values.reshape(len(values), -1)[:, p.component]
+            if p.component is not None or values.ndim > 1:  # a one-channel attribute may read as (n, 1)
+                values = values.reshape(len(values), -1)[:, p.component or 0]
             out[f"p{i}"] = values
         return out
 
@@ -221,3 +221,92 @@ def flat_cells(cells: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 def unflat_cells(flat: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.stack(np.unravel_index(flat, tuple(int(g) for g in grid)), axis=1)
+
+
+# --------------------------------------------------------------------------
+# serve's spatial index: cells made of whole store chunks
+# --------------------------------------------------------------------------
+
+
+def chunk_factors(grid: np.ndarray, chunk: np.ndarray) -> list[np.ndarray]:
+    """Cell sides in store chunks per axis, coarse to fine: one cell over the grid padded to powers of two,
+    then halving the sides longer than half the longest (in coordinates, so cells stay near isotropic),
+    down to single chunks.  Each level's cells nest in the previous level's."""
+    f = np.left_shift(1, np.ceil(np.log2(np.maximum(np.asarray(grid, np.int64), 1))).astype(np.int64))
+    chunk = np.asarray(chunk, np.float64)
+    out = [f.copy()]
+    while (f > 1).any():
+        size = f * chunk
+        halve = (f > 1) & (size > size.max() / 2)
+        if not halve.any():
+            halve = (f > 1) & (size == size[f > 1].max())
+        f = np.where(halve, f // 2, f)
+        out.append(f.copy())
+    return out
+
+
+def object_levels(cells: list[np.ndarray], weight: np.ndarray, key: np.ndarray,
+                  limit: int) -> list[tuple[float, float, int]]:
+    """(key_lo, key_hi, limit) per spatial level, coarse to fine, for objects drawn by ``key``.
+
+    ``cells[k]``, ``weight`` and ``key`` are per fragment (a piece of one
+    object in one store chunk): its cell on level k, the annotations it adds
+    to a cell (its vertex count + 1: the edges touching the chunk), its
+    object's draw key in [0, 1).  Level k holds the objects with keys in
+    ``[key_lo, key_hi)``: the widest range (keys in order) whose fullest
+    cell holds at most ``limit`` annotations -- at least one more object per
+    level -- and the finest level takes the rest.  Levels stop once every
+    object is placed; each level's ``limit`` is its fullest cell.
+    """
+    out: list[tuple[float, float, int]] = []
+    lo = 0.0
+    for k, cell in enumerate(cells):
+        rest = np.flatnonzero(key >= lo)
+        if not len(rest):
+            break
+        order = rest[np.argsort(key[rest], kind="stable")]  # fragments in draw order
+        hi = 1.0
+        if k < len(cells) - 1:
+            # each fragment's cell total once every fragment up to it in draw order is taken
+            by_cell = np.argsort(cell[order], kind="stable")
+            w = weight[order][by_cell]
+            total = np.cumsum(w)
+            first = np.r_[True, np.diff(cell[order][by_cell]) != 0]
+            start = np.maximum.accumulate(np.where(first, np.arange(len(w)), 0))
+            running = np.empty(len(w))
+            running[by_cell] = total - total[start] + w[start]
+            over = np.flatnonzero(running > limit)
+            if len(over):
+                hi = float(key[order[over[0]]])
+                if hi <= key[order[0]]:  # the first object alone overfills a cell: it still gets this level
+                    later = key[order][key[order] > hi]
+                    hi = float(later[0]) if len(later) else 1.0
+        take = order[key[order] < hi]
+        fullest = np.bincount(cell[take], weights=weight[take]).max() if len(take) else 1
+        out.append((lo, hi, max(1, int(fullest))))
+        lo = hi
+        if hi >= 1.0:
+            break
+    return out
+
+
+def point_levels(cells: list[np.ndarray], counts: np.ndarray, limit: int) -> list[tuple[float, float, int]]:
+    """(u_lo, u_hi, limit) per spatial level, coarse to fine, for points drawn by their uniform draw u.
+
+    ``cells[k]`` and ``counts`` are per store chunk.  Level k keeps the points
+    with u in ``[u_lo, u_hi)``, a uniform sample sized so that its fullest
+    cell expects ``limit`` points (the finest level takes the rest); the
+    level's ``limit`` is that expectation, rounded up.
+    """
+    out: list[tuple[float, float, int]] = []
+    lo = 0.0
+    for k, cell in enumerate(cells):
+        per_cell = np.bincount(cell, weights=counts * (1.0 - lo)) if len(cell) else np.zeros(1)
+        most = float(per_cell.max())
+        p = 1.0 if k == len(cells) - 1 or most <= limit else limit / most
+        hi = 1.0 if p >= 1.0 else lo + p * (1.0 - lo)
+        out.append((lo, hi, max(1, int(np.ceil(most * p)))))
+        lo = hi
+        if hi >= 1.0:
+            break
+    return out

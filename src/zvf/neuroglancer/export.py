@@ -11,7 +11,9 @@ interrupted export leaves no half-written OUT.
 Layout under OUT (see docs/NEUROGLANCER.md): ``annotations/`` (POINT for
 point clouds, LINE -- one per edge -- for lines, polylines, streamlines,
 graphs and skeletons), ``skeletons/`` (skeleton stores), ``mesh/`` (mesh
-stores).
+stores), each of the last two with ``segment_properties/`` (object ids,
+attributes and groups).  Positions are float32 after subtracting the
+``offset`` (see :mod:`.coords`); the viewer state adds it back.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +29,28 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, StoreExistsError
 from . import annotations as ann
+from .coords import check_precision, resolve_offset, shifted
 from .objects import (
     MESH_INFO,
+    PROPERTIES,
     encode_mesh,
     encode_skeleton,
     mesh_manifest,
     nm_per_unit,
+    segment_properties,
     skeleton_attributes,
     skeleton_info,
 )
 from .sharded import choose_spec, compressed_morton, encode_shards
+from .state import MAX_SEGMENTS
 
 LINE_GEOMETRIES = ("line", "polyline", "streamline", "graph", "skeleton")
 BLOCK = 1 << 20  # annotations handled at once while building the spatial index
 
 
 def dimensions(ds, unit: str) -> dict:
-    """``{axis: [1, unit]}`` from the store's axis names (x, y, z, w by default)."""
-    names = [a.get("name") for a in (ds.root.axes or ()) if isinstance(a, dict)]
-    if len(names) != ds.ndim or not all(isinstance(n, str) and n for n in names):
-        names = ["x", "y", "z", "w"][:ds.ndim] if ds.ndim <= 4 else [f"d{i}" for i in range(ds.ndim)]
-    return {n: [1, unit] for n in names}
+    """``{axis: [1, unit]}`` from the store's axis names."""
+    return {n: [1, unit] for n in axis_names(ds)}
 
 
 def point_schema(ndim: int, attributes: dict[str, np.ndarray],
@@ -57,10 +61,27 @@ def point_schema(ndim: int, attributes: dict[str, np.ndarray],
     return ann.Schema("POINT", ndim, props, relationships), skipped
 
 
-def skeleton_bytes(sel, attrs: list[tuple[str, np.dtype, int]]) -> bytes:
-    """One object's skeleton file; an object without edges is a skeleton of bare vertices."""
+def axis_names(ds) -> list[str]:
+    """The store's axis names (x, y, z, w by default)."""
+    names = [a.get("name") for a in (ds.root.axes or ()) if isinstance(a, dict)]
+    if len(names) != ds.ndim or not all(isinstance(n, str) and n for n in names):
+        names = ["x", "y", "z", "w"][:ds.ndim] if ds.ndim <= 4 else [f"d{i}" for i in range(ds.ndim)]
+    return names
+
+
+def skeleton_bytes(sel, attrs: list[tuple[str, np.dtype, int]], positions: np.ndarray) -> bytes:
+    """One object's skeleton file (``positions``: the object's, shifted); an object without edges is a
+    skeleton of bare vertices."""
     edges = sel.edges if sel.edges is not None else np.zeros((0, 2), np.int64)
-    return encode_skeleton(sel.positions, edges, sel.attributes, attrs)
+    return encode_skeleton(positions, edges, sel.attributes, attrs)
+
+
+async def store_segment_properties(ds, level: int, label: str | None = None) -> dict:
+    """The segment properties of a level's objects: ids, object attributes, groups as tags."""
+    oids = await ds.object_ids(level=level)
+    lvl = await ds.family(level, "object_attributes")
+    attributes = {n: await ds.object_attribute(n, level=level) for n in lvl.named("object_attributes")}
+    return segment_properties(oids, attributes, await ds.groups(level=level), label)
 
 
 class _Spill:
@@ -120,12 +141,16 @@ def _write(path: Path, data: bytes) -> None:
 
 
 async def export(ds, out: str | os.PathLike, *, level: int = 0, unit: str = "nm", limit: int = 5000,
-                 prefetch: int = 4, progress=None) -> dict[str, Any]:
+                 offset: str | Sequence[float] | None = "auto", label: str | None = None, prefetch: int = 4,
+                 progress=None) -> dict[str, Any]:
     """Write ``ds`` (an open AsyncDataset) as Neuroglancer precomputed data under directory ``out``.
 
     ``limit`` caps the annotations per spatial cell on every level but the
-    finest; ``unit`` names the store's coordinate unit (nm, um, mm, ...).
-    Returns counts and the sources to paste into Neuroglancer.
+    finest; ``unit`` names the store's coordinate unit (nm, um, mm, ...);
+    ``offset`` is subtracted from every position ("auto", "none" or numbers,
+    see :func:`.coords.resolve_offset`); ``label`` names the object attribute
+    shown beside each object id.  Returns counts, the layer directories and
+    what a viewer state needs (bounds, offset, axes, object ids to show).
     """
     out = Path(out)
     if out.exists():
@@ -136,28 +161,42 @@ async def export(ds, out: str | os.PathLike, *, level: int = 0, unit: str = "nm"
         raise InvalidArgumentError(f"limit must be an integer >= 1, got {limit!r}")
     scale_nm = nm_per_unit(unit)
     geometry = ds.geometry_type
+    lo, hi = ds.bounds
+    shift = resolve_offset(offset, lo, hi, ds.chunk_shape)
     tmp = out.parent / f"{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         summary = await _export(ds, tmp, geometry=geometry, level=level, unit=unit, scale_nm=scale_nm, limit=int(limit),
-                                prefetch=prefetch, progress=progress)
+                                offset=shift, label=label, prefetch=prefetch, progress=progress)
         shutil.rmtree(tmp / ".spill", ignore_errors=True)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    summary["out"] = str(out)
-    summary["sources"] = {k: f"precomputed://file://{out.resolve()}/{k}" for k in summary["layers"]}
+    summary.update(out=str(out), offset=shift.tolist(), bounds=[lo.tolist(), hi.tolist()], axes=axis_names(ds))
     return summary
 
 
+class _Shift:
+    """Positions shifted by the offset as float32, warning once when float32 loses precision."""
+
+    def __init__(self, offset: np.ndarray, where: str):
+        self.offset, self.where, self.warned = offset, where, False
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        if not self.warned and len(positions):
+            self.warned = check_precision(positions, self.offset, self.where)
+        return shifted(positions, self.offset)
+
+
 async def _export(ds, root: Path, *, geometry: str, level: int, unit: str, scale_nm: float, limit: int,
-                  prefetch: int, progress) -> dict[str, Any]:
+                  offset: np.ndarray, label: str | None, prefetch: int, progress) -> dict[str, Any]:
     lvl = await ds.level(level)
     spill = _Spill(root / ".spill" / "annotations")
+    shift = _Shift(offset, f"neuroglancer export of {ds.url}")
     summary: dict[str, Any] = {"geometry_type": geometry, "layers": [], "annotations": 0, "skeletons": 0,
-                               "meshes": 0, "skipped_attributes": []}
+                               "meshes": 0, "skipped_attributes": [], "segments": []}
     relationships: list[str] = []
     if geometry == "point_cloud":
         relationships = ["object"] if ds.has_objects(lvl.index) else []
@@ -169,20 +208,24 @@ async def _export(ds, root: Path, *, geometry: str, level: int, unit: str, scale
                 if spill.schema is None:
                     spill.schema, summary["skipped_attributes"] = point_schema(ds.ndim, sel.attributes, relationships)
                 owners = sel.object_ids if sel.object_ids is not None else np.full(len(sel), -1)
-                spill.append(spill.schema.records(sel.positions, sel.attributes), ann.point_ids(i, len(sel)), owners)
+                spill.append(spill.schema.records(shift(sel.positions), sel.attributes), ann.point_ids(i, len(sel)),
+                             owners)
                 i += 1
                 if progress is not None:
                     progress(i, total)
     elif geometry in LINE_GEOMETRIES or geometry == "mesh":
-        await _objects(ds, root, spill, geometry=geometry, level=level, scale_nm=scale_nm, prefetch=prefetch,
-                       progress=progress, summary=summary)
+        await _objects(ds, root, spill, geometry=geometry, level=level, scale_nm=scale_nm, shift=shift,
+                       prefetch=prefetch, progress=progress, summary=summary)
         relationships = ["object"]
+        if geometry in ("skeleton", "mesh"):
+            properties = json.dumps(await store_segment_properties(ds, level, label)).encode()
+            _write(root / ("skeletons" if geometry == "skeleton" else "mesh") / PROPERTIES / "info", properties)
     else:
         raise InvalidArgumentError(f"cannot export geometry type {geometry!r} to neuroglancer")
     if geometry != "mesh":
         if spill.schema is None:
             spill.schema = ann.Schema("POINT" if geometry == "point_cloud" else "LINE", ds.ndim, [], relationships)
-        lo, hi = (np.asarray(b, np.float64) for b in ds.bounds)
+        lo, hi = (np.asarray(b, np.float64) - offset for b in ds.bounds)
         summary["annotations"] = write_annotations(root / "annotations", spill, lower=lo, upper=hi,
                                                    finest=np.asarray(ds.chunk_shape, np.float64), limit=limit,
                                                    dims=dimensions(ds, unit))
@@ -190,10 +233,11 @@ async def _export(ds, root: Path, *, geometry: str, level: int, unit: str, scale
     return summary
 
 
-async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, scale_nm: float, prefetch: int,
-                   progress, summary: dict) -> None:
+async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, scale_nm: float, shift: _Shift,
+                   prefetch: int, progress, summary: dict) -> None:
     """Lines (one per edge), skeletons or meshes, object by object."""
     oids = await ds.object_ids(level=level)
+    summary["segments"] = np.sort(oids)[:MAX_SEGMENTS].tolist() if geometry in ("skeleton", "mesh") else []
     skel = _BlobSpill(root / ".spill" / "skeletons.bin") if geometry == "skeleton" else None
     attrs = None
     if geometry == "mesh":
@@ -209,19 +253,21 @@ async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, 
             if len(sel) == 0:
                 continue
             if geometry == "mesh":
+                shift(sel.positions)  # the precision check only: encode_mesh shifts and scales in float64
                 name, manifest = mesh_manifest(oid)
                 _write(root / "mesh" / name, manifest)
-                _write(root / "mesh" / f"{oid}.frag", encode_mesh(sel.positions, sel.faces, scale_nm))
+                _write(root / "mesh" / f"{oid}.frag", encode_mesh(sel.positions, sel.faces, scale_nm, shift.offset))
                 summary["meshes"] += 1
                 continue
             if spill.schema is None:
                 spill.schema = ann.Schema("LINE", ds.ndim, [], ["object"])
-            records, ids = ann.line_records(spill.schema, sel.positions, sel.edges, oid)
+            positions = shift(sel.positions)
+            records, ids = ann.line_records(spill.schema, positions, sel.edges, oid)
             spill.append(records, ids, np.full(len(ids), oid))
             if skel is not None:
                 if attrs is None:
                     attrs = skeleton_attributes(sel.attributes)
-                skel.append(oid, skeleton_bytes(sel, attrs))
+                skel.append(oid, skeleton_bytes(sel, attrs, positions))
                 summary["skeletons"] += 1
     if geometry == "mesh":
         summary["layers"].append("mesh")

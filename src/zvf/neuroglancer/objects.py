@@ -46,10 +46,15 @@ def skeleton_attributes(attributes: dict[str, np.ndarray]) -> list[tuple[str, np
     return out
 
 
+PROPERTIES = "segment_properties"  # where skeleton and mesh infos point: a directory inside theirs (the viewer
+# refuses "../" out of a source at the root of its server)
+
+
 def skeleton_info(attrs: list[tuple[str, np.dtype, int]], scale_nm: float, sharding: dict | None) -> dict:
     info = {"@type": "neuroglancer_skeletons",
             "transform": [scale_nm, 0, 0, 0, 0, scale_nm, 0, 0, 0, 0, scale_nm, 0],
-            "vertex_attributes": [{"id": n, "data_type": d.name, "num_components": c} for n, d, c in attrs]}
+            "vertex_attributes": [{"id": n, "data_type": d.name, "num_components": c} for n, d, c in attrs],
+            "segment_properties": PROPERTIES}
     if sharding is not None:
         info["sharding"] = sharding
     return info
@@ -65,7 +70,7 @@ def encode_skeleton(positions: np.ndarray, edges: np.ndarray, attributes: dict[s
     return b"".join(parts)
 
 
-MESH_INFO = {"@type": "neuroglancer_legacy_mesh"}
+MESH_INFO = {"@type": "neuroglancer_legacy_mesh", "segment_properties": PROPERTIES}
 
 
 def mesh_manifest(object_id: int) -> tuple[str, bytes]:
@@ -73,10 +78,69 @@ def mesh_manifest(object_id: int) -> tuple[str, bytes]:
     return f"{int(object_id)}:0", b'{"fragments": ["%d.frag"]}' % int(object_id)
 
 
-def encode_mesh(vertices: np.ndarray, faces: np.ndarray, scale_nm: float = 1.0) -> bytes:
-    """uint32 vertex count, float32 xyz vertices (nm), then uint32 triangle indices."""
-    v = xyz(vertices)
-    if scale_nm != 1.0:
-        v = (v.astype(np.float64) * scale_nm).astype(np.float32)
+def encode_mesh(vertices: np.ndarray, faces: np.ndarray, scale_nm: float = 1.0,
+                offset: np.ndarray | None = None) -> bytes:
+    """uint32 vertex count, float32 xyz vertices (nm, after subtracting ``offset`` in store units), then
+    uint32 triangle indices."""
+    if scale_nm == 1.0 and (offset is None or not offset.any()):
+        v = xyz(vertices)
+    else:
+        shift = np.zeros(vertices.shape[1]) if offset is None else offset
+        v = xyz((np.asarray(vertices, np.float64) - shift) * scale_nm)
     return b"".join([np.uint32(len(v)).astype("<u4").tobytes(), v.astype("<f4").tobytes(),
                      np.asarray(faces, dtype="<u4").reshape(-1, 3).tobytes()])
+
+
+#: numpy dtype -> segment-property data_type that holds every value exactly.
+_NUMBER_TYPES = {"float32": "float32", "float64": "float32", "int8": "int8", "uint8": "uint8", "int16": "int16",
+                 "uint16": "uint16", "int32": "int32", "uint32": "uint32", "bool": "uint8"}
+
+
+def _number_values(values: np.ndarray) -> list:
+    """JSON values of a numeric property; an absent float (NaN, which JSON cannot hold) is the string "NaN",
+    which the viewer's typed-array conversion reads back as NaN."""
+    if values.dtype.kind == "f":
+        return [v if v == v else "NaN" for v in values.astype(np.float64).tolist()]
+    return values.tolist()
+
+
+def segment_properties(ids: np.ndarray, attributes: dict[str, np.ndarray], groups: list[np.ndarray],
+                       label: str | None = None) -> dict:
+    """``neuroglancer_segment_properties`` info: one entry per object id.
+
+    Numeric object attributes become ``number`` properties (an (O, k) one,
+    ``name_0 .. name_k-1``); 64-bit integers become ``string`` properties
+    (no number type holds them exactly); ``label`` names the attribute shown
+    beside each id; every group is a tag ``group<g>`` on its members.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    props: list[dict] = []
+    if label is not None:
+        if label not in attributes:
+            raise InvalidArgumentError(f"label {label!r} is not an object attribute (the store has "
+                                       f"{sorted(attributes)})")
+        props.append({"id": "label", "type": "label", "values": [str(v) for v in attributes[label].tolist()]})
+    for name, values in attributes.items():
+        values = np.asarray(values).reshape(len(ids), -1)
+        for c in range(values.shape[1]):
+            pid = name if values.shape[1] == 1 else f"{name}_{c}"
+            column = values[:, c]
+            ngtype = _NUMBER_TYPES.get(column.dtype.name)
+            if ngtype is None:
+                props.append({"id": pid, "type": "string", "values": [str(v) for v in column.tolist()]})
+            else:
+                props.append({"id": pid, "type": "number", "data_type": ngtype, "values": _number_values(column)})
+    if groups:
+        member: list[list[int]] = [[] for _ in range(len(ids))]
+        order = np.argsort(ids, kind="stable")
+        for g, members in enumerate(groups):
+            members = np.asarray(members, dtype=np.int64)
+            at = np.searchsorted(ids, members, sorter=order)
+            found = at < len(ids)
+            rows = order[at[found]]
+            for r in rows[ids[rows] == members[found]].tolist():
+                member[r].append(g)
+        props.append({"id": "groups", "type": "tags", "tags": [f"group{g}" for g in range(len(groups))],
+                      "values": [sorted(set(m)) for m in member]})
+    return {"@type": "neuroglancer_segment_properties",
+            "inline": {"ids": [str(i) for i in ids.tolist()], "properties": props}}
