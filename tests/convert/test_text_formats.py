@@ -103,9 +103,10 @@ def test_obj_round_trip_with_objects_and_colors(tmp_path):
     assert s["objects"] == 3 and s["faces"] == 75
     out = tmp_path / "o.obj"
     zvf.convert(store, out)
-    pos0, f0, o0, a0 = read_obj(str(src))
-    pos1, f1, o1, a1 = read_obj(str(out))
+    pos0, f0, o0, a0, n0 = read_obj(str(src))
+    pos1, f1, o1, a1, n1 = read_obj(str(out))
     assert np.array_equal(np.unique(o0), np.unique(o1))
+    assert n1 == n0 and len(n0) == 3  # the objects' names come back (issue 27: they came back as object_k)
     for k in range(3):
         sel0 = np.flatnonzero(o0 == k)
         sel1 = np.flatnonzero(o1 == k)

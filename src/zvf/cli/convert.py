@@ -22,7 +22,7 @@ def cmd_convert(args) -> int:
 
     from ..converters.base import STORE_OPTIONS
     from .main import _options
-    from .rechunk import _shape
+    from .rechunk import _shape, cells
 
     extra = {}
     for pair in args.set or []:
@@ -36,12 +36,20 @@ def cmd_convert(args) -> int:
         extra[key] = _value(value)
     kw = {}
     if args.shard_shape is not None:
-        kw["shard_shape"] = [int(v) for v in args.shard_shape.split(",")]
+        kw["shard_shape"] = cells(args.shard_shape)
+    if args.keep_order:
+        extra["keep_order"] = True
+
     with ProgressBar("convert", quiet=args.quiet) as bar, bar.ticking():
-        s = zvf.convert(args.src, args.dst, from_=args.from_, to=args.to, chunk_shape=_shape(args.chunk_shape),
+        def progress(p: dict) -> None:
+            bar.unit = p["unit"]
+            bar.update(p["done"], p["total"])
+
+        src = args.src[0] if len(args.src) == 1 else args.src
+        s = zvf.convert(src, args.dst, from_=args.from_, to=args.to, chunk_shape=_shape(args.chunk_shape),
                         bin_shape=_shape(args.bin_shape), compression=args.compression, overwrite=args.overwrite,
-                        storage_options=_options(args.option), **kw, **extra)
-    counts = ", ".join(f"{s[k]:,} {k}" for k in ("vertices", "objects", "faces", "edges") if k in s)
+                        storage_options=_options(args.option), progress=progress, **kw, **extra)
+    counts = ", ".join(f"{s[k]:,} {k}" for k in ("files", "vertices", "objects", "faces", "edges") if k in s)
     print(f"{s['src']} ({s['from']}) -> {s['dst']} ({s['to']}): {counts} in {s['seconds']:.2f} s")
     return 0
 
@@ -51,8 +59,11 @@ def register(sub, target) -> None:
 
     names = [*sorted(FORMATS), "zvf"]
     p = sub.add_parser("convert", help="convert a LAS/LAZ, PLY, OBJ, STL, SWC, TRK, TCK, TRX, CSV, Parquet or "
-                                       "GraphML file into a ZVF store, or a store into such a file")
-    p.add_argument("src", help="input: a file, or a ZVF store (path or URL)")
+                                       "GraphML file (or several SWC files) into a ZVF store, or a store into such "
+                                       "a file")
+    p.add_argument("src", nargs="+", help="input: a file, or a ZVF store (path or URL); several files of one "
+                                           "format (SWC), a quoted glob ('neurons/*.swc') or a directory of "
+                                           "them go into one store, objects numbered in file order")
     p.add_argument("dst", help="output: a ZVF store (path or URL), or a file")
     p.add_argument("--from", dest="from_", choices=names, help="format of SRC (default: from its suffix)")
     p.add_argument("--to", choices=names, help="format of DST (default: from its suffix)")
@@ -63,6 +74,9 @@ def register(sub, target) -> None:
     p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="storage option of the store side")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a format option, e.g. level=1, batch_rows=500000, ascii=true, scale=0.01")
+    p.add_argument("--keep-order", action="store_true",
+                   help="point files: keep each point's row number (attribute zvf_source_row), so the store "
+                        "converts back to a file in the input's row order (it does by itself once kept)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store or file")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_convert)

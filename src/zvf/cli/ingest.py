@@ -21,11 +21,11 @@ def cmd_ingest(args) -> int:
     import zvf.dask as zd
 
     from .main import _options
-    from .rechunk import _shape
+    from .rechunk import _shape, cells
 
     kw = {}
     if args.shard_shape is not None:
-        kw["shard_shape"] = [int(v) for v in args.shard_shape.split(",")]
+        kw["shard_shape"] = cells(args.shard_shape)
     from ..distributed.run import client_for
 
     workers = args.workers or os.cpu_count() or 1

@@ -104,7 +104,7 @@ def cmd_query(args) -> int:
     files = []
     if out is not None:
         links = link_table(geometry, clip=args.clip)
-        check_out(out, fmt, links)
+        check_out(out, fmt, [links] if links else [])
         writer = open_writer(out, fmt, sel, links, rows=len(sel))
         try:
             writer.write(sel)

@@ -18,6 +18,17 @@ def _shape(text: str | None):
     return sizes
 
 
+def cells(text: str) -> list[int]:
+    """``--shard-shape``: cells per shard per axis, whole numbers >= 1 (``4,4,4``)."""
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"zvf: --shard-shape must be whole numbers >= 1 like 4,4,4, got {text!r}")
+    return counts
+
+
 def cmd_rechunk(args) -> int:
     import zvf
 
@@ -27,7 +38,7 @@ def cmd_rechunk(args) -> int:
     if args.compression is not None:
         kw["compression"] = None if args.compression == "none" else args.compression
     if args.shard_shape is not None:
-        kw["shard_shape"] = None if args.shard_shape == "none" else [int(v) for v in args.shard_shape.split(",")]
+        kw["shard_shape"] = None if args.shard_shape == "none" else cells(args.shard_shape)
     if args.by_attribute is not None:
         kw["by_attribute"] = args.by_attribute
     with ProgressBar("rechunk", quiet=args.quiet) as bar, bar.ticking():

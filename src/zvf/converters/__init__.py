@@ -8,10 +8,12 @@ is a local file.  The direction is told by the suffixes, or by ``from_``/``to``.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 import re
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +68,10 @@ def format_of(path: str, given: str | None = None) -> str | None:
         if name != STORE and name not in FORMATS:
             raise InvalidArgumentError(f"unknown format {given!r}: one of {sorted(FORMATS)} or {STORE!r}")
         return None if name == STORE else name
+    named = suffix_format(path)
+    if named is not None:
+        return named
     low = str(path).lower().rstrip("/")
-    for fmt in FORMATS.values():
-        if low.endswith(fmt.suffixes):
-            return fmt.name
     ext = os.path.splitext(low.rsplit("/", 1)[-1])[1]
     local = "://" not in low or low.startswith("file://")
     if local and _FILE_SUFFIX.match(ext) and ext not in STORE_SUFFIXES and not os.path.isdir(path):
@@ -82,7 +84,7 @@ def format_of(path: str, given: str | None = None) -> str | None:
 
 
 async def convert(
-    src: str | os.PathLike[str],
+    src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     dst: str | os.PathLike[str],
     *,
     from_: str | None = None,
@@ -93,18 +95,29 @@ async def convert(
     shard_shape: Any = None,
     overwrite: bool = False,
     storage_options: dict | None = None,
+    progress: Callable[[dict], None] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Convert a file into a ZVF store, or a ZVF store into a file.
 
     ``src``/``dst``: a file path on one side (its suffix names the format unless ``from_``/``to``
-    does) and a ZVF store (path or URL) on the other.  The store options (``chunk_shape``,
+    does) and a ZVF store (path or URL) on the other.  ``src`` may also be several files of one
+    format (a list, a glob pattern such as ``"neurons/*.swc"``, or a directory of them), converted
+    into one store with their objects numbered in file order (SWC).  The store options (``chunk_shape``,
     ``bin_shape``, ``compression``, ``shard_shape``, ``overwrite``, ``storage_options``) apply
     to the store side; other ``options`` are the format's own (see README "Conversions"),
-    for example ``level`` when exporting, ``batch_rows`` when streaming a large file in.
+    for example ``level`` when exporting, ``batch_rows`` when streaming a large file in,
+    ``keep_order=True`` to write a point file back in its row order.  ``progress(dict)`` hears of
+    a streamed file's vertices read (``done``, ``total`` when known, ``unit``).
     Returns a summary: formats, counts and seconds.
     """
-    src, dst = os.fspath(src), os.fspath(dst)
+    files = source_files(src, from_)
+    if files is not None:
+        return await _convert_files(files, os.fspath(dst), from_, to,
+                                    StoreOptions(chunk_shape=chunk_shape, bin_shape=bin_shape, compression=compression,
+                                                 shard_shape=shard_shape, overwrite=overwrite,
+                                                 storage_options=storage_options, progress=progress), options)
+    src, dst = os.fspath(src), os.fspath(dst)  # type: ignore[arg-type]  # one path (source_files took lists)
     src_fmt, dst_fmt = format_of(src, from_), format_of(dst, to)
     if (src_fmt is None) == (dst_fmt is None):
         which = "both are files" if src_fmt else "neither names a file format"
@@ -118,15 +131,9 @@ async def convert(
         fmt = FORMATS[src_fmt]
         mod = importlib.import_module(f".{fmt.module}", __name__)
         store = StoreOptions(chunk_shape=chunk_shape, bin_shape=bin_shape, compression=compression,
-                             shard_shape=shard_shape, overwrite=overwrite, storage_options=storage_options)
-        local = _local_path(dst)
-        made = local is not None and not os.path.exists(local)
-        try:
-            out = await mod.to_store(fmt.name, src, dst, store, **options)
-        except BaseException:
-            if made and os.path.isdir(local) and not os.listdir(local):  # the failed write's empty directory
-                os.rmdir(local)
-            raise
+                             shard_shape=shard_shape, overwrite=overwrite, storage_options=storage_options,
+                             progress=progress)
+        out = await _into_store(dst, mod.to_store(fmt.name, src, dst, store, **options))
     else:
         from ..read.writers import check_replaceable
 
@@ -151,6 +158,86 @@ async def convert(
             await ds.close()
     return {"from": src_fmt or STORE, "to": dst_fmt or STORE, "src": src, "dst": dst, **out,
             "seconds": time.perf_counter() - t0}
+
+
+def suffix_format(path: str) -> str | None:
+    """The format ``path``'s suffix names, if any."""
+    low = str(path).lower().rstrip("/")
+    return next((f.name for f in FORMATS.values() if low.endswith(f.suffixes)), None)
+
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def source_files(src: Any, from_: str | None) -> list[str] | None:
+    """The files of a several-file source: a list of paths, a glob pattern (``neurons/*.swc``), or a local
+    directory holding no store (its files of the format: ``from_``'s, or the one suffix they share), in
+    name order.  None: ``src`` is one file or a store."""
+    if isinstance(src, (list, tuple)):
+        files = [os.fspath(f) for f in src]
+        if not files:
+            raise InvalidArgumentError("src: an empty list of files")
+        return files
+    src = os.fspath(src)
+    if _GLOB.search(src) and not os.path.exists(src):
+        files = sorted(glob.glob(src))
+        if not files:
+            raise InvalidArgumentError(f"src {src!r}: the pattern matches no file")
+        return files
+    if not os.path.isdir(src) or os.path.exists(os.path.join(src, "zarr.json")):
+        return None
+    names = sorted(n for n in os.listdir(src) if not n.startswith(".") and os.path.isfile(os.path.join(src, n)))
+    if from_ is not None:
+        wanted = [n for n in names if suffix_format(n) == format_of(src, from_)]
+    else:
+        kinds = {suffix_format(n) for n in names} - {None}
+        if len(kinds) > 1:
+            raise InvalidArgumentError(f"src {src!r}: a directory of {', '.join(sorted(kinds))} files; name the "
+                                       f"format of the ones to convert with from_ (--from)")
+        wanted = [n for n in names if suffix_format(n) in kinds]
+    if not wanted:
+        return None  # not a directory of files to convert: opened as a store, which says what it is
+    return [os.path.join(src, n) for n in wanted]
+
+
+async def _convert_files(files: list[str], dst: str, from_: str | None, to: str | None, store: StoreOptions,
+                         options: dict) -> dict:
+    """Several files of one format into one store (``to_store_many``: objects numbered in file order)."""
+    kinds = {format_of(f, from_) for f in files}
+    if len(kinds) != 1 or None in kinds:
+        raise InvalidArgumentError(f"several source files need one file format, got {sorted(map(str, kinds))}; "
+                                   f"name it with from_ (--from)")
+    name = kinds.pop()
+    if format_of(dst, to) is not None:
+        raise InvalidArgumentError(f"dst {dst!r}: several files convert into one ZVF store, not into a file")
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise InvalidArgumentError(f"src {missing[0]!r}: no such file")
+    assert name is not None
+    mod = importlib.import_module(f".{FORMATS[name].module}", __name__)
+    many = getattr(mod, "to_store_many", None)
+    if many is None and len(files) > 1:
+        able = sorted(n for n, f in FORMATS.items()
+                      if hasattr(importlib.import_module(f".{f.module}", __name__), "to_store_many"))
+        raise InvalidArgumentError(f"{len(files)} {name} files into one store: zvf converts several files of "
+                                   f"{', '.join(able)} (convert one {name} file at a time, or append)")
+    t0 = time.perf_counter()
+    out = await _into_store(dst, many(name, files, dst, store, **options) if many
+                            else mod.to_store(name, files[0], dst, store, **options))
+    return {"from": name, "to": STORE, "src": f"{len(files)} files" if len(files) > 1 else files[0], "dst": dst,
+            "files": len(files), **out, "seconds": time.perf_counter() - t0}
+
+
+async def _into_store(dst: str, write: Awaitable[dict]) -> dict:
+    """Await a conversion into the store ``dst``; if it fails, the empty local directory it made goes."""
+    local = _local_path(dst)
+    made = local is not None and not os.path.exists(local)
+    try:
+        return await write
+    except BaseException:
+        if made and local is not None and os.path.isdir(local) and not os.listdir(local):
+            os.rmdir(local)
+        raise
 
 
 def _local_path(target: str) -> str | None:

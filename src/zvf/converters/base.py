@@ -19,6 +19,8 @@ import contextlib
 import difflib
 import importlib
 import json
+import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -30,6 +32,7 @@ from ..errors import InputFileError, InvalidArgumentError, MissingDependencyErro
 
 SOURCE_KEY = "zvf_source"
 BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
+SOURCE_ROW = "zvf_source_row"  # vertex attribute: a point's row in its source file (keep_order=True)
 
 
 def need(module: str, extra: str, fmt: str) -> Any:
@@ -52,6 +55,8 @@ class StoreOptions:
     overwrite: bool = False
     storage_options: dict | None = None
     extra: dict = field(default_factory=dict)
+    # ``progress({"done", "total", "unit"})`` after each batch read (total None when unknown)
+    progress: Callable[[dict], None] | None = None
 
     def writer_kw(self) -> dict:
         """Keyword arguments every zvf writer takes."""
@@ -59,7 +64,7 @@ class StoreOptions:
                 "overwrite": self.overwrite, "storage_options": self.storage_options}
 
 
-STORE_OPTIONS = tuple(f.name for f in fields(StoreOptions) if f.name != "extra")
+STORE_OPTIONS = tuple(f.name for f in fields(StoreOptions) if f.name not in ("extra", "progress"))
 
 
 def take_options(fmt: str, options: dict, known: dict) -> dict:
@@ -136,12 +141,15 @@ async def threaded(items: Iterable[Any]) -> AsyncIterator[Any]:
 
 
 async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: StoreOptions, write: Any = None, *,
-                        main: str = "positions", extent: tuple[Any, Any, int] | None = None, **kw: Any) -> Any:
+                        main: str = "positions", extent: tuple[Any, Any, int] | None = None,
+                        total: int | None = None, **kw: Any) -> Any:
     """Stream batches into ``dst`` through a spilling writer (``write_points`` unless ``write`` is given).
 
     ``batches`` makes a fresh iterator each call: with ``chunk_shape="auto"`` and no ``extent``
     (lo, hi, n) known up front, a first pass over the source measures the ``main`` field (an array,
     or a list of arrays such as polylines).  Memory stays one batch plus the writer's spill buffer.
+    ``store.progress`` hears of the vertices read after each batch, out of ``total`` (or the
+    extent's count) when known.
     """
     from ..lifecycle.layout import choose_chunk_shape
 
@@ -155,7 +163,21 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: 
         if n == 0:
             raise InvalidArgumentError(f"{dst}: the source holds no {'points' if main == 'positions' else main}")
         chunk_shape = choose_chunk_shape(lo, hi, n)
-    return await write(dst, threaded(batches()), chunk_shape=chunk_shape, **kw, **store.writer_kw())
+    if total is None and extent is not None:
+        total = int(extent[2])
+    source = batches() if store.progress is None else _reporting(batches(), main, total, store.progress)
+    return await write(dst, threaded(source), chunk_shape=chunk_shape, **kw, **store.writer_kw())
+
+
+def _reporting(batches: Iterable[dict], main: str, total: int | None,
+               progress: Callable[[dict], None]) -> Iterator[dict]:
+    """``batches``, calling ``progress`` with the vertices read so far after each one."""
+    done = 0
+    for batch in batches:
+        rows = batch[main]
+        done += sum(len(r) for r in rows) if isinstance(rows, list) else len(rows)
+        progress({"done": done, "total": total, "unit": "vertices"})
+        yield batch
 
 
 def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, list, int]:
@@ -238,3 +260,77 @@ async def vertex_attribute_names(ds: Any, level: int = 0) -> list[str]:
 async def object_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:
     """Every object attribute of a level, (O,) or (O, C), rows in ``ds.object_ids`` order."""
     return {name: await ds.object_attribute(name, level=level) for name in await object_attribute_names(ds, level)}
+
+
+# ----------------------------------------------------------------------------------- source order
+
+
+def numbered(batches: Callable[[], Iterable[dict]]) -> Callable[[], Iterator[dict]]:
+    """``batches`` of points with each row's position in the source as the attribute ``SOURCE_ROW``
+    (``keep_order=True``), so that converting back writes the rows in the file's order."""
+
+    def run() -> Iterator[dict]:
+        row = 0
+        for batch in batches():
+            n = len(batch["positions"])
+            batch["attributes"][SOURCE_ROW] = np.arange(row, row + n, dtype=np.int64)
+            row += n
+            yield batch
+
+    return run
+
+
+async def keep_order_of(ds: Any, level: int, wanted: bool | None) -> bool:
+    """Whether a point export writes the source's row order: the level has ``SOURCE_ROW`` (from a
+    conversion with ``keep_order=True``) unless ``wanted`` is False; True without it is an error."""
+    has = SOURCE_ROW in (await ds.level(level)).named("vertex_attributes")
+    if wanted and not has:
+        raise InvalidArgumentError(f"{ds.url}: keep_order=True needs the vertex attribute {SOURCE_ROW!r}, which "
+                                   f"a conversion into the store with keep_order=True (--keep-order) adds")
+    return has and wanted is not False
+
+
+async def point_batches(ds: Any, level: int, keep_order: bool | None, batch_chunks: int = 16) -> AsyncIterator[Any]:
+    """A point cloud's rows for a file: in the source's order where the store kept it (see
+    :func:`keep_order_of`), else chunk by chunk; ``SOURCE_ROW`` is never among the attributes."""
+    ordered = await keep_order_of(ds, level, keep_order)
+    names = [n for n in (await ds.level(level)).named("vertex_attributes") if ordered or n != SOURCE_ROW]
+    batches = ds.iter_chunks(level=level, attributes=names, batch_chunks=batch_chunks, prefetch=2)
+    return in_source_order(batches) if ordered else batches
+
+
+async def in_source_order(batches: AsyncIterator[Any], bucket_rows: int | None = None) -> AsyncIterator[Any]:
+    """Point batches (Selections carrying ``SOURCE_ROW``) again in the source's row order, without it.
+
+    Rows are spilled to temporary files, one per column and bucket of ``bucket_rows`` (default
+    ``BATCH_ROWS``) consecutive source rows; then each bucket is read back, sorted and yielded.
+    Memory: one batch, then one bucket; disk: the level's rows once.
+    """
+    from ..read.selection import Selection
+
+    bucket_rows = bucket_rows or BATCH_ROWS
+    with tempfile.TemporaryDirectory(prefix="zvf-order-") as tmp:
+        layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        buckets: set[int] = set()
+        async for sel in batches:
+            if not len(sel):
+                continue
+            cols = {"positions": sel.positions, **sel.attributes}
+            layout = layout or {k: (v.dtype, v.shape[1:]) for k, v in cols.items()}
+            bucket = sel.attributes[SOURCE_ROW] // bucket_rows
+            order = np.argsort(bucket, kind="stable")
+            keys, starts = np.unique(bucket[order], return_index=True)
+            for b, lo, hi in zip(keys.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
+                rows = order[lo:hi]
+                buckets.add(b)
+                for k, name in enumerate(layout):  # one file per column and bucket, in layout's order
+                    with open(os.path.join(tmp, f"{b}.{k}"), "ab") as fh:
+                        fh.write(np.ascontiguousarray(cols[name][rows]).tobytes())
+        for b in sorted(buckets):
+            cols = {name: np.fromfile(os.path.join(tmp, f"{b}.{k}"), dtype=dt).reshape(-1, *shape)
+                    for k, (name, (dt, shape)) in enumerate(layout.items())}
+            for k in range(len(layout)):
+                os.remove(os.path.join(tmp, f"{b}.{k}"))
+            order = np.argsort(cols.pop(SOURCE_ROW), kind="stable")
+            positions = cols.pop("positions")[order]
+            yield Selection(positions, {k: v[order] for k, v in cols.items()})

@@ -18,7 +18,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import BATCH_ROWS, StoreOptions, guarded, need, reading, source_record, stamp, take_options, write_batches
+from .base import (
+    BATCH_ROWS,
+    StoreOptions,
+    guarded,
+    need,
+    numbered,
+    point_batches,
+    reading,
+    source_record,
+    stamp,
+    take_options,
+    write_batches,
+)
 
 COORDS = ("X", "Y", "Z")
 
@@ -47,7 +59,7 @@ _READ_ERRORS = (ValueError, RuntimeError, EOFError, IndexError)
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
-    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS})
+    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "keep_order": False})
     laspy = _laspy()
     errors = (laspy.errors.LaspyException, *_READ_ERRORS)
     with reading(src, fmt, errors), laspy.open(src) as reader:
@@ -72,7 +84,9 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         if n != count:  # a file cut at a record boundary reads without error: fewer points than announced
             raise InputFileError(f"{src}: holds {n:,} points, its header says {count:,} (a truncated file?)")
 
-    summary = await write_batches(dst, guarded(batches, src, fmt, errors), store, extent=extent, dtype="float64")
+    source = guarded(batches, src, fmt, errors)
+    summary = await write_batches(dst, numbered(source) if opts["keep_order"] else source, store, extent=extent,
+                                  dtype="float64")
     await stamp(dst, store, record)
     return {"vertices": summary.vertex_count}
 
@@ -111,7 +125,7 @@ def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, sca
 
 async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4,
-                                       "point_format": None})
+                                       "point_format": None, "keep_order": None})
     point_format = None if opts["point_format"] is None else int(opts["point_format"])
     if point_format is not None and not 0 <= point_format <= 10:
         raise InvalidArgumentError(f"point_format must be a LAS point format 0..10, got {opts['point_format']!r}")
@@ -121,7 +135,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     compress = dst.lower().endswith(".laz") if opts["compress"] is None else bool(opts["compress"])
     n, writer, header = 0, None, None
     try:
-        async for sel in ds.iter_chunks(level=opts["level"], batch_chunks=int(opts["batch_chunks"]), prefetch=2):
+        async for sel in await point_batches(ds, opts["level"], opts["keep_order"], int(opts["batch_chunks"])):
             if writer is None:
                 header = _header(laspy, source_record(ds, "las"), sel.attributes, ds.bounds[0], opts["scale"],
                                  point_format)

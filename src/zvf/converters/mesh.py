@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import StoreOptions, take_options
+from .base import StoreOptions, source_record, stamp, take_options
 
 _STL_RECORD = np.dtype([("normal", "<f4", (3,)), ("v", "<f4", (3, 3)), ("attr", "<u2")])
 
@@ -38,8 +38,8 @@ def _numbers(lines: list[str], src: str, what: str) -> np.ndarray:
         raise InputFileError(f"{src}: a {what} line is not numeric ({exc})") from None
 
 
-def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """(positions, faces, object id per vertex, attributes) of an OBJ file."""
+def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, dict[int, str]]:
+    """(positions, faces, object id per vertex, attributes, name of each named object) of an OBJ file."""
     with open(src, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
     v_lines = re.findall(r"^v[ \t]+(.*?)\s*$", text, re.MULTILINE)
@@ -50,10 +50,13 @@ def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     attrs = {"color": verts[:, -3:].astype(np.float32)} if verts.shape[1] >= 6 else {}
     # object of each vertex: count the 'o' statements before each v line
     v_at = np.array([m.start() for m in re.finditer(r"^v[ \t]", text, re.MULTILINE)], dtype=np.int64)
-    o_at = np.array([m.start() for m in re.finditer(r"^o[ \t]", text, re.MULTILINE)], dtype=np.int64)
+    o_lines = list(re.finditer(r"^o[ \t]+(.*?)\s*$", text, re.MULTILINE))
+    o_at = np.array([m.start() for m in o_lines], dtype=np.int64)
     oids = np.searchsorted(o_at, v_at, side="right")  # 'o' lines before each vertex
-    if len(oids):
-        oids -= oids.min()
+    first = int(oids.min()) if len(oids) else 0
+    oids -= first
+    # object k follows the (k + first)-th 'o' line (none for vertices before any)
+    names = {k - first: o_lines[k - 1].group(1) for k in np.unique(oids + first).tolist() if k >= 1}
     f_lines = [re.sub(r"/\S*", "", ln) for ln in re.findall(r"^f[ \t]+(.*?)\s*$", text, re.MULTILINE)]
     faces = _numbers(f_lines, src, "f").astype(np.int64)
     if faces.size:
@@ -62,7 +65,7 @@ def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
             raise InputFileError(f"{src}: a face refers to a vertex outside 1..{len(pos)}")
     else:
         faces = np.zeros((0, 3), np.int64)
-    return pos, faces, oids.astype(np.int64), attrs
+    return pos, faces, oids.astype(np.int64), attrs, names
 
 
 class ObjOut:
@@ -73,8 +76,8 @@ class ObjOut:
         self.fh.write("# written by zvf\n")
         self.nv = self.nf = 0
 
-    def write(self, oid: int, sel) -> None:
-        self.fh.write(f"o object_{oid}\n")
+    def write(self, oid: int, sel, name: str | None = None) -> None:
+        self.fh.write(f"o {name or f'object_{oid}'}\n")
         cols = [sel.positions.astype(np.float64)]
         color = sel.attributes.get("color")
         if color is not None and color.ndim == 2 and color.shape[1] == 3:
@@ -139,8 +142,9 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     opts = take_options(fmt, options, {"dtype": "float32" if fmt == "stl" else "float64"})
     from ..write.objects import write_mesh
 
+    names: dict[int, str] = {}
     if fmt == "obj":
-        pos, faces, oids, attrs = read_obj(src)
+        pos, faces, oids, attrs, names = read_obj(src)
     else:
         tris = read_stl(src)
         pos, inverse = np.unique(tris.reshape(-1, 3), axis=0, return_inverse=True)
@@ -150,6 +154,8 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         raise InputFileError(f"{src}: no vertices")
     s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, object_ids=oids, attributes=attrs or None,
                          dtype=opts["dtype"], **store.writer_kw())
+    if names:  # OBJ object names, for the way back
+        await stamp(dst, store, {"format": "obj", "object_names": {str(k): v for k, v in names.items()}})
     return {"vertices": s.vertex_count, "faces": len(faces), "objects": s.object_count}
 
 
@@ -158,11 +164,12 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     level = opts["level"]
     ids = await ds.object_ids(level=level)
     if fmt == "obj":
+        names = source_record(ds, "obj").get("object_names", {})
         out = ObjOut(dst)
         try:
             k = 0
             async for sel in ds.iter_objects(level=level):
-                out.write(int(ids[k]), sel)
+                out.write(int(ids[k]), sel, names.get(str(int(ids[k]))))
                 k += 1
         finally:
             out.close()

@@ -15,7 +15,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import StoreOptions, need, reading, source_record, stamp, take_options, write_batches
+from .base import (
+    StoreOptions,
+    need,
+    numbered,
+    point_batches,
+    reading,
+    source_record,
+    stamp,
+    take_options,
+    write_batches,
+)
 
 AXES = ("x", "y", "z")
 FACE_LISTS = ("vertex_indices", "vertex_index")
@@ -48,7 +58,7 @@ def _faces(ply, src: str) -> tuple[np.ndarray | None, dict]:
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
-    opts = take_options(fmt, options, {"batch_rows": 1_000_000})
+    opts = take_options(fmt, options, {"batch_rows": 1_000_000, "keep_order": False})
     plyfile = _plyfile()
     with reading(src, fmt, (plyfile.PlyParseError, ValueError, EOFError, IndexError)):
         ply = plyfile.PlyData.read(src)
@@ -73,9 +83,13 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
                 yield {"positions": pos[i:i + rows], "attributes": {k: a[i:i + rows] for k, a in attrs.items()}}
 
         extent = (pos.min(axis=0).tolist(), pos.max(axis=0).tolist(), len(pos)) if len(pos) else None
-        s = await write_batches(dst, batches, store, extent=extent, dtype=pos.dtype)
+        s = await write_batches(dst, numbered(batches) if opts["keep_order"] else batches, store, extent=extent,
+                                dtype=pos.dtype)
         out = {"vertices": s.vertex_count}
     else:
+        if opts["keep_order"]:
+            raise InvalidArgumentError(f"{src}: keep_order applies to point clouds (a mesh's faces name its "
+                                       f"vertices in the file's order anyway)")
         from ..write.objects import write_mesh
 
         s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, attributes=attrs or None,
@@ -86,7 +100,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
 
 
 async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
-    opts = take_options(fmt, options, {"level": 0, "ascii": None})
+    opts = take_options(fmt, options, {"level": 0, "ascii": None, "keep_order": None})
     plyfile = _plyfile()
     rec = source_record(ds, "ply")
     level = opts["level"]
@@ -98,8 +112,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
         if len(sel.objects) > 1:
             oids = np.repeat(sel.objects, np.diff(sel.offsets))
     else:
-        parts = [s async for s in ds.iter_chunks(level=level)]
-        sel = _concat(parts, ds.ndim)
+        sel = _concat([s async for s in await point_batches(ds, level, opts["keep_order"])], ds.ndim)
     axes = list(AXES[:ds.ndim])
     cols = dict(zip(axes, sel.positions.T))
     cols.update(sel.attributes)

@@ -8,8 +8,10 @@ lines go to the ``zvf_source`` record.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import anyio
 import numpy as np
 
 from ..errors import InputFileError
@@ -45,10 +47,8 @@ def tree_roots(parent_row: np.ndarray) -> np.ndarray:
     raise InputFileError("SWC parents form a cycle")
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
-    take_options(fmt, options, {})
-    from ..write.objects import write_graph
-
+def read_trees(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, list[str]]:
+    """(positions, (child, parent) edges, tree number of each node, attributes, header comments) of a file."""
     table, comments = read_swc(src)
     if not len(table):
         raise InputFileError(f"{src}: no nodes")
@@ -65,13 +65,41 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     parent_row = np.full(len(ids), -1, np.int64)
     parent_row[has_parent] = order[where]
     roots = tree_roots(parent_row)
-    _, object_ids = np.unique(roots, return_inverse=True)  # trees numbered by their root's row
+    _, trees = np.unique(roots, return_inverse=True)  # trees numbered by their root's row
     child = np.flatnonzero(has_parent)
     edges = np.column_stack([child, parent_row[child]])
     attrs = {"swc_id": ids, "type": table[:, 1].astype(np.int32), "radius": table[:, 5].astype(np.float64)}
-    s = await write_graph(dst, table[:, 2:5], edges, geometry_type="skeleton", chunk_shape=store.chunk_shape,
-                          object_ids=object_ids, attributes=attrs, dtype="float64", **store.writer_kw())
-    await stamp(dst, store, {"format": "swc", "comments": comments})
+    return table[:, 2:5], edges, trees.astype(np.int64), attrs, comments
+
+
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+    return await to_store_many(fmt, [src], dst, store, **options)
+
+
+async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions, **options: Any) -> dict:
+    """Files into one store, their trees numbered in file order (then by root row within a file); the
+    file names and each one's tree count go to the ``zvf_source`` record."""
+    take_options(fmt, options, {})
+    from ..write.objects import write_graph
+
+    parts = []
+    for k, src in enumerate(srcs):
+        parts.append(await anyio.to_thread.run_sync(read_trees, src))
+        if store.progress is not None:
+            store.progress({"done": k + 1, "total": len(srcs), "unit": "files"})
+    bases = np.cumsum([0] + [len(p[0]) for p in parts])
+    tree_bases = np.cumsum([0] + [int(p[2].max()) + 1 for p in parts])
+    edges = np.concatenate([p[1] + b for p, b in zip(parts, bases)])
+    object_ids = np.concatenate([p[2] + b for p, b in zip(parts, tree_bases)])
+    attrs = {k: np.concatenate([p[3][k] for p in parts]) for k in parts[0][3]}
+    s = await write_graph(dst, np.concatenate([p[0] for p in parts]), edges, geometry_type="skeleton",
+                          chunk_shape=store.chunk_shape, object_ids=object_ids, attributes=attrs, dtype="float64",
+                          **store.writer_kw())
+    record: dict = {"format": "swc", "comments": parts[0][4]}
+    if len(srcs) > 1:
+        record["files"] = [os.path.basename(x) for x in srcs]
+        record["trees_per_file"] = np.diff(tree_bases).tolist()
+    await stamp(dst, store, record)
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
@@ -80,15 +108,20 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     rec = source_record(ds, "swc")
     n = objects = 0
     next_id = 1
+    # trees of several files: each file's ids shifted past those written before (ids repeat across files)
+    file_starts = set(np.cumsum(rec.get("trees_per_file", [])).tolist()[:-1])
+    shift = 0
     with open(dst, "w", encoding="utf-8") as fh:
         fh.writelines(f"#{line}\n" for line in rec.get("comments", ["written by zvf", "id type x y z radius parent"]))
         async for sel in ds.iter_objects(level=opts["level"]):
             k = len(sel)
             if not k:
                 continue
+            if objects in file_starts:
+                shift = next_id - 1
             ids = sel.attributes.get("swc_id")
-            ids = np.arange(next_id, next_id + k) if ids is None else ids.astype(np.int64)
-            next_id = int(ids.max()) + 1
+            ids = np.arange(next_id, next_id + k) if ids is None else ids.astype(np.int64) + shift
+            next_id = max(next_id, int(ids.max()) + 1)
             parent = np.full(k, -1, np.int64)
             if sel.edges is not None and len(sel.edges):
                 parent[sel.edges[:, 0]] = ids[sel.edges[:, 1]]

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
@@ -27,9 +28,13 @@ from .base import (
     StoreOptions,
     guarded,
     need,
+    numbered,
     object_attributes,
     object_batches,
+    point_batches,
     reading,
+    source_record,
+    stamp,
     take_options,
     write_batches,
 )
@@ -233,8 +238,9 @@ _PARQUET_ERRORS = (ValueError, OSError)
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
-    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "geometry": None})
+    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "geometry": None, "keep_order": False})
     rows = int(opts["batch_rows"])
+    geo = None
     if fmt == "csv":
         names = csv_header(src)[0]
         axes = position_columns(names, src)  # before any row is read
@@ -247,7 +253,9 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
             schema = pq.ParquetFile(src).schema_arrow
         names = list(schema.names)
         geo = _geo_column(schema.metadata)
-        axes = [] if geo in names else position_columns(names, src)
+        if geo not in names:
+            geo = None
+        axes = [] if geo else position_columns(names, src)
         tables = guarded(lambda: _parquet_batches(src, rows), src, fmt, _PARQUET_ERRORS)
 
     first = next(tables(), None)
@@ -262,13 +270,33 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
                     raise InputFileError(f"{src}: {OBJECT_PREFIX}* columns need an {OBJECT_ID} column")
                 yield {"positions": pos, "attributes": attrs}
 
-        s = await write_batches(dst, batches, store, dtype="float64")
+        total = await anyio.to_thread.run_sync(_row_count, fmt, src) if store.progress else None
+        s = await write_batches(dst, numbered(batches) if opts["keep_order"] else batches, store, dtype="float64",
+                                total=total)
+        if geo is not None:  # GeoParquet comes back as GeoParquet
+            await stamp(dst, store, {"format": fmt, "geometry_column": geo})
         return {"vertices": s.vertex_count}
+    if opts["keep_order"]:
+        raise InvalidArgumentError(f"{src}: keep_order applies to point clouds; the rows of each {OBJECT_ID} "
+                                   f"keep their order anyway")
     from ..write.objects import write_polylines
 
     s = await write_batches(dst, lambda: _polyline_batches(tables(), axes), store, write_polylines,
                             main="polylines", geometry_type=opts["geometry"] or "polyline", dtype="float64")
+    if geo is not None:
+        await stamp(dst, store, {"format": fmt, "geometry_column": geo})
     return {"vertices": s.vertex_count, "objects": s.object_count}
+
+
+def _row_count(fmt: str, src: str) -> int:
+    """Rows of a table, for a progress line: Parquet's metadata says; a CSV's lines are counted (8 MB reads)."""
+    if fmt == "parquet":
+        return int(_pyarrow().ParquetFile(src).metadata.num_rows)
+    lines = 0
+    with open(src, "rb") as fh:
+        while block := fh.read(8 << 20):
+            lines += block.count(b"\n")
+    return max(0, lines - 1)
 
 
 def _polyline_batches(tables: Iterator[dict], axes: list[str]) -> Iterator[dict]:
@@ -337,9 +365,9 @@ class _CsvOut:
 
 
 class _ParquetOut:
-    def __init__(self, path: str, geo: bool, ndim: int):
+    def __init__(self, path: str, geo: bool, ndim: int, column: str = "geometry"):
         self.pq = _pyarrow()
-        self.path, self.geo, self.ndim, self.writer = path, geo, ndim, None
+        self.path, self.geo, self.ndim, self.column, self.writer = path, geo, ndim, column, None
 
     def write(self, cols: dict[str, np.ndarray]) -> None:
         import pyarrow as pa
@@ -348,7 +376,7 @@ class _ParquetOut:
         if self.geo:
             axes = _names(self.ndim)
             arrays.append(_wkb_array(np.column_stack([cols.pop(a) for a in axes])))
-            names.append("geometry")
+            names.append(self.column)
         for name, v in cols.items():
             if v.ndim == 2:
                 arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), v.shape[1]))
@@ -360,8 +388,8 @@ class _ParquetOut:
             schema = table.schema
             if self.geo:
                 gtype = "Point Z" if self.ndim == 3 else "Point"
-                meta = {"version": "1.1.0", "primary_column": "geometry",
-                        "columns": {"geometry": {"encoding": "WKB", "geometry_types": [gtype]}}}
+                meta = {"version": "1.1.0", "primary_column": self.column,
+                        "columns": {self.column: {"encoding": "WKB", "geometry_types": [gtype]}}}
                 schema = schema.with_metadata({b"geo": json.dumps(meta).encode()})
             self.writer = self.pq.ParquetWriter(self.path, schema)
         self.writer.write_table(table.cast(self.writer.schema))
@@ -386,19 +414,21 @@ def _wkb_array(pos: np.ndarray):
 
 
 async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
-    opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH})
+    opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH, "keep_order": None})
     level = opts["level"]
     if fmt == "csv":
         out: Any = _CsvOut(dst)
     else:
-        geo = dst.lower().endswith(".geoparquet") if opts["geo"] is None else bool(opts["geo"])
+        rec = source_record(ds)  # a GeoParquet source comes back as GeoParquet, its geometry column named so
+        column = rec.get("geometry_column") if rec.get("format") == "parquet" else None
+        geo = (dst.lower().endswith(".geoparquet") or column is not None) if opts["geo"] is None else bool(opts["geo"])
         if geo and ds.ndim not in (2, 3):
             raise InvalidArgumentError(f"{ds.url}: GeoParquet points are 2-D or 3-D, the store is {ds.ndim}-D")
-        out = _ParquetOut(dst, geo, ds.ndim)
+        out = _ParquetOut(dst, geo, ds.ndim, column or "geometry")
     n = objects = 0
     try:
         if ds.geometry_type == "point_cloud":
-            async for sel in ds.iter_chunks(level=level):
+            async for sel in await point_batches(ds, level, opts["keep_order"]):
                 if len(sel):
                     out.write(_rows(sel, None, {}))
                     n += len(sel)

@@ -26,6 +26,20 @@ from .run import compute, need_dask, spec_of
 TABLES = ("vertices", "edges", "faces")
 
 
+async def _object_tables(url: str, opts, level: int, out: str, fmt: str) -> list[str]:
+    """``out/objects.<fmt>`` and ``out/groups.<fmt>``: the serial export's companion tables (written by the
+    driver: dense arrays, small beside the vertices)."""
+    import zvf
+
+    from ..read.export import object_tables
+    from ..read.writers import write_whole_table
+
+    async with await zvf.aio.open(url, storage_options=opts) as ds:
+        tables = await object_tables(ds, level) if ds.has_objects(level) else {}
+    return [write_whole_table(os.path.join(out, f"{table}.{fmt}"), fmt, arrays)
+            for table, arrays in tables.items()]
+
+
 async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int, batch_objects: int | None) -> dict:
     """Batches (chunk coords or object ids), attribute names and an empty Selection of the right shape."""
     import zvf
@@ -183,5 +197,6 @@ def export(target: Any, out: str | os.PathLike[str], *, format: str = "parquet",
                             p["links"]) for part, path in zip(p["parts"], paths)],
                      client=client, progress=progress, stage="export")
     files = paths + ([companion(x, p["links"]) for x in paths] if p["links"] and fmt != "npz" else [])
+    files += anyio.run(_object_tables, url, opts, level, out, fmt, backend="asyncio")
     return {"files": files, "vertices": int(sum(counts)), "partitions": len(paths), "format": fmt,
             "seconds": time.perf_counter() - t0}

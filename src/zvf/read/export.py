@@ -359,6 +359,31 @@ async def object_batches(ds, *, level: int = 0, attributes=None, batch: int = 40
 # --------------------------------------------------------------------------
 
 
+async def object_tables(ds, level: int) -> dict[str, dict[str, np.ndarray]]:
+    """The whole tables an export adds for a level's objects (``zvf.read.writers``): ``objects`` (id and
+    object attributes, when it has some) and ``groups`` (one row per membership, -1 for an empty group,
+    with the group's attributes), keyed as in the NPZ file.  Dense arrays: one read each."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    lvl = await ds.family(level, "object_attributes")
+    names = lvl.named("object_attributes")
+    if names:
+        objects = {"objects_object_ids": (await ds.object_ids(level=level)).astype(np.int64)}
+        for name in names:
+            objects[f"objects_attr_{name}"] = await ds.object_attribute(name, level=level)
+        out["objects"] = objects
+    groups = await ds.groups(level=level)
+    if groups:
+        members = [np.asarray(g, np.int64) if len(g) else np.array([-1], np.int64) for g in groups]
+        rows = np.array([len(m) for m in members], np.int64)
+        table = {"groups_group_ids": np.repeat(np.arange(len(groups), dtype=np.int64), rows),
+                 "groups_object_ids": np.concatenate(members)}
+        await ds.family(level, "group_attributes")
+        for name in lvl.named("group_attributes"):
+            table[f"groups_attr_{name}"] = np.repeat(await ds.group_attribute(name, level=level), rows, axis=0)
+        out["groups"] = table
+    return out
+
+
 WRITE_AHEAD_BYTES = 64 << 20
 """Rows an export queues for its file writer (besides one batch, however big): enough for the writer to
 keep going while the loop is busy with reads, not so much that a slow disk piles batches up in memory."""
@@ -480,7 +505,8 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     names = pick_attributes(lvl, attributes)
     by_object = ds.geometry_type in SEQUENTIAL | LINKED and ds.has_objects(lvl.index)
     links = link_table(ds.geometry_type) if by_object else None
-    check_out(out, fmt, links)  # its companion too, and whether stdout can take it
+    extra = await object_tables(ds, level) if ds.has_objects(lvl.index) else {}
+    check_out(out, fmt, [t for t in (links, *extra) if t])  # its companions too, and whether stdout takes them
     if by_object:
         template = await ds.read_objects(np.zeros(0, np.int64), level=level, attributes=names, combined=True)
         total, unit = len(await ds.object_ids(level=level)), "objects"
@@ -494,7 +520,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
         stream = iter_chunks(ds, level=level, attributes=names, prefetch=prefetch, batch_chunks=batch_chunks)
     # the level's vertex count, when right (every zvf-written level 0), lets an .npz be written in place
     writer = await anyio.to_thread.run_sync(open_writer, str(out), fmt, template, links,
-                                            max(0, int(lvl.meta.vertex_count)))
+                                            max(0, int(lvl.meta.vertex_count)), tuple(extra))
     summary = {"vertices": 0, unit: 0, f"total_{unit}": total, "done": 0, "total": total, "unit": unit,
                "requests": 0, "bytes": 0, "seconds": 0.0, "mb_per_s": 0.0, "format": fmt, "out": str(out),
                "files": writer.files()}
@@ -520,6 +546,8 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
             async for sel in batches:
                 await feed.put(sel)
         await feed.drain()
+        for table, arrays in extra.items():
+            await anyio.to_thread.run_sync(writer.write_table, table, arrays)
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(writer.close)
     except BaseException:  # Ctrl-C or a failed read: nothing half-written stays behind

@@ -10,7 +10,14 @@ A result is one or two tables (README "Export files"):
   ``v0, v1[, v2...]`` (``vertex_index`` values of its object), ``object_id``,
   then link attributes.  CSV and Parquet put it beside OUT as
   ``OUT.edges.csv`` / ``OUT.faces.parquet``; NPZ as keys ``edges`` /
-  ``faces`` (L columns), ``edges_object_ids``, ``edges_attr_<name>``.
+  ``faces`` (L columns), ``edges_object_ids``, ``edges_attr_<name>``;
+* **objects** (a level with object attributes): one row per object,
+  ``object_id`` then its attributes (``OUT.objects.csv``; NPZ keys
+  ``objects_object_ids``, ``objects_attr_<name>``);
+* **groups** (a level with groups): one row per membership, ``group_id``,
+  ``object_id`` (-1 for a group without members), then the group's attributes
+  (``OUT.groups.csv``; NPZ keys ``groups_group_ids``, ``groups_object_ids``,
+  ``groups_attr_<name>``).
 
 NPZ vertex keys are ``positions`` (N, ndim), ``object_ids``, ``vertex_index``
 and ``attr_<name>``.  Every file is written under a temporary name in OUT's
@@ -37,6 +44,7 @@ import stat
 import sys
 import tempfile
 import uuid
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -69,20 +77,21 @@ def format_of(out: str, fmt: str | None, *, flag: str = "the format") -> str:
     return fmt
 
 
-def check_out(out: str, fmt: str | None = None, links: str | None = None) -> None:
-    """Before any request: OUT's directory exists, and OUT and its companion (with ``links``) are absent
-    or regular files -- the only things a result replaces; ``-`` (stdout) carries no link table unless
-    as NPZ."""
+def check_out(out: str, fmt: str | None = None, tables: Sequence[str] = ()) -> None:
+    """Before any request: OUT's directory exists, and OUT and its companions (``tables``: edges, faces,
+    objects, groups) are absent or regular files -- the only things a result replaces; ``-`` (stdout)
+    carries companion tables only as NPZ (one file)."""
     out = str(out)
     if out == STDOUT:
-        if links and fmt != "npz":
-            raise InvalidArgumentError(f"this result has a {links} table besides its vertices: write it to a file "
-                                       f"(OUT and OUT.{links}.{fmt}), or to stdout as --format npz")
+        if tables and fmt != "npz":
+            raise InvalidArgumentError(f"this result has {' and '.join(tables)} tables besides its vertices: write "
+                                       f"it to a file (OUT and OUT.{tables[0]}.{fmt}, ...), or to stdout as "
+                                       f"--format npz")
         return
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise InvalidArgumentError(f"output directory {parent!r} of {out!r} does not exist")
-    for path in [out] + ([companion(out, links)] if links and fmt != "npz" else []):
+    for path in [out] + ([companion(out, t) for t in tables] if fmt != "npz" else []):
         check_replaceable(path)
 
 
@@ -170,6 +179,8 @@ def flat_columns(arrays: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
             cols.extend((f"v{i}", a[:, i]) for i in range(a.shape[1]))
         elif key.endswith("object_ids"):
             cols.append(("object_id", a))
+        elif key.endswith("group_ids"):
+            cols.append(("group_id", a))
         elif key == "vertex_index":
             cols.append((key, a))
         else:
@@ -206,18 +217,25 @@ class _Out:
     renames it into place; ``abort()`` removes what was written.
     """
 
-    def __init__(self, path: str, template: Selection, links: str | None = None):
+    def __init__(self, path: str, template: Selection, links: str | None = None, tables: Sequence[str] = ()):
         if links not in (None, *LINK_TABLES):
             raise InvalidArgumentError(f"links must be None, 'edges' or 'faces', got {links!r}")
         self.path = str(path)
         self.template = template
         self.links = links
+        self.tables = tuple(tables)  # whole tables written once by write_table (objects, groups)
         self.sinks: dict = {}
         self.partials: dict[str, str] = {}  # final path -> temporary path
 
     def files(self) -> list[str]:
-        """The files this result is (OUT, then OUT.edges/faces for CSV and Parquet)."""
-        return [self.path] + ([companion(self.path, self.links)] if self.links else [])
+        """The files this result is (OUT, then OUT.edges/faces/objects/groups for CSV and Parquet)."""
+        return [self.path] + [companion(self.path, t) for t in ((self.links,) if self.links else ()) + self.tables]
+
+    def write_table(self, table: str, arrays: dict[str, np.ndarray]) -> None:
+        """One of ``tables`` whole (its file is made even with no rows)."""
+        if table not in self.tables or table in self.sinks:
+            raise InvalidArgumentError(f"table {table!r} is not one this result writes once ({self.tables})")
+        self._open(table, arrays).write(arrays)
 
     def _tables(self, sel: Selection) -> dict[str, dict[str, np.ndarray]]:
         tables = {"vertices": vertex_arrays(sel)}
@@ -398,8 +416,9 @@ class NpzOut(_Out):
     vertex column go straight to its place in the file; without it (and for link tables) columns pass
     through temporary files."""
 
-    def __init__(self, path: str, template: Selection, links: str | None = None, rows: int | None = None):
-        super().__init__(path, template, links)
+    def __init__(self, path: str, template: Selection, links: str | None = None, rows: int | None = None,
+                 tables: Sequence[str] = ()):
+        super().__init__(path, template, links, tables)
         self.rows = rows
         self.zip: NpzBuilder | None = None
 
@@ -444,12 +463,35 @@ class _NpzTable:
         self.write = out._append
 
 
+def write_whole_table(path: str, fmt: str, arrays: dict[str, np.ndarray]) -> str:
+    """One whole table alone in its file (a Dask export's ``objects``/``groups``), keyed and laid out as
+    in a result; written aside and renamed into place.  Returns ``path``."""
+    check_replaceable(path)
+    tmp = _partial(path)
+    try:
+        if fmt == "npz":
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+        else:
+            sink = {"csv": _CsvTable, "json": _JsonTable, "parquet": _ParquetTable}[fmt](tmp, arrays)
+            sink.write(arrays)
+            sink.close()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return path
+
+
 WRITERS = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut, "json": JsonOut}
 
 
-def open_writer(out: str, fmt: str, template: Selection, links: str | None = None, rows: int | None = None) -> _Out:
+def open_writer(out: str, fmt: str, template: Selection, links: str | None = None, rows: int | None = None,
+                tables: Sequence[str] = ()) -> _Out:
     """The writer of ``fmt`` for OUT (``template``: a batch, possibly empty, giving dtypes and shapes;
-    ``rows``: the vertex rows to come, when known: an .npz is then written in place)."""
+    ``rows``: the vertex rows to come, when known: an .npz is then written in place; ``tables``: the
+    whole tables to come through ``write_table``)."""
     if fmt == "npz":
-        return NpzOut(str(out), template, links, rows=rows)
-    return WRITERS[fmt](str(out), template, links)
+        return NpzOut(str(out), template, links, rows=rows, tables=tables)
+    return WRITERS[fmt](str(out), template, links, tables)
