@@ -247,11 +247,12 @@ def wait_loaded(browser, name: str, timeout: float = 60.0) -> dict:
     raise AssertionError(f"viewer not loaded after {timeout} s: {stats} ({_artifact(browser, name)})")
 
 
-def coverage(browser, positions: np.ndarray, name: str) -> float:
-    """Fraction of ``positions`` (global coordinates) with a drawn pixel within NEAR pixels of their projection."""
+def coverage(browser, positions: np.ndarray) -> tuple[float, bytes]:
+    """Fraction of ``positions`` (global coordinates) with a drawn pixel within NEAR pixels of their projection,
+    and the canvas as PNG."""
     shot = browser.execute_script(CAPTURE)
-    image = np.asarray(Image(io.BytesIO(base64.b64decode(shot["png"].split(",", 1)[1]))))
-    drawn = image[..., :3].max(axis=2) > 40
+    png = base64.b64decode(shot["png"].split(",", 1)[1])
+    drawn = np.asarray(Image(io.BytesIO(png)))[..., :3].max(axis=2) > 40
     matrix = np.asarray(shot["matrix"], np.float64).reshape(4, 4).T  # column-major
     clip = np.c_[positions, np.ones(len(positions))] @ matrix.T
     ndc = clip[:, :3] / clip[:, 3:]
@@ -260,11 +261,26 @@ def coverage(browser, positions: np.ndarray, name: str) -> float:
     pad = np.pad(drawn, NEAR)
     hits = [pad[b:b + 2 * NEAR + 1, a:a + 2 * NEAR + 1].any()
             if 0 <= a < drawn.shape[1] and 0 <= b < drawn.shape[0] else False for a, b in zip(x, y)]
-    got = float(np.mean(hits)) if hits else 0.0
-    if got < COVERAGE:
-        _artifact(browser, name)
-        Image(io.BytesIO(base64.b64decode(shot["png"].split(",", 1)[1]))).save(ARTIFACTS / f"{name}-canvas.png")
+    return (float(np.mean(hits)) if hits else 0.0), png
+
+
+def _keep(browser, name: str, png: bytes) -> Path:
+    path = _artifact(browser, name)
+    (ARTIFACTS / f"{name}-canvas.png").write_bytes(png)
+    return path
+
+
+def assert_drawn(browser, positions: np.ndarray, name: str) -> float:
+    """At least COVERAGE of ``positions`` drawn (the screenshots kept when not)."""
+    got, png = coverage(browser, positions)
+    print(f"coverage {name}: {got:.3f} of {len(positions)} positions")
+    assert got >= COVERAGE, f"{name}: {got:.1%} of the positions drawn ({_keep(browser, name, png)})"
     return got
+
+
+def assert_not_drawn(browser, positions: np.ndarray, name: str) -> None:
+    got, png = coverage(browser, positions)
+    assert got <= 1 - COVERAGE, f"{name}: {got:.1%} drawn where nothing should be ({_keep(browser, name, png)})"
 
 
 def console_errors(browser, viewer_url: str) -> list[str]:
@@ -292,12 +308,15 @@ async def _store(path: Path) -> dict:
         return out
 
 
-RESULTS: dict[str, float] = {}
-
-
-def _record(name: str, value: float) -> None:
-    RESULTS[name] = value
-    print(f"coverage {name}: {value:.3f}")
+async def show(command: str, store: Path, launch, browser, *extra: str) -> tuple[Server, dict]:
+    """Run ``zvf neuroglancer <command>`` on ``store``, open the URL it printed, wait for the data; returns the
+    server and what zvf reads from the store."""
+    data = await _store(store)
+    server = launch(command, store, *extra)
+    name = f"{store.stem}-{command}"
+    open_url(browser, server.doc["url"], len(server.doc["state"]["layers"]), name)
+    wait_loaded(browser, name)
+    return server, data
 
 
 # ------------------------------------------------------------------ cases
@@ -305,25 +324,18 @@ def _record(name: str, value: float) -> None:
 
 @pytest.mark.parametrize("command", ["serve", "export"])
 async def test_points_drawn_and_selected_by_id(command, stores, launch, page, viewer_url):
-    store = stores / "pts.zarrvectors"
-    data = await _store(store)
-    server = launch(command, store, "--limit", LIMIT)
+    server, data = await show(command, stores / "pts.zarrvectors", launch, page, "--limit", LIMIT)
     assert server.doc["url"].startswith(viewer_url)
-    browser = page
-    open_url(browser, server.doc["url"], len(server.doc["state"]["layers"]), f"{store.stem}-{command}")
-    wait_loaded(browser, f"points-{command}")
-    got = coverage(browser, data["all"].positions, f"points-{command}")
-    _record(f"points/{command}", got)
-    assert got >= COVERAGE
-    async with await zvf.aio.open(str(store)) as ds, ds.iter_chunks(batch_chunks=1) as batches:
+    assert_drawn(page, data["all"].positions, f"points-{command}")
+    async with await zvf.aio.open(str(stores / "pts.zarrvectors")) as ds, ds.iter_chunks(batch_chunks=1) as batches:
         first = None
         async for sel in batches:  # chunk 0: the first of the level's nonempty_chunks
             first = sel
             break
     aid = int(ann.point_ids(0, len(first))[3])
-    one = browser.execute_async_script(BY_ID, "points", str(aid))
+    one = page.execute_async_script(BY_ID, "points", str(aid))
     assert one is not None and np.array_equal(np.float32(one["point"]), first.positions[3])
-    assert not console_errors(browser, viewer_url)
+    assert not console_errors(page, viewer_url)
     seen = check_requests(server)
     if command == "serve":
         assert any(f"/annotations/by_id/{aid} " in r[0] for r in seen)
@@ -332,61 +344,48 @@ async def test_points_drawn_and_selected_by_id(command, stores, launch, page, vi
 
 @pytest.mark.parametrize("command", ["serve", "export"])
 async def test_streamlines_drawn(command, stores, launch, page, viewer_url):
-    store = stores / "sl.zarrvectors"
-    data = await _store(store)
-    server = launch(command, store, "--limit", LIMIT)
-    browser = page
-    open_url(browser, server.doc["url"], len(server.doc["state"]["layers"]), f"{store.stem}-{command}")
-    wait_loaded(browser, f"streamlines-{command}")
-    got = coverage(browser, data["all"].positions, f"streamlines-{command}")
-    _record(f"streamlines/{command}", got)
-    assert got >= COVERAGE
+    server, data = await show(command, stores / "sl.zarrvectors", launch, page, "--limit", LIMIT)
+    assert_drawn(page, data["all"].positions, f"streamlines-{command}")
     oid, sel = next(iter(data["objects"].items()))
-    one = browser.execute_async_script(BY_ID, "streamlines", str(int(ann.line_ids(oid, 2)[1])))
+    one = page.execute_async_script(BY_ID, "streamlines", str(int(ann.line_ids(oid, 2)[1])))
     assert np.array_equal(np.float32(one["pointA"]), sel.positions[sel.edges[1, 0]])
     assert np.array_equal(np.float32(one["pointB"]), sel.positions[sel.edges[1, 1]])
     assert one["related"] == [[str(oid)]]
-    assert not console_errors(browser, viewer_url)
+    assert not console_errors(page, viewer_url)
     check_requests(server)
 
 
 @pytest.mark.parametrize("command", ["serve", "export"])
 async def test_skeletons_as_skeletons_and_as_edges(command, stores, launch, page, viewer_url):
-    store = stores / "sk.zarrvectors"
-    data = await _store(store)
-    server = launch(command, store)
+    server, data = await show(command, stores / "sk.zarrvectors", launch, page)
     state = server.doc["state"]
     assert [layer["name"] for layer in state["layers"]] == ["skeleton edges", "skeletons"]
     assert state["layers"][1]["segments"] == [str(o) for o in sorted(data["objects"])]
-    browser = page
-    open_url(browser, server.doc["url"], len(server.doc["state"]["layers"]), f"{store.stem}-{command}")
-    wait_loaded(browser, f"skeletons-{command}")
-    counts = browser.execute_script(OBJECTS)["skeletons"]
+    counts = page.execute_script(OBJECTS)["skeletons"]
     assert counts == {str(o): [len(s), len(s.edges)] for o, s in data["objects"].items()}
-    everything = data["all"].positions
+    viewer = server.doc["url"].split("#")[0]
     for hidden, name in ((0, "skeletons"), (1, "edges")):  # each layer alone
         alone = json.loads(json.dumps(state))
         alone["layers"][hidden]["visible"] = False
-        open_url(browser, _state_url(server.doc["url"].split("#")[0], alone), 2, f"skeletons-{name}-{command}")
-        wait_loaded(browser, f"skeletons-{name}-{command}")
-        got = coverage(browser, everything, f"skeletons-{name}-{command}")
-        _record(f"skeleton {name}/{command}", got)
-        assert got >= COVERAGE, name
+        open_url(page, _state_url(viewer, alone), 2, f"skeletons-{name}-{command}")
+        wait_loaded(page, f"skeletons-{name}-{command}")
+        assert_drawn(page, data["all"].positions, f"skeleton {name}-{command}")
     # edges filtered by segment 1: its edges drawn, none of segment 0's away from them
     only = json.loads(json.dumps(state))
     only["layers"][0]["filterBySegmentation"] = ["object"]
     only["layers"][1].update(segments=["1"], visible=False)
-    open_url(browser, _state_url(server.doc["url"].split("#")[0], only), 2, f"skeletons-filtered-{command}")
-    wait_loaded(browser, f"skeletons-filtered-{command}")
+    open_url(page, _state_url(viewer, only), 2, f"skeletons-filtered-{command}")
+    wait_loaded(page, f"skeletons-filtered-{command}")
     one, zero = data["objects"][1].positions, data["objects"][0].positions
     apart = zero[np.min(np.linalg.norm(zero[:, None, :2] - one[None, :, :2], axis=2), axis=1) > 8]
-    assert coverage(browser, one, f"skeletons-filtered-{command}") >= COVERAGE
-    assert len(apart) and coverage(browser, apart, f"skeletons-filtered-out-{command}") <= 0.1
-    edge = browser.execute_async_script(BY_ID, "skeleton edges", str(int(ann.line_ids(1, 3)[2])))
+    assert len(apart)
+    assert_drawn(page, one, f"skeleton edges of segment 1-{command}")
+    assert_not_drawn(page, apart, f"skeleton edges of segment 0-{command}")
+    edge = page.execute_async_script(BY_ID, "skeleton edges", str(int(ann.line_ids(1, 3)[2])))
     sel = data["objects"][1]
     assert np.array_equal(np.float32(edge["pointA"]), sel.positions[sel.edges[2, 0]])
     assert edge["related"] == [["1"]]
-    assert not console_errors(browser, viewer_url)
+    assert not console_errors(page, viewer_url)
     seen = check_requests(server)
     if command == "serve":
         assert any(r[0].startswith("GET /annotations/rel_object/1 ") for r in seen)
@@ -395,16 +394,24 @@ async def test_skeletons_as_skeletons_and_as_edges(command, stores, launch, page
 
 @pytest.mark.parametrize("command", ["serve", "export"])
 async def test_meshes_drawn(command, stores, launch, page, viewer_url):
-    store = stores / "mesh.zarrvectors"
-    data = await _store(store)
-    server = launch(command, store)
+    server, data = await show(command, stores / "mesh.zarrvectors", launch, page)
     assert [layer["name"] for layer in server.doc["state"]["layers"]] == ["meshes"]
-    browser = page
-    open_url(browser, server.doc["url"], len(server.doc["state"]["layers"]), f"{store.stem}-{command}")
-    wait_loaded(browser, f"meshes-{command}")
-    assert browser.execute_script(OBJECTS)["meshes"] == {str(o): len(s) for o, s in data["objects"].items()}
-    got = coverage(browser, data["all"].positions, f"meshes-{command}")
-    _record(f"meshes/{command}", got)
-    assert got >= COVERAGE
-    assert not console_errors(browser, viewer_url)
+    assert page.execute_script(OBJECTS)["meshes"] == {str(o): len(s) for o, s in data["objects"].items()}
+    assert_drawn(page, data["all"].positions, f"meshes-{command}")
+    assert not console_errors(page, viewer_url)
+    check_requests(server)
+
+
+async def test_utm_coordinates_shown_where_they_are(tmp_path, launch, page, viewer_url):
+    """Points at UTM-sized coordinates (4.1e6) served with the default offset: the data travel as float32
+    near 0 and the state's transform puts them back where they are."""
+    rng = np.random.default_rng(4)
+    positions = np.array([4.1e6, 5.3e5, 100.0]) + np.round(rng.uniform(0, 500, (400, 3)), 3)
+    store = tmp_path / "utm.zarrvectors"
+    await zvf.aio.write_points(str(store), positions, chunk_shape=(100.0,) * 3, dtype="float64")
+    server, _ = await show("serve", store, launch, page)
+    source = server.doc["state"]["layers"][0]["source"]
+    assert [row[-1] for row in source["transform"]["matrix"]] == [4.1e6, 5.3e5, 100.0]
+    assert_drawn(page, positions, "points at UTM coordinates-serve")
+    assert not console_errors(page, viewer_url)
     check_requests(server)

@@ -577,3 +577,34 @@ def test_cli_serve_prints_a_ready_link(stores, tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) == 0
+
+
+async def test_export_hosting_serves_the_directory_alone(stores, tmp_path):
+    """``export --serve``'s host: ranged GETs of the export, nothing outside it (no traversal, no symlink out),
+    the same origin and Host rules as serve."""
+    import aiohttp
+
+    from zvf.neuroglancer.http import Access, directory_app, start
+
+    out = tmp_path / "ng"
+    await _export(stores / "sk.zarrvectors", out)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the viewer")
+    (out / "annotations" / "leak").symlink_to(secret)
+    runner, base = await start(directory_app(out, Access.create("127.0.0.1")), "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession(headers=LOCAL) as s:
+            status, body, headers = await _get(s, f"{base}/skeletons/info")
+            assert status == 200 and json.loads(body)["@type"] == "neuroglancer_skeletons"
+            assert headers["Access-Control-Allow-Origin"] == LOCAL["Origin"]
+            shard = next((out / "annotations" / "by_id").iterdir()).name
+            status, body, _ = await _get(s, f"{base}/annotations/by_id/{shard}", headers={"Range": "bytes=0-15"})
+            assert status == 206 and body == (out / "annotations" / "by_id" / shard).read_bytes()[:16]
+            for path in ("annotations/leak", "../secret.txt", "%2e%2e/secret.txt", "annotations/..%2f..%2fsecret.txt",
+                         ""):
+                status, body, _ = await _get(s, f"{base}/{path}")
+                assert status in (403, 404) and b"not for the viewer" not in body, path
+        async with aiohttp.ClientSession(headers={"Origin": "https://evil.example.com"}) as s:
+            assert (await _get(s, f"{base}/skeletons/info"))[0] == 403
+    finally:
+        await runner.cleanup()

@@ -260,11 +260,11 @@ def object_levels(cells: list[np.ndarray], weight: np.ndarray, key: np.ndarray,
     """
     out: list[tuple[float, float, int]] = []
     lo = 0.0
+    drawn = np.argsort(key, kind="stable")  # fragments in draw order
     for k, cell in enumerate(cells):
-        rest = np.flatnonzero(key >= lo)
-        if not len(rest):
+        order = drawn[np.searchsorted(key[drawn], lo):]  # those coarser levels left
+        if not len(order):
             break
-        order = rest[np.argsort(key[rest], kind="stable")]  # fragments in draw order
         hi = 1.0
         if k < len(cells) - 1:
             # each fragment's cell total once every fragment up to it in draw order is taken
