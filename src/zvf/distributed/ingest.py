@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..write import tasks
@@ -42,17 +43,59 @@ def _sources(sources: Any) -> list:
                                f"got {type(sources).__name__}")
 
 
-def write_points(target: Any, sources: Any, *, chunk_shape, bin_shape=None, bounds=None, object_attributes=None,
-                 groups=None, group_attributes=None, compression: str | None = None, shard_shape=None, dtype=None,
-                 overwrite: bool = False, object_index_layout: str = "sharded", storage_options=None,
-                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK, client: Any = None,
-                 progress: Callable[[dict], None] | None = None) -> WriteSummary:
+def _batch(positions: Any, attributes: dict, object_ids: Any) -> dict:
+    """One source's batch from its blocks (on a worker)."""
+    batch: dict = {"positions": positions}
+    if attributes:
+        batch["attributes"] = attributes
+    if object_ids is not None:
+        batch["object_ids"] = object_ids
+    return batch
+
+
+def _aligned(sources: Any, attributes: dict | None, object_ids: Any) -> list:
+    """One batch per row block of a dask array of positions, with the same rows of ``attributes`` and
+    ``object_ids`` (dask or numpy arrays: rechunked to the positions' row blocks)."""
+    import dask
+    import dask.array as da
+
+    if not isinstance(sources, da.Array):
+        raise InvalidArgumentError("attributes= and object_ids= go with a dask array of positions (row-aligned); "
+                                   "with file, bag or list sources put them in each source's batches "
+                                   "(.npz keys attr_<name>, object_ids)")
+    positions = sources.rechunk({1: -1})
+    rows = positions.chunks[0]
+
+    def blocks(name: str, values: Any) -> list:
+        arr = values if isinstance(values, da.Array) else da.from_array(np.asarray(values))
+        if arr.ndim == 0 or arr.shape[0] != positions.shape[0]:
+            raise InvalidArgumentError(f"{name}: {arr.shape[0] if arr.ndim else 0} rows, positions have "
+                                       f"{positions.shape[0]}")
+        return list(arr.rechunk((rows, *((n,) for n in arr.shape[1:]))).to_delayed().ravel())
+
+    cols = {k: blocks(f"attributes[{k!r}]", v) for k, v in (attributes or {}).items()}
+    ids = blocks("object_ids", object_ids) if object_ids is not None else None
+    batch = dask.delayed(_batch, pure=True)
+    return [batch(p, {k: c[i] for k, c in cols.items()}, None if ids is None else ids[i])
+            for i, p in enumerate(positions.to_delayed().ravel())]
+
+
+def write_points(target: Any, sources: Any, *, chunk_shape, attributes=None, object_ids=None,
+                 chunk_by_attribute: str | None = None, fragment_attributes=None, bin_shape=None, bounds=None,
+                 object_attributes=None, groups=None, group_attributes=None, compression: str | None = None,
+                 shard_shape=None, dtype=None, overwrite: bool = False, object_index_layout: str = "sharded",
+                 storage_options=None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                 client: Any = None, progress: Callable[[dict], None] | None = None) -> WriteSummary:
     """Write a point cloud from ``sources`` on Dask; the same store as ``zvf.write_points`` of their concatenation.
 
     ``sources``: a dask array (N, ndim) of positions, a dask bag whose items
     are batches (as ``zvf.write_points`` takes them), or a list whose items are
-    ``.npy``/``.npz`` paths (keys ``positions``, ``object_ids``, ``attr_<name>``),
-    callables returning a batch or a list of batches, or batches.  ``job``
+    ``.npy``/``.npz`` paths (keys ``positions``, ``object_ids``, ``attr_<name>``;
+    any other key is an error), callables returning a batch or a list of
+    batches, or batches.  The keywords are ``zvf.write_points``'s: with a dask
+    array of positions, ``attributes`` ({name: array}) and ``object_ids`` are
+    dask (or numpy) arrays row-aligned with it; ``chunk_by_attribute`` and
+    ``fragment_attributes`` are refused (write, then ``zvf.rechunk``).  ``job``
     names the job: running again with the same name (after a crash) resumes
     it, skipping the tasks that finished.  ``client``: a ``distributed``
     client (default: the current one, else Dask's local scheduler).
@@ -61,11 +104,16 @@ def write_points(target: Any, sources: Any, *, chunk_shape, bin_shape=None, boun
     dask = need_dask()
     if not isinstance(rows_per_task, int) or rows_per_task < 1:
         raise InvalidArgumentError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
+    for name, value in (("chunk_by_attribute", chunk_by_attribute), ("fragment_attributes", fragment_attributes)):
+        if value is not None:
+            raise InvalidArgumentError(f"{name}: not on Dask; write the cloud, then zvf.rechunk(..., "
+                                       f"by_attribute=) or the serial zvf.write_points")
     url, opts = spec_of(target, storage_options)
+    items = _sources(sources) if attributes is None and object_ids is None else \
+        _aligned(sources, attributes, object_ids)
     pj = tasks.new_job(url, opts, job=job, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds, dtype=dtype,
                        compression=compression, shard_shape=shard_shape,
                        implicit_ids=groups is not None)
-    items = _sources(sources)
     if not items:
         raise InvalidArgumentError("sources: nothing to write (an empty list)")
     routed, written = anyio.run(lambda: tasks.start(pj, overwrite=overwrite, n_sources=len(items)),

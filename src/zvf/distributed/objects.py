@@ -19,7 +19,7 @@ one per chunk group, read the tables of the chunks their records reach.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 
@@ -27,7 +27,7 @@ from ..errors import InvalidArgumentError
 from ..write import inputs, object_tasks, tasks
 from ..write.fragment_attributes import FragmentAttributes
 from ..write.tasks import WriteJob
-from ..write.types import WriteSummary
+from ..write.types import ObjectWriteOptions, WriteSummary
 from .run import compute, need_dask, spec_of
 
 
@@ -56,6 +56,15 @@ def _sources(sources: Any) -> list[tuple[Any, bool]]:
 def _route(job: WriteJob, index: int, source: Any, partition: bool) -> dict:
     """Load one source and route its rows (on a worker)."""
     return object_tasks.route_objects(job, index, _load(source, partition))
+
+
+def _in_batches(**per_row: Any) -> None:
+    """The serial writers' per-row keywords (attributes, object_ids, link_attributes) belong to each
+    source's batches here: the sources are the input, not one array to align them with."""
+    given = [k for k, v in per_row.items() if v is not None]
+    if given:
+        raise InvalidArgumentError(f"{', '.join(given)}: on Dask they go in each source's batches "
+                                   f"({{'polylines' | 'positions': ..., {given[0]!r}: ...}}), row-aligned with them")
 
 
 def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any, client: Any, job: str | None,
@@ -106,8 +115,9 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any
 
 
 def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "polyline",
-                    client: Any = None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
-                    progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
+                    attributes: Any = None, client: Any = None, job: str | None = None,
+                    rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
+                    **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Polylines or streamlines from ``sources`` (see the module docstring), written by Dask workers; the
     same store as ``zvf.write_polylines`` of their batches, one after another.
 
@@ -115,39 +125,45 @@ def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_typ
     resumes it, skipping the tasks that finished.  ``rows_per_task``: vertex
     rows a cell task gathers at once (bounds a worker's memory).
     ``progress(dict)`` gets ``stage`` ("route", "cells"), ``done``, ``total``.
-    ``options``: the keywords of ``zvf.write_polylines``.
+    ``options``: the other keywords of ``zvf.write_polylines`` (``ObjectWriteOptions``); its per-row
+    ``attributes`` go in the sources' batches (the keyword is refused with a message saying so).
     """
+    _in_batches(attributes=attributes)
     if geometry_type not in ("polyline", "streamline"):
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry_type!r}")
     return _write_objects(target, sources, geometry=geometry_type, chunk_shape=chunk_shape, client=client, job=job,
                         rows_per_task=rows_per_task, progress=progress, options=options)
 
 
-def write_lines(target: Any, sources: Any, *, chunk_shape: Any, client: Any = None, job: str | None = None,
-                rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
-                **options: Any) -> WriteSummary:
+def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any = None, client: Any = None,
+                job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Line segments from ``sources``, written by Dask workers; the same store as ``zvf.write_lines`` of
     their batches.  The other arguments as for :func:`write_polylines`."""
+    _in_batches(attributes=attributes)
     return _write_objects(target, sources, geometry="line", chunk_shape=chunk_shape, client=client, job=job,
                         rows_per_task=rows_per_task, progress=progress, options=options)
 
 
-def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph", client: Any = None,
+def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph",
+                object_ids: Any = None, attributes: Any = None, link_attributes: Any = None, client: Any = None,
                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
-                progress: Callable[[dict], None] | None = None, **options: Any) -> WriteSummary:
+                progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Graphs or skeletons from ``sources``, written by Dask workers; the same store as ``zvf.write_graph`` of
     their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the batch's own positions).
     The other arguments as for :func:`write_polylines`; progress stages "route", "cells", "links"."""
+    _in_batches(object_ids=object_ids, attributes=attributes, link_attributes=link_attributes)
     if geometry_type not in ("graph", "skeleton"):
         raise InvalidArgumentError(f"geometry_type must be 'graph' or 'skeleton', got {geometry_type!r}")
     return _write_objects(target, sources, geometry=geometry_type, chunk_shape=chunk_shape, client=client, job=job,
                           rows_per_task=rows_per_task, progress=progress, options=options)
 
 
-def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, client: Any = None, job: str | None = None,
-               rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
-               **options: Any) -> WriteSummary:
+def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, object_ids: Any = None, attributes: Any = None,
+               client: Any = None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+               progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Meshes from ``sources``, written by Dask workers; the same store as ``zvf.write_mesh`` of their
     batches.  The other arguments as for :func:`write_graph`."""
+    _in_batches(object_ids=object_ids, attributes=attributes)
     return _write_objects(target, sources, geometry="mesh", chunk_shape=chunk_shape, client=client, job=job,
                           rows_per_task=rows_per_task, progress=progress, options=options)

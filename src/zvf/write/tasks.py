@@ -540,6 +540,10 @@ def batches_of_source(source: Any, index: int) -> Iterable:
             with np.load(path, allow_pickle=False) as z:
                 if "positions" not in z.files:
                     raise InvalidArgumentError(f"sources[{index}] {path!r} has no 'positions' array")
+                other = [k for k in z.files if k not in ("positions", "object_ids") and not k.startswith("attr_")]
+                if other:  # never dropped unseen: a source's rows are all it holds
+                    raise InvalidArgumentError(f"sources[{index}] {path!r}: keys {other} are not a point source's "
+                                               f"(positions, object_ids, attr_<name>)")
                 batch: dict = {"positions": z["positions"]}
                 if "object_ids" in z.files:
                     batch["object_ids"] = z["object_ids"]
