@@ -129,7 +129,8 @@ def directory_app(root: str | Path, access: Access) -> web.Application:
 
 
 async def start(app: web.Application, host: str, port: int, *, log_requests: bool = False) -> tuple[web.AppRunner, str]:
-    """Run ``app`` on host:port (0 picks a free port); returns the runner and its ``http://host:port`` base.
+    """Run ``app`` on host:port (0 picks a free port); returns the runner and its ``http://host:port`` base
+    (bound to every interface: the loopback address).
     ``log_requests``: one line per request (``GET /path 200``) on the ``zvf.neuroglancer.requests`` logger."""
     kwargs = {}
     if log_requests:
@@ -142,5 +143,6 @@ async def start(app: web.Application, host: str, port: int, *, log_requests: boo
         await runner.cleanup()
         raise
     bound = runner.addresses[0][1]
-    name = f"[{host}]" if ":" in host else host
+    name = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # every interface: this machine
+    name = f"[{name}]" if ":" in name else name
     return runner, f"http://{name}:{bound}"

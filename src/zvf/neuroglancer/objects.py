@@ -130,17 +130,15 @@ def segment_properties(ids: np.ndarray, attributes: dict[str, np.ndarray], group
                 props.append({"id": pid, "type": "string", "values": [str(v) for v in column.tolist()]})
             else:
                 props.append({"id": pid, "type": "number", "data_type": ngtype, "values": _number_values(column)})
-    if groups:
-        member: list[list[int]] = [[] for _ in range(len(ids))]
+    if groups and len(ids):
+        members = np.concatenate([np.asarray(m, dtype=np.int64).reshape(-1) for m in groups])
+        group_of = np.repeat(np.arange(len(groups)), [np.size(m) for m in groups])
         order = np.argsort(ids, kind="stable")
-        for g, members in enumerate(groups):
-            members = np.asarray(members, dtype=np.int64)
-            at = np.searchsorted(ids, members, sorter=order)
-            found = at < len(ids)
-            rows = order[at[found]]
-            for r in rows[ids[rows] == members[found]].tolist():
-                member[r].append(g)
+        rows = order[np.minimum(np.searchsorted(ids, members, sorter=order), len(ids) - 1)]
+        known = ids[rows] == members
+        pairs = np.unique(np.c_[rows[known], group_of[known]], axis=0)  # (row, group), sorted, no repeats
+        cuts = np.searchsorted(pairs[:, 0], np.arange(1, len(ids)))
         props.append({"id": "groups", "type": "tags", "tags": [f"group{g}" for g in range(len(groups))],
-                      "values": [sorted(set(m)) for m in member]})
+                      "values": [tags.tolist() for tags in np.split(pairs[:, 1], cuts)]})
     return {"@type": "neuroglancer_segment_properties",
             "inline": {"ids": [str(i) for i in ids.tolist()], "properties": props}}
