@@ -45,10 +45,6 @@ from .export import LINE_GEOMETRIES, dimensions, skeleton_bytes, store_segment_p
 from .http import Access, guard
 from .objects import MESH_INFO, PROPERTIES, encode_mesh, mesh_manifest, nm_per_unit, skeleton_attributes, skeleton_info
 
-#: the layer directories an app serves, for its viewer state.
-LAYERS = web.AppKey("layers", list)
-#: the app's view of the store (bounds, offset, object ids) once started.
-VIEW = web.AppKey("view", object)
 _UINT64 = re.compile(r"[0-9]{1,20}")
 
 
@@ -76,7 +72,8 @@ class _View:
         self.origin = chunks.min(axis=0) if len(chunks) else np.zeros(ds.ndim, np.int64)
         grid = (chunks.max(axis=0) - self.origin + 1) if len(chunks) else np.ones(ds.ndim, np.int64)
         self.cs = np.asarray(self.lvl.meta.chunk_shape or ds.chunk_shape, dtype=np.float64)
-        self.offset = resolve_offset(self.offset_spec, *ds.bounds, self.cs)
+        lo, hi = ds.bounds
+        self.offset = resolve_offset(self.offset_spec, lo, hi, self.cs)
         self.lower = self.origin * self.cs - self.offset  # of the index, in shifted coordinates
         self.factors = ann.chunk_factors(grid, self.cs)
         self.local = chunks - self.origin
@@ -271,6 +268,12 @@ class _View:
         if not hasattr(self, "_properties"):
             self._properties = await store_segment_properties(self.ds, self.level, self.label)
         return self._properties
+
+
+#: the layer directories an app serves, for its viewer state.
+LAYERS = web.AppKey("layers", list[str])
+#: the app's view of the store (bounds, offset, object ids) once started.
+VIEW = web.AppKey("view", _View)
 
 
 def _uint(text: str) -> int:
