@@ -26,10 +26,15 @@ RemoteError instead, because a retry could report "exists" for our own write.
 A multipart upload fed by a one-shot iterator is not retried (the data is
 gone); pass bytes or a sequence of chunks to make it retryable.
 
-In-flight sharing: identical concurrent reads (same op/key/range) run once;
-later callers await the first one's result.  If the first caller is
+In-flight sharing (single flight): identical concurrent reads (same op/key/range)
+run once; later callers await the first one's result.  If the first caller is
 cancelled, a waiter takes over and issues the request itself, so one caller's
-cancellation never leaks into another.
+cancellation never leaks into another.  The same holds one level up, for what
+is decoded from the bytes (:meth:`Executor.once`, :meth:`Executor.cached`,
+:meth:`Executor.cached_many`): concurrent first users of an object index, a
+fragment index or a document share one fetch AND one decode -- 64 box queries
+on a freshly opened store decode its object index once, not 64 times.
+
 
 Concurrency from the plan: unless ``concurrency`` was given (storage option or
 argument), a remote store's limit grows with the work asked of it.  A plan of
@@ -362,8 +367,9 @@ class Executor:
                 self.stats.bytes += sum(len(r) for r in result)
             return result
 
-    async def _shared(self, fkey: tuple[Any, ...], fn: Callable[[], Awaitable[T]]) -> T:
-        """Run ``fn`` once for concurrent identical ``fkey``s (see module docstring)."""
+    async def once(self, fkey: tuple[Any, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        """``await fn()``, run once for concurrent callers with the same ``fkey``: later ones await the first
+        one's result (or error); when the first is cancelled, one of them runs ``fn`` itself."""
         while True:
             flight = self._inflight.get(fkey)
             if flight is None:
@@ -441,6 +447,72 @@ class Executor:
             return
         self.cache(namespace).put(key, value, _sizeof(value) if nbytes is None else int(nbytes))
 
+    async def cached(self, namespace: str, key: Any, compute: Callable[[], Awaitable[T]],
+                     nbytes: Callable[[T], int] | None = None) -> T:
+        """The value cached under ``key``, else ``await compute()`` cached there (costing ``nbytes(value)``,
+        default its size) -- computed once for all concurrent callers (see :meth:`once`), so a decode is
+        shared as well as the fetch before it."""
+        hit = self.get_cached(namespace, key)
+        if hit is not None:
+            return cast(T, hit)
+
+        async def fill() -> T:
+            value = await compute()
+            self.put_cached(namespace, key, value, None if nbytes is None else nbytes(value))
+            return value
+
+        return await self.once(("cached", namespace, key), fill)
+
+    async def cached_many(self, namespace: str, keys: Sequence[Any],
+                          compute: Callable[[builtins.list[Any]], Awaitable[Sequence[T]]],
+                          nbytes: Callable[[T], int] | None = None) -> builtins.list[T]:
+        """:meth:`cached` for many keys: those neither cached nor being computed by another task are computed
+        in one ``compute(missing_keys)`` call (one batched fetch); the others are awaited."""
+        out: builtins.list[Any] = [self.get_cached(namespace, k) for k in keys]
+        todo = [j for j, v in enumerate(out) if v is None]
+        while todo:
+            owned: dict[tuple[Any, ...], _Flight] = {}
+            waits = []
+            for j in todo:
+                fkey = ("cached", namespace, keys[j])
+                flight = self._inflight.get(fkey)
+                if flight is None:
+                    flight = owned[fkey] = self._inflight[fkey] = _Flight()
+                elif fkey not in owned:
+                    self.stats.inflight_shared += 1
+                waits.append((j, flight))
+            if owned:
+                await self._fill(namespace, owned, compute, nbytes)
+            todo = []
+            for j, flight in waits:
+                await flight.event.wait()
+                if flight.ok:
+                    out[j] = flight.result
+                elif flight.error is not None:
+                    raise flight.error
+                else:  # its owner was cancelled: compute it ourselves
+                    todo.append(j)
+        return out
+
+    async def _fill(self, namespace: str, owned: dict[tuple[Any, ...], _Flight],
+                    compute: Callable[[builtins.list[Any]], Awaitable[Sequence[Any]]],
+                    nbytes: Callable[[Any], int] | None) -> None:
+        """Compute the values of the flights this task owns, cache them, and wake their waiters."""
+        try:
+            values = await compute([fkey[2] for fkey in owned])
+            for (fkey, flight), value in zip(owned.items(), values):
+                self.put_cached(namespace, fkey[2], value, None if nbytes is None else nbytes(value))
+                flight.ok, flight.result = True, value
+        except Exception as e:
+            for flight in owned.values():
+                flight.error = e
+            raise
+        finally:  # cancellation leaves ok=False, error=None: waiters take over
+            for fkey, flight in owned.items():
+                if self._inflight.get(fkey) is flight:
+                    del self._inflight[fkey]
+                flight.event.set()
+
     def invalidate(self, key: str) -> None:
         """Forget cached entries for object ``key`` (plain key or ("...", key, ...) tuples)."""
         for c in self.caches.values():
@@ -465,7 +537,7 @@ class Executor:
             if hit is not None:
                 return cast(bytes, hit)
         t = self.transport
-        data: bytes | None = await self._shared(("get", key), lambda: self.call("get", key, lambda: t.get(key)))
+        data: bytes | None = await self.once(("get", key), lambda: self.call("get", key, lambda: t.get(key)))
         if cache is not None and data is not None:
             self.put_cached(cache, key, data)
         return data
@@ -476,7 +548,7 @@ class Executor:
         view = getattr(t, "get_view", None)
         if view is None:
             return await self.get(key)
-        data: memoryview | None = await self._shared(("get_view", key),
+        data: memoryview | None = await self.once(("get_view", key),
                                                       lambda: self.call("get", key, lambda: view(key)))
         return data
 
@@ -555,17 +627,17 @@ class Executor:
     async def head(self, key: str) -> int | None:
         """Object size, or None if it does not exist."""
         t = self.transport
-        return await self._shared(("head", key), lambda: self.call("head", key, lambda: t.head(key)))
+        return await self.once(("head", key), lambda: self.call("head", key, lambda: t.head(key)))
 
     async def _fetch(self, req: Request) -> bytes | None:
         t, key, s, e = self.transport, req.key, req.start, req.end
         if e is None and s == 0:
             return await self.get(key)
         if e is None and s < 0:
-            return await self._shared(
+            return await self.once(
                 ("suffix", key, -s), lambda: self.call("get_suffix", key, lambda: t.get_suffix(key, -s), span=(s, None))
             )
-        return await self._shared(
+        return await self.once(
             ("range", key, s, e), lambda: self.call("get_range", key, lambda: t.get_range(key, s, e), span=(s, e))
         )
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-import anyio
 import numpy as np
 
 from ..errors import DatasetClosedError, FormatError
@@ -71,7 +70,6 @@ class ReadContext(RootFacts):
     owner_cache: dict[int, Owners] = field(default_factory=dict)
     object_cache: dict[tuple[str, int], Any] = field(default_factory=dict)
     """Per-level tables the object reads derive (parsed link arrays, id order), keyed (kind, level)."""
-    _lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     @classmethod
     def create(cls, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level) -> ReadContext:
@@ -104,21 +102,26 @@ class ReadContext(RootFacts):
         return sorted(set(self.root.levels)) or [0]
 
     # ------------------------------------------------------------- levels
+    # Everything below is loaded or decoded once however many readers ask at the same time (the executor's
+    # single flight, keyed by the root it belongs to), and kept only while that root is still the context's.
     async def level(self, index: int = 0) -> load.Level:
         self.check_open()
         index = load.check_level(self.level_ids, index)
-        if index not in self.levels:
-            async with self._lock:
-                if index not in self.levels:
-                    self.levels[index] = await load.load_level(self.ex, self.root, index)
-        return self.levels[index]
+        level = self.levels.get(index)
+        if level is None:
+            root, ex = self.root, self.ex
+            level = await ex.once(("level", id(self), id(root), index), partial(load.load_level, ex, root, index))
+            if self.root is root:
+                level = self.levels.setdefault(index, level)
+        return level
 
     async def family(self, index: int, family: str) -> load.Level:
         """The level with one more lazily loaded family of arrays."""
         level = await self.level(index)
         if family not in level.loaded:
-            await load.load_family(self.ex, level, family)
+            await self.ex.once(("family", id(level), family), partial(load.load_family, self.ex, level, family))
         return level
+
 
     def has_objects(self, index: int) -> bool:
         level = self.levels.get(index)
@@ -132,8 +135,13 @@ class ReadContext(RootFacts):
 
     async def manifests(self, index: int = 0) -> tuple[np.ndarray, ManifestTable]:
         """(object ids, ManifestTable) of a level, decoded once and cached."""
-        if index in self.manifest_cache:
-            return self.manifest_cache[index]
+        got = self.manifest_cache.get(index)
+        if got is None:
+            got = await self.ex.once(("manifests", id(self), id(self.root), index), partial(self._manifests, index))
+        return got
+
+    async def _manifests(self, index: int) -> tuple[np.ndarray, ManifestTable]:
+        root = self.root
         level = await self.family(index, "object_index")
         arr = level.array("object_index/manifests")
         if arr is None and level.array("object_index/data") is None and level.meta.vertex_count == 0:
@@ -148,7 +156,8 @@ class ReadContext(RootFacts):
         else:
             oindex = level.object_index
             got = (await oindex.ids(), await oindex.every_row())
-        self.manifest_cache[index] = got
+        if self.root is root:
+            self.manifest_cache[index] = got
         return got
 
     async def object_ids(self, index: int = 0) -> np.ndarray:
@@ -162,11 +171,17 @@ class ReadContext(RootFacts):
 
     async def fragment_owners(self, index: int) -> Owners:
         """chunk -> object id of each fragment (-1 for fragments no manifest names)."""
-        if index in self.owner_cache:
-            return self.owner_cache[index]
+        owners = self.owner_cache.get(index)
+        if owners is None:
+            owners = await self.ex.once(("owners", id(self), id(self.root), index), partial(self._owners, index))
+        return owners
+
+    async def _owners(self, index: int) -> Owners:
+        root = self.root
         oids, table = await self.manifests(index)
         owners = await off_loop(32 * len(table), partial(_owners_of, oids, table, f"{index}/object_index/manifests"))
-        self.owner_cache[index] = owners
+        if self.root is root:
+            self.owner_cache[index] = owners
         return owners
 
 

@@ -12,6 +12,8 @@ Manifests never become one Python object each: a fetched unit (a plain
 chunk, an inner chunk, or a whole shard when most of it is wanted) is
 decoded in one batch into ``(buffer, starts, lengths)`` and cached that
 way, and :func:`decode_manifests_packed` reads the rows straight from it.
+The ids and every whole unit are fetched and decoded once however many
+readers ask for them at the same time (the executor's single flight).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class ObjectIndex:
 
     def __init__(self, executor, level, ndim: int):
         self.ex = executor
-        self.level = level
+        self.level_index = level.index  # not the level: it holds this index, and a cycle outlives its dataset
         self.ndim = ndim
         self.manifests = required_array(level, "object_index/manifests", " although the level has objects")
         self.ids_array = level.array("object_index/object_ids")
@@ -66,14 +68,16 @@ class ObjectIndex:
     async def ids(self) -> np.ndarray:
         """Object id of each manifest row (row number when the store lists none)."""
         if self._ids is None:
-            if self.ids_array is None:
-                self._ids = np.arange(self.count, dtype=np.int64)
-            else:
-                ids = np.asarray(await read_dense(self.ex, self.ids_array)).astype(np.int64).reshape(-1)
-                if len(ids) != self.count:
-                    raise FormatError(f"{self.ids_array.path}: {len(ids)} object ids for {self.count} manifests")
-                self._ids = ids
+            self._ids = await self.ex.once(("object_ids", id(self)), self._read_ids)
         return self._ids
+
+    async def _read_ids(self) -> np.ndarray:
+        if self.ids_array is None:
+            return np.arange(self.count, dtype=np.int64)
+        ids = np.asarray(await read_dense(self.ex, self.ids_array)).astype(np.int64).reshape(-1)
+        if len(ids) != self.count:
+            raise FormatError(f"{self.ids_array.path}: {len(ids)} object ids for {self.count} manifests")
+        return ids
 
     async def rows_of(self, object_ids) -> np.ndarray:
         """Manifest rows of the given object ids; unknown ids are an error naming them."""
@@ -94,7 +98,7 @@ class ObjectIndex:
             bad = want[~ok][:5].tolist()
             lo_hi = f"{int(ids.min())}..{int(ids.max())}" if len(ids) else "none"
             raise InvalidArgumentError(
-                f"object id(s) {bad} not in level {self.level.index} ({self.count} objects, ids {lo_hi})")
+                f"object id(s) {bad} not in level {self.level_index} ({self.count} objects, ids {lo_hi})")
         return rows.astype(np.int64)
 
     # ------------------------------------------------------------- manifests
@@ -127,8 +131,7 @@ class ObjectIndex:
 
     def _remember(self, what, unit) -> None:
         """Cache a decoded unit (buffer, starts, lengths), charged for its own bytes."""
-        nbytes = 64 + 16 * len(unit[1]) + int(unit[2].sum())
-        self.ex.put_cached("manifest", (self.manifests.path, *what), unit, nbytes=nbytes)
+        self.ex.put_cached("manifest", (self.manifests.path, *what), unit, nbytes=_unit_nbytes(unit))
 
     def _decode(self, blob, starts, ends, per_unit: int, key: str):
         """Stored chunks -> one decoded (buffer, starts, lengths) per chunk, in one batch."""
@@ -143,19 +146,19 @@ class ObjectIndex:
     async def _plain(self, rows: np.ndarray):
         per = self.rows_per_chunk
         cells, part = np.unique(rows // per, return_inverse=True)
-        parts = [self.ex.get_cached("manifest", (self.manifests.path, "chunk", c)) for c in cells.tolist()]
-        missing = [j for j, u in enumerate(parts) if u is None]
-        keys = [self.manifests.key_of((int(cells[j]),)) for j in missing]
-        raws = await self.ex.gather([self.ex.get(k) for k in keys])
-        for j, key, raw in zip(missing, keys, raws):
-            c = int(cells[j])
-            want = min(per, self.count - c * per)
-            if raw is None:
-                parts[j] = _empty(want)
-                continue
-            parts[j] = self._decode(raw, [0], [len(raw)], want, key)[0]
-            self._remember(("chunk", c), parts[j])
+        parts = await self.ex.gather([self._plain_chunk(c) for c in cells.tolist()])
         return parts, part, rows % per
+
+    async def _plain_chunk(self, c: int):
+        """The decoded unit of plain manifest chunk ``c`` (cached)."""
+
+        async def fetch():
+            key = self.manifests.key_of((c,))
+            want = min(self.rows_per_chunk, self.count - c * self.rows_per_chunk)
+            raw = await self.ex.get(key)
+            return _empty(want) if raw is None else self._decode(raw, [0], [len(raw)], want, key)[0]
+
+        return await self.ex.cached("manifest", (self.manifests.path, "chunk", c), fetch, _unit_nbytes)
 
     async def _shard_index(self, shard: int):
         """A shard's index, by one suffix read that brings the whole shard when it is small.
@@ -244,10 +247,11 @@ class ObjectIndex:
     async def _whole_shard(self, s: int):
         """Every row of shard ``s`` as one decoded unit (cached): one request for the shard, decompressed and
         split in a worker thread (zstd drops the GIL, so two cores decode two shards)."""
+        return await self.ex.cached("manifest", (self.manifests.path, "rows", s), partial(self._fetch_shard, s),
+                                    _unit_nbytes)
+
+    async def _fetch_shard(self, s: int):
         path = self.manifests.path
-        unit = self.ex.get_cached("manifest", (path, "rows", s))
-        if unit is not None:
-            return unit
         index = await self._shard_index(s)
         if index is None:  # absent shard: empty manifests
             return _empty(self.rows_per_chunk)
@@ -257,9 +261,7 @@ class ObjectIndex:
         if raw is None:
             r = ByteRange(self.manifests.key_of((s,)), 0, _stored_end(offsets, nbytes, present))
             raw = _whole((await self.ex.read_ranges([r]))[0], r)
-        unit = await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present), OFFLOAD_STORED)
-        self._remember(("rows", s), unit)
-        return unit
+        return await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present), OFFLOAD_STORED)
 
     def _decode_shard(self, shard: int, raw, offsets, nbytes, present):
         """Every inner chunk of a shard in one batch -> one unit of ``rows_per_chunk`` rows (pure: runs in a thread)."""
@@ -275,6 +277,11 @@ class ObjectIndex:
         row_starts[at] = ist
         row_lengths[at] = iln
         return buf, row_starts, row_lengths
+
+
+def _unit_nbytes(unit) -> int:
+    """What a decoded unit (buffer, starts, lengths) costs in the cache: its own bytes."""
+    return 64 + 16 * len(unit[1]) + int(unit[2].sum())
 
 
 def _empty(n: int):

@@ -402,9 +402,8 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
     if not len(partial) or frag_arr is None:
         return None
     ex = frag_arr.executor
-    keys = [frag_arr.key_of(frag_arr.cell_coords(chunks[i])) for i in partial]
-    cached = [ex.get_cached("fragment_index", k) for k in keys]
-    if any(fi is None for fi in cached):
+    cache = ex.cache("fragment_index")
+    if not all(frag_arr.key_of(frag_arr.cell_coords(chunks[i])) in cache for i in partial):
         handle = ex.handle
         row_bytes = sum(row_nbytes(a) for a in arrays.values())
         per_chunk = row_bytes * max(1, level.meta.vertex_count) / max(1, len(level.nonempty_chunks))
@@ -413,12 +412,7 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
         if choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
                         ranged_round_trips=2) == "whole":
             return None
-        missing = [j for j, fi in enumerate(cached) if fi is None]
-        payloads = await frag_arr.payloads([tuple(chunks[partial[j]]) for j in missing])
-        for j, payload in zip(missing, payloads):
-            fi = decode_fragment_index(payload or b"", key=keys[j])
-            ex.put_cached("fragment_index", keys[j], fi, nbytes=16 * max(1, fi.num_fragments))
-            cached[j] = fi
+    cached = await fragment_indexes(frag_arr, [tuple(chunks[i]) for i in partial])
     out = {}
     for i, fi in zip(partial, cached):
         if fi.num_fragments != grid.bins_in_chunk:
@@ -426,6 +420,20 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
         starts, stops = fi.spans(np.flatnonzero(mask[i]))
         out[int(i)] = np.stack([starts, stops], axis=1)
     return out
+
+
+async def fragment_indexes(frag_arr, chunks: list) -> list[FragmentIndex]:
+    """Decoded fragment index of each chunk (absolute coordinates) of array ``frag_arr``, through the
+    executor's "fragment_index" cache: those missing are fetched in one batch and decoded once, however
+    many queries ask for them at the same time."""
+    by_key = dict(zip(frag_arr.keys_of(chunks), chunks))
+
+    async def fetch(keys: list[str]) -> list[FragmentIndex]:
+        payloads = await frag_arr.payloads([by_key[k] for k in keys])
+        return [decode_fragment_index(p or b"", key=k) for k, p in zip(keys, payloads)]
+
+    return await frag_arr.executor.cached_many("fragment_index", frag_arr.keys_of(chunks), fetch,
+                                               lambda fi: 16 * max(1, fi.num_fragments))
 
 
 def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: dict, owners, box) -> Selection:

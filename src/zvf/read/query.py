@@ -45,7 +45,7 @@ from .dense import dense_attribute, read_groups
 from .links import level_links
 from .load import LINKED
 from .objects import SEQUENTIAL, combined_selection, level_attributes, object_table, read_grouped
-from .points import attribute_layout, attribute_rows, fetch, row_nbytes
+from .points import attribute_layout, attribute_rows, fetch, fragment_indexes, row_nbytes
 from .query_plan import PlannedRead, QueryPlan, Wave
 from .query_spec import Spec, Term
 from .rowops import expand_ranges, match_rows, segments
@@ -312,21 +312,6 @@ def _narrow_pays(rc: ReadContext, lvl, cand, partial, mask, arrays) -> bool:
                         ranged_round_trips=2) == "ranges"
 
 
-async def _fragment_indexes(rc: ReadContext, lvl, chunks: list) -> list:
-    """Decoded fragment index of each chunk, through the executor's cache."""
-    frag = lvl.array("vertex_fragments")
-    ex = frag.executor
-    keys = [_fi_key(frag, c) for c in chunks]
-    out = [ex.get_cached("fragment_index", k) for k in keys]
-    missing = [j for j, fi in enumerate(out) if fi is None]
-    payloads = await frag.payloads([chunks[j] for j in missing])
-    for j, payload in zip(missing, payloads):
-        fi = decode_fragment_index(payload or b"", key=keys[j])
-        ex.put_cached("fragment_index", keys[j], fi, nbytes=16 * max(1, fi.num_fragments))
-        out[j] = fi
-    return out
-
-
 def _runs(rows: np.ndarray) -> np.ndarray:
     """Sorted unique rows as (start, stop) runs."""
     if rows.size == 0:
@@ -366,7 +351,7 @@ async def _point_wave(rc: ReadContext, ctx: _Ctx, job: _PointJob, idx: np.ndarra
     need_fi = [k for k, i in enumerate(idx) if int(i) in first]
     fis: dict[int, object] = {}
     if need_fi and not job.owner_fi_only:
-        got = await _fragment_indexes(rc, lvl, [chunks[k] for k in need_fi])
+        got = await fragment_indexes(lvl.array("vertex_fragments"), [chunks[k] for k in need_fi])
         fis = dict(zip(need_fi, got))
     spans: dict[int, np.ndarray] = {}  # k -> row spans to read (absent = whole cell)
     for k, fi in ({} if job.owner_fi_only else fis).items():
@@ -390,7 +375,7 @@ async def _point_wave(rc: ReadContext, ctx: _Ctx, job: _PointJob, idx: np.ndarra
         jobs = [fetch(lvl.array("vertices").executor, job.where, [chunks[k] for k in live],
                       {j: spans[k] for j, k in enumerate(live) if k in spans})]
         if job.owner_fi_only:  # owners' fragment indexes in the same wave as the where cells
-            jobs.append(_fragment_indexes(rc, lvl, [chunks[k] for k in live]))
+            jobs.append(fragment_indexes(lvl.array("vertex_fragments"), [chunks[k] for k in live]))
         got, *more = await rc.ex.gather(jobs)
         if more:
             fis = dict(zip(live, more[0]))
@@ -722,7 +707,7 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
             nonempty = np.flatnonzero(np.bincount(sub.object_row, minlength=len(got_ids)) > 0)[:limit]
             sub = sub.take_objects(nonempty)
         coords = [tuple(c) for c in np.unique(sub.coords, axis=0).tolist()]
-        fis = dict(zip(coords, await _fragment_indexes(rc, lvl, coords)))
+        fis = dict(zip(coords, await fragment_indexes(lvl.array("vertex_fragments"), coords)))
         counts = [int(fis[tuple(c)].counts[f]) if f < fis[tuple(c)].num_fragments else 0
                   for c, f in zip(sub.coords.tolist(), sub.fragment.tolist())]
         return cap(int(sum(counts)))
@@ -743,7 +728,7 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
     touched = lvl.grid.bins_touching(cand, lo, hi)
     if np.any(touched & ~covered):
         return None  # some bin is cut by the box: its vertices decide
-    fis = await _fragment_indexes(rc, lvl, [tuple(c) for c in cand.tolist()])
+    fis = await fragment_indexes(lvl.array("vertex_fragments"), [tuple(c) for c in cand.tolist()])
     total = 0
     for fi, cov in zip(fis, covered):
         if fi.num_fragments != len(cov):
