@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import Dataset as Dataset
     from .api.sync import build_pyramid as build_pyramid
     from .api.sync import convert as convert
+    from .api.sync import gc as gc
     from .api.sync import open as open
     from .api.sync import rechunk as rechunk
     from .api.sync import validate as validate
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
 # public name -> module that defines it
 _LAZY = {
     **dict.fromkeys(("open", "write_points", "write_polylines", "write_lines", "write_graph", "write_mesh",
-                     "validate", "Dataset", "build_pyramid", "rechunk", "convert"), ".api.sync"),
+                     "validate", "Dataset", "build_pyramid", "rechunk", "convert", "gc"), ".api.sync"),
     "Selection": ".read.selection",
     "StorageOptions": ".io.store",
     "WriteSummary": ".write.types",

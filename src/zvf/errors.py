@@ -58,11 +58,6 @@ class UnsupportedRequestError(RemoteError):
     """The store's server does not implement the request (a listing on a static web host: HTTP 405/501)."""
 
 
-class SizeLimitError(FormatError):
-    """Stored data would decode to more than its metadata allows (or than zvf reads): refused before it is
-    inflated or allocated."""
-
-
 class MissingDataError(FormatError):
     """Metadata names a chunk, fragment or object the store does not hold."""
 
@@ -77,3 +72,12 @@ class MissingDependencyError(ZvfError, ImportError):
 
 class ConcurrentModificationError(ZvfError):
     """Another process changed the object (or holds the store's lock) between our read and our write."""
+
+
+class StaleDatasetError(ZvfError):
+    """The store changed since the dataset was opened and the version it reads from is no longer kept:
+    ``ds.refresh()`` moves it to the newest version (``open(..., refresh="auto")`` does that by itself)."""
+
+
+class ForeignDataError(ZvfError, FileExistsError):
+    """The target holds objects that belong to no ZVF store; zvf never deletes or overwrites them."""

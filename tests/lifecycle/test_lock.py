@@ -18,8 +18,8 @@ import zvf.aio as za
 from zvf.errors import ConcurrentModificationError
 from zvf.io.executor import Executor
 from zvf.io.store import StoreHandle, open_store
-from zvf.lifecycle.lock import LOCK_KEY, TAKEOVER, StoreLock, read_document, replace_document
 from zvf.testing import MemoryTransport
+from zvf.write.lock import LOCK_KEY, TAKEOVER, StoreLock, read_document, replace_document
 
 
 def _ex(transport=None):
@@ -58,7 +58,7 @@ async def test_stale_lock_taken_over_by_exactly_one_contender():
     winners, losers = [], []
 
     async def contend(i):
-        lock = StoreLock(ex, "mem://s", purpose=f"c{i}", timeout=0.5, stale_after=60)
+        lock = StoreLock(ex, "mem://s", purpose=f"c{i}", timeout=0.5, lease=60)
         try:
             await lock.acquire()
         except ConcurrentModificationError:
@@ -81,12 +81,12 @@ async def test_late_takeover_of_a_released_lock_backs_off():
     ex = _ex(t)
     stale = _stale_body("dead")
     t.data[LOCK_KEY] = stale
-    first = StoreLock(ex, "mem://s", purpose="first", stale_after=60)
+    first = StoreLock(ex, "mem://s", purpose="first", lease=60)
     await first.acquire()
     await first.release()
-    new = StoreLock(ex, "mem://s", purpose="new", stale_after=60)
+    new = StoreLock(ex, "mem://s", purpose="new", lease=60)
     await new.acquire()  # a fresh holder
-    late = StoreLock(ex, "mem://s", purpose="late", stale_after=60)
+    late = StoreLock(ex, "mem://s", purpose="late", lease=60)
     assert not await late._take_over(stale, "dead")  # still believes the dead lock is there
     assert json.loads(t.data[LOCK_KEY])["purpose"] == "new"
     assert TAKEOVER + "dead" not in t.data
@@ -94,10 +94,10 @@ async def test_late_takeover_of_a_released_lock_backs_off():
 
 async def test_slow_holder_taken_over_does_not_publish():
     ex = _ex()
-    slow = StoreLock(ex, "mem://s", purpose="append", stale_after=0)
+    slow = StoreLock(ex, "mem://s", purpose="append", lease=0)
     await slow.acquire()
     await anyio.sleep(0.01)
-    other = StoreLock(ex, "mem://s", purpose="append", stale_after=0)
+    other = StoreLock(ex, "mem://s", purpose="append", lease=0)
     await other.acquire()  # the slow holder's lock looks stale: taken over
     with pytest.raises(ConcurrentModificationError, match="no longer holds the lock"):
         await slow.check()
@@ -140,11 +140,11 @@ CHILD = textwrap.dedent("""
     from zvf.errors import ConcurrentModificationError
     from zvf.io.executor import Executor
     from zvf.io.store import open_store
-    from zvf.lifecycle.lock import StoreLock
+    from zvf.write.lock import StoreLock
 
     async def main():
         ex = Executor(open_store(sys.argv[1], mode="a"))
-        lock = StoreLock(ex, sys.argv[1], purpose="child", timeout=1.5, stale_after=60)
+        lock = StoreLock(ex, sys.argv[1], purpose="child", timeout=1.5, lease=60)
         while time.time() < float(sys.argv[2]):  # start together
             time.sleep(0.001)
         try:
@@ -176,3 +176,66 @@ def test_two_processes_finding_a_stale_lock_one_proceeds(tmp_path):
         outs.append(out.strip())
     assert sorted(outs) == ["GOT", "WAITED OUT"]
     assert not [f for f in os.listdir(store) if f.startswith(".zvf")]
+
+
+async def test_heartbeat_keeps_a_live_holder_against_takeover():
+    """A holder beats every third of its lease: contenders never presume it dead while it lives."""
+    ex = _ex()
+    async with StoreLock(ex, "mem://s", purpose="append", lease=0.3) as holder:
+        first = json.loads(holder.body)["heartbeat"]
+        with pytest.raises(ConcurrentModificationError, match="live"):
+            await StoreLock(ex, "mem://s", purpose="other", timeout=1.0).acquire()  # > 3 leases
+        await holder.check()
+        assert json.loads(await ex.get(LOCK_KEY))["heartbeat"] > first
+    assert await ex.get(LOCK_KEY) is None
+
+
+HOLD = textwrap.dedent("""
+    import sys, time, anyio
+    from zvf.io.executor import Executor
+    from zvf.io.store import open_store
+    from zvf.write.lock import StoreLock
+
+    async def main():
+        ex = Executor(open_store(sys.argv[1], mode="a"))
+        async with StoreLock(ex, sys.argv[1], purpose="append", lease=3600):
+            print("HELD", flush=True)
+            await anyio.sleep(300)
+
+    anyio.run(main)
+""")
+
+
+def test_a_killed_holder_is_taken_over_at_once(tmp_path):
+    """SIGKILL leaves the lock behind with an hour of lease; its process is gone from this host, so the
+    next writer takes it over without waiting."""
+    store = tmp_path / "s"
+    store.mkdir()
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD)
+    p = subprocess.Popen([sys.executable, str(script), str(store)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("HELD")
+    p.kill()
+    p.wait(10)
+    assert (store / LOCK_KEY).exists()
+
+    async def take() -> float:
+        t0 = time.monotonic()
+        ex = Executor(open_store(str(store), mode="a"))
+        async with StoreLock(ex, str(store), purpose="next", timeout=5):
+            return time.monotonic() - t0
+
+    assert anyio.run(take) < 2.0
+    assert not [f for f in os.listdir(store) if f.startswith(".zvf")]
+
+
+async def test_a_contender_killed_mid_takeover_does_not_block():
+    """A dead holder's lock and the takeover marker of a contender that died before overwriting it: the next
+    contender takes the marker over in turn, then the lock."""
+    t = MemoryTransport()
+    t.data[LOCK_KEY] = _stale_body("dead")
+    t.data[TAKEOVER + "dead"] = _stale_body("contender")
+    ex = _ex(t)
+    async with StoreLock(ex, "mem://s", purpose="next", timeout=2):
+        assert json.loads(t.data[LOCK_KEY])["purpose"] == "next"
+    assert not [k for k in t.data if k.startswith(".zvf")]

@@ -89,8 +89,10 @@ async def test_operations_carry_the_root(tmp_path, op):
     await ds.close()
 
 
-async def test_a_root_without_section_gets_none(tmp_path):
-    """0.9.2's layout (no consolidated section): an append does not invent one."""
+async def test_a_root_without_section_gets_one_from_its_first_change(tmp_path):
+    """0.9.2's layout (no consolidated section): an append publishes a root carrying every document (readers
+    pinned to a version read documents from its root only, see zvf.write.publish), the root's own attributes
+    kept."""
     pos, u = _points(500)
     src = tmp_path / "store"
     await za.write_points(str(src), pos, attributes={"u": u}, chunk_shape=(25,) * 3, object_index_layout="reference")
@@ -99,7 +101,7 @@ async def test_a_root_without_section_gets_none(tmp_path):
     await ds.append_points(pos[:5], attributes={"u": u[:5]})
     await ds.close()
     doc = json.loads((src / "zarr.json").read_text())
-    assert "consolidated_metadata" not in doc and doc["attributes"]["mine"] == MINE
+    assert "consolidated_metadata" in doc and doc["attributes"]["mine"] == MINE
 
 
 # ------------------------------------------------------------------ converted files, an operation, and back

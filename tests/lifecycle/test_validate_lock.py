@@ -12,7 +12,7 @@ import zvf
 import zvf.aio as za
 from zvf.io.executor import Executor
 from zvf.io.store import open_store
-from zvf.lifecycle.lock import LOCK_KEY, TAKEOVER, StoreLock
+from zvf.write.lock import LOCK_KEY, TAKEOVER, StoreLock
 
 
 @pytest.fixture
@@ -45,12 +45,34 @@ def test_stale_lock_and_its_takeover_marker_are_warnings(store, tmp_path):
     (issue,) = _lock_issues(rep)
     assert issue.severity == "warning"
     assert "held by pyramid build (owner dead0, pid 7 on h)" in issue.message
-    assert "stale" in issue.message and " d;" in issue.message  # its age, in days
+    assert "dead" in issue.message and " d;" in issue.message  # its age, in days
+    assert "zvf gc" in issue.message  # the leftover of a failed change, and its remedy
     assert "1 takeover marker(s)" in issue.message
 
 
-def test_creation_claim_is_still_an_unfinished_write(store, tmp_path):
+def test_a_claim_is_an_error_only_where_no_root_was_published(store, tmp_path):
+    """A first write's claim beside a published root is a leftover (warning, `zvf gc` clears it); without a
+    root the store is unfinished (error)."""
     (tmp_path / "s.zarrvectors" / LOCK_KEY).write_bytes(b"zvf write in progress 0123\n")
+    rep = zvf.validate(store)
+    assert rep.ok and LOCK_KEY in rep.keys("warning")
+    assert "zvf gc" in next(i.message for i in _lock_issues(rep))
+    (tmp_path / "s.zarrvectors" / "zarr.json").unlink()
     rep = zvf.validate(store)
     assert not rep.ok and LOCK_KEY in rep.keys("error")
     assert "interrupted" in next(i.message for i in _lock_issues(rep))
+
+
+def test_a_dead_holder_is_not_reported_live(store):
+    """A holder on this host whose process is gone is dead at once, whatever its heartbeat says."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(p.stdout)
+    body = {"owner": "gone", "purpose": "append", "host": __import__("socket").gethostname(), "pid": pid,
+            "time": __import__("time").time(), "heartbeat": __import__("time").time(), "lease": 30.0}
+    (__import__("pathlib").Path(store) / LOCK_KEY).write_text(json.dumps(body))
+    (issue,) = _lock_issues(zvf.validate(store))
+    assert issue.severity == "warning" and "dead" in issue.message and "live" not in issue.message
+    assert f"process {pid}" in issue.message

@@ -51,7 +51,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         record_table("fuzz", "\n".join(lines))
         for site in sorted(FUZZ_FINDINGS):
             tr.write_line(f"  non-ZvfError in the read path: {site}")
-    for name in ("faults", "crash", "agreement"):
+    for name in ("faults", "crash", "publication", "agreement"):
         if name in RESULTS:
             tr.write_sep("-", f"reliability: {name}")
             for row in RESULTS[name].splitlines():

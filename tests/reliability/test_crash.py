@@ -151,7 +151,8 @@ def _check_after_kill(target: str, opts, label: str, paused_at: str, root_writte
         assert not rep.ok  # nothing was written at all
         left = "nothing (empty location)"
     else:
-        assert ".zvf-writing" in errs, rep.summary()
+        # the claim of an unfinished write is an error; beside a published root, a failed change's leftover
+        assert ".zvf-writing" in (rep.keys("warning") if root_written else errs), rep.summary()
         orphan = sorted(k for k in errs if k not in (".zvf-writing", "zarr.json"))
         if not root_written:
             assert "zarr.json" in errs, rep.summary()
@@ -211,19 +212,21 @@ def test_sigkill_during_write(backend, child, tmp_path, request):
         _check_after_kill(target, opts, f"{backend}: {label} (op {after}/{len(ops)})", paused_at, root_written)
 
 
-def test_sigkill_during_overwrite_hides_the_old_store(child, tmp_path):
-    """Killed while replacing a store: readers get IncompleteStoreError, never old+new mixed."""
+def test_sigkill_during_overwrite_keeps_the_old_store(child, tmp_path):
+    """Killed while replacing a store: it is a publication (zvf.write.publish), so readers go on reading the
+    old store whole -- never old and new mixed -- and the next overwrite replaces it."""
     target = str(tmp_path / "replace.zarrvectors")
-    zvf.write_points(target, np.random.default_rng(1).uniform(0, 100, (50, 3)), chunk_shape=(50,) * 3)
+    old = np.random.default_rng(1).uniform(0, 100, (50, 3))
+    zvf.write_points(target, old, chunk_shape=(50,) * 3)
     paused_at = _kill_after(child, target, None, after=6, overwrite=True)
-    with pytest.raises(IncompleteStoreError):
-        zvf.open(target)
-    rep = zvf.validate(target)
-    assert {".zvf-writing", "zarr.json"} <= rep.keys("error")
+    got = zvf.open(target).read_all().positions
+    assert np.array_equal(np.sort(got, axis=0), np.sort(old.astype(got.dtype), axis=0))
+    rep = zvf.validate(target, level=5)
+    assert rep.ok and ".zvf-writing" in rep.keys("warning"), rep.summary()
     zvf.write_points(target, np.zeros((3, 3)), chunk_shape=(50,) * 3, overwrite=True)
     assert len(zvf.open(target).read_all()) == 3
-    ROWS.append(f"| local: overwrite of an existing store (op 6) | {paused_at} | IncompleteStoreError | "
-                "claim + no root + partial new cells | overwrite=True ok |")
+    ROWS.append(f"| local: overwrite of an existing store (op 6) | {paused_at} | the old store, whole | "
+                "dead lock (warning) + unreferenced new cells | overwrite=True ok |")
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..io.store import StorageOptions, Target
-from ..read.dataset import AsyncDataset
+from ..read.dataset import AsyncDataset, Refresh
 from ..read.query import AsyncQuery
 from ..read.selection import Selection
 from ..validation import validate
 
 if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checkers see the real functions
     from ..converters import convert
+    from ..lifecycle.gc import gc
     from ..lifecycle.pyramid import build_pyramid
     from ..lifecycle.rechunk import rechunk
     from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
@@ -20,7 +21,8 @@ if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checker
 # Writers load on first use: a reader (a serverless cold start) never pays for them.
 _WRITERS = {"write_points": "..write.points", "write_polylines": "..write.objects", "write_lines": "..write.objects",
             "write_graph": "..write.objects", "write_mesh": "..write.objects",
-            "build_pyramid": "..lifecycle.pyramid", "rechunk": "..lifecycle.rechunk", "convert": "..converters"}
+            "build_pyramid": "..lifecycle.pyramid", "rechunk": "..lifecycle.rechunk", "convert": "..converters",
+            "gc": "..lifecycle.gc"}
 
 
 def __getattr__(name: str) -> Any:
@@ -36,6 +38,7 @@ __all__ = [
     "Selection",
     "build_pyramid",
     "convert",
+    "gc",
     "open",
     "rechunk",
     "validate",
@@ -48,7 +51,7 @@ __all__ = [
 
 
 async def open(
-    target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None
+    target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None, refresh: Refresh = None
 ) -> AsyncDataset:
     """Open a ZVF store for reading (two round trips: root and level documents, object index).
 
@@ -67,6 +70,11 @@ async def open(
         ``allow_http``, ``timeout``, retry settings (``max_retries``, ...) and zvf's
         ``concurrency`` (requests in flight).  Whatever is not given comes from the
         environment as obstore reads it (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``).
+    refresh:
+        The dataset reads the version of the store it opened, also while writers change
+        the store; once that version is no longer kept (docs/RELIABILITY.md) a read
+        raises ``StaleDatasetError``.  ``"auto"``: it moves to the newest version by
+        itself and reads again (``ds.refresh()`` does it on demand).
 
     Returns a dataset (``zvf.Dataset``, or ``zvf.aio.AsyncDataset`` here) with
     ``query``, ``select``, ``read_object(s)``, ``iter_chunks``, ``info`` ... and
@@ -74,4 +82,4 @@ async def open(
     Raises ``StoreNotFoundError`` when nothing is at ``target`` and
     ``InvalidArgumentError`` for an unknown option.
     """
-    return await AsyncDataset.open(target, mode=mode, storage_options=storage_options)
+    return await AsyncDataset.open(target, mode=mode, storage_options=storage_options, refresh=refresh)

@@ -257,6 +257,7 @@ class Dataset(RootFacts):
     url = _Forwarded(AsyncDataset.url)
     levels = _Forwarded(AsyncDataset.levels)
     stats = _Forwarded(AsyncDataset.stats)
+    version = _Forwarded(AsyncDataset.version)
     info = _method(AsyncDataset.info)
 
     @functools.wraps(AsyncDataset.select)
@@ -274,6 +275,7 @@ class Dataset(RootFacts):
     groups = _method(AsyncDataset.groups)
     group_attribute = _method(AsyncDataset.group_attribute)
     close = _method(AsyncDataset.close)
+    refresh = _method(AsyncDataset.refresh)
     iter_chunks = _iter_method(AsyncDataset.iter_chunks)
     iter_objects = _iter_method(AsyncDataset.iter_objects)
     append_points = _method(AsyncDataset.append_points)
@@ -295,6 +297,7 @@ if TYPE_CHECKING:  # made on first use at run time (importing writers costs a re
     build_pyramid = _blocking(aio.build_pyramid)
     rechunk = _blocking(aio.rechunk)
     convert = _blocking(aio.convert)
+    gc = _blocking(aio.gc)
 
 
 def __getattr__(name: str) -> Any:

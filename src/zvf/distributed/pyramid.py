@@ -31,7 +31,7 @@ def _run(url: str, opts, job, group: list, max_inflight_bytes: int, before: Call
 def build_pyramid(target: Any, factors, *, chunk_scale_factors=None, cross_level_depth: int = 1,
                   cross_level_storage: str = "explicit", sparsity_strategy: str = "random", seed: int = 0,
                   storage_options=None, progress: Callable[[dict], None] | None = None,
-                  max_inflight_bytes: int = 64 << 20, lock_timeout: float = 60.0, stale_after: float = 3600.0,
+                  max_inflight_bytes: int = 64 << 20, lock_timeout: float = 60.0, stale_after: float = 30.0,
                   blocks_per_task: int = 4, client: Any = None, _before_task: Callable[[], None] | None = None) -> dict:
     """``zvf.build_pyramid`` with the blocks of every step coarsened on Dask workers.
 

@@ -71,7 +71,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 
@@ -95,6 +95,17 @@ DEFAULT_CACHE_BYTES: dict[str, int] = {
 _DEFAULT_NAMESPACE_BYTES = 16 * 1024 * 1024
 MAX_WIDTH = 256  # requests in flight a plan may ask for (connection pools and servers cap useful width)
 GET_BATCH = 16  # fewest keys per worker-thread call of get_many (a thread hop costs about a few local gets)
+
+
+#: Operations whose completion a dataset's pin is told of (see ``Executor.pin``).
+PINNED_OPS = frozenset({"get", "get_range", "get_suffix", "get_ranges", "head"})
+
+
+class ReadPin(Protocol):
+    """What an executor tells of completed reads (``zvf.read.pin.Pin``)."""
+
+    async def after_read(self, key: str) -> None: ...
+    async def missing(self, key: str, what: str) -> Exception: ...
 
 
 class Stats:
@@ -251,6 +262,9 @@ class Executor:
         self.caches: dict[str, ByteLRU] = {ns: ByteLRU(b) for ns, b in budgets.items()}
         self._inflight: dict[tuple[Any, ...], _Flight] = {}
         self._rng = random.Random(seed)
+        #: the version a reading dataset is pinned to (``zvf.read.pin``): told of every read request that
+        #: completed, so bytes of a version no longer kept never reach the reader
+        self.pin: ReadPin | None = None
 
     def __repr__(self) -> str:
         return f"Executor({self.handle.url!r}, concurrency={self.concurrency})"
@@ -365,6 +379,8 @@ class Executor:
                 self.stats.bytes += len(result)
             elif isinstance(result, list) and result and isinstance(result[0], (bytes, bytearray, memoryview)):
                 self.stats.bytes += sum(len(r) for r in result)
+            if self.pin is not None and op in PINNED_OPS:
+                await self.pin.after_read(key)
             return result
 
     async def once(self, fkey: tuple[Any, ...], fn: Callable[[], Awaitable[T]]) -> T:
@@ -584,6 +600,8 @@ class Executor:
             self.stats.requests += max(len(got), 1) - 1
             self.stats.bytes += sum(len(b) for b in got if b is not None)
             out[lo:lo + len(got)] = got
+            if self.pin is not None and got:
+                await self.pin.after_read(part[0])
             for j in range(lo + len(got), lo + len(part)):
                 out[j] = await self.get_view(keys[j])
 

@@ -1,12 +1,11 @@
 """Appending objects to a store, safely against crashes and concurrent writers.
 
-An append is published under the *other* chunk-key family: a store's cells
-live either at ``.../c/i/j/k`` (separator "/") or ``.../c.i.j.k`` ("."), both
-legal Zarr v3 and read by zvf and 0.9.2.  The new cells go up under the
-unused family first, then the documents are replaced (arrays and groups,
-level, root last); until the root is replaced every reader sees the old
-store, and a SIGKILL before that leaves it exactly as it was, plus
-unreferenced cells the next append clears.
+An append is a publication (:mod:`zvf.write.publish`): its cells go up under
+chunk-key families no kept version uses, then one compare-and-swap of the
+root publishes it, then the documents follow.  Until the root is replaced
+every reader sees the old store, and readers that opened it keep reading it
+afterwards; a SIGKILL anywhere leaves the store reading as before or as after,
+plus unreferenced cells the next change or ``zvf gc`` clears.
 
 Point clouds (level 0 only, unsharded) append *incrementally*: only the
 chunks the new rows fall in are read, merged (old rows, then new, as one
@@ -17,8 +16,8 @@ object/group tables, level and root documents are rewritten from their
 (cross-chunk links and shards would need cell-level merges), streaming: the
 store's own batches, then the appended one, through the streaming writer.
 
-Every append holds the store's lock (:mod:`zvf.lifecycle.lock`, shared with
-pyramid builds): a concurrent appender waits, then re-reads the store, so
+Every append holds the store's lock (:mod:`zvf.write.lock`, shared with
+every writer): a concurrent appender waits, then re-reads the store, so
 nothing is lost; the root is replaced with a compare-and-swap on what was
 read under the lock.  A store with pyramid levels is rewritten and, by default
 (``pyramid="rebuild"``), its levels are built again from the new level 0 with the
@@ -32,21 +31,22 @@ import json
 import os
 import re
 import tempfile
+from contextlib import suppress
 
 import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError, ReadOnlyError
-from ..format import builders
-from ..format.keys import ChunkKeyEncoding, format_chunk_id
+from ..format.keys import format_chunk_id
+from ..io.executor import Executor
 from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
-from .carry import CONSOLIDATED, carry_root, with_section
-from .lock import StoreLock, read_document, replace_document
-from .pyramid import build_locked, pyramid_spec
+from ..write.lock import LEASE, StoreLock
+from ..write.publish import Publication
+from .carry import CONSOLIDATED, carry_root
+from .pyramid import build_locked, pyramid_spec, seed_section
 
 _SLASH = re.compile(r"^(.*)/c/(\d+(?:/\d+)*)$")
-_DOT = re.compile(r"^(.*)/c\.(\d+(?:\.\d+)*)$")
 SPATIAL = ("0/vertices/", "0/vertex_fragments/", "0/vertex_attributes/")
 
 
@@ -160,14 +160,8 @@ def _scratch_files(root: str) -> list[str]:
                   for d, _, files in os.walk(root) for f in files)
 
 
-def _family_key(rel: str, sep: str) -> str:
-    """A scratch cell key (``.../c/i/j``) in the chunk-key family ``sep``."""
-    m = _SLASH.match(rel)
-    return rel if sep == "/" else f"{m.group(1)}/c.{m.group(2).replace('/', '.')}"
-
-
-def _scratch_plan(scratch: str, sep: str, take=None, nonempty: dict | None = None):
-    """(uploads [(key, local file)], documents {key: bytes}) of a scratch store, cells in family ``sep``.
+def _scratch_plan(scratch: str, take=None, nonempty: dict | None = None):
+    """(uploads [(array path, chunk coords, local file)], documents {node path: document}) of a scratch store.
 
     ``take(rel)`` picks files; ``nonempty[array path]`` overrides an array's ``nonempty_chunks``.
     """
@@ -175,60 +169,40 @@ def _scratch_plan(scratch: str, sep: str, take=None, nonempty: dict | None = Non
     for rel in _scratch_files(scratch):
         if rel.startswith(".") or "/." in rel or (take is not None and not take(rel)):
             continue
-        if _SLASH.match(rel):
-            uploads.append((_family_key(rel, sep), os.path.join(scratch, rel)))
+        m = _SLASH.match(rel)
+        if m:
+            uploads.append((m.group(1), tuple(int(c) for c in m.group(2).split("/")), os.path.join(scratch, rel)))
             continue
         with open(os.path.join(scratch, rel), "rb") as fh:
             doc = json.loads(fh.read())
         doc.pop(CONSOLIDATED, None)  # the documents change below: a root must not keep stale copies
-        if doc.get("node_type") == "array" and doc.get("chunk_key_encoding", {}).get("name") == "default":
-            doc["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": sep}}
-        path = rel.rsplit("/", 1)[0]
+        path = rel[:-len("/zarr.json")] if rel != "zarr.json" else ""
         if nonempty is not None and path in nonempty:
             doc["attributes"]["nonempty_chunks"] = nonempty[path]
-        docs[rel] = builders.dumps(doc)
+        docs[path] = doc
     return uploads, docs
 
 
-async def _publish(ex, lock: StoreLock, uploads: list, copies: list, docs: dict, root: tuple, url: str) -> None:
-    """New-family cells (uploads from scratch, copies of untouched cells), then documents (arrays/groups,
-    levels, the root by compare-and-swap), then the old family and whatever no document names go."""
-    new_family = _SLASH if uploads and _SLASH.match(uploads[0][0]) else _DOT
-    live = [k for k, _ in await ex.list("")]
-    leftovers = [k for k in live if new_family.match(k)]  # a killed append's cells
-    if leftovers:
-        await ex.delete(leftovers)
+async def _publish(pub: Publication, uploads: list, copies: list, docs: dict, root: dict) -> None:
+    """Cells under the families the publication picks (uploads from scratch, server-side copies of
+    untouched cells), then the commit: the root by compare-and-swap, then the documents."""
+    ex = pub.ex
 
-    async def up(key: str, path: str) -> None:
-        await ex.put(key, await anyio.Path(path).read_bytes())
+    async def up(path: str, coords: tuple, file: str) -> None:
+        key = (await pub.keys(path, len(coords))).key(path, coords)
+        await ex.put(key, await anyio.Path(file).read_bytes())
 
-    async def cp(src: str, dst: str) -> None:
+    async def cp(src: str, path: str, coords: tuple) -> None:
+        dst = (await pub.keys(path, len(coords))).key(path, coords)
         await ex.call("copy", dst, lambda: ex.transport.copy(src, dst), put=True)
 
-    await ex.gather([up(k, p) for k, p in uploads] + [cp(a, b) for a, b in copies])
-    await lock.check()
-    stages = ([k for k in docs if k.count("/") > 1], [k for k in docs if k.count("/") == 1])
-    for stage in stages:
-        await ex.gather([ex.put(k, docs[k]) for k in stage])
-    await replace_document(ex, "zarr.json", docs["zarr.json"], *root, url)
-    keep = set(docs) | {k for k, _ in uploads} | {b for _, b in copies}
-    gone = [k for k in live if k not in keep and not k.startswith(".")]
-    if gone:
-        await ex.delete(gone)
+    await ex.gather([up(*u) for u in uploads] + [cp(*c) for c in copies])
+    await pub.commit(docs, root)
 
 
-def _carried_root(old_root: bytes, docs: dict) -> bytes:
-    """The scratch writer's root with what the store's root carried besides (see :mod:`.carry`), and a
-    consolidated section naming the new documents when the store's root had one."""
-    old = json.loads(old_root)
-    nodes = {k[:-len("/zarr.json")]: json.loads(v) for k, v in docs.items() if k != "zarr.json"}
-    new = carry_root(old, json.loads(docs["zarr.json"]), same_store=True)
-    return builders.dumps(with_section(new, CONSOLIDATED in old, nodes))
-
-
-def _other_sep(level) -> str:
-    keys = level.array("vertices").keys
-    return "." if keys.name == "default" and keys.separator == "/" else "/"
+def _carried_root(old_root: dict, root: dict) -> dict:
+    """The scratch writer's root with what the store's root carried besides (see :mod:`.carry`)."""
+    return carry_root(old_root, root, same_store=True)
 
 
 async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
@@ -237,46 +211,54 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
     Returns a dict: geometry_type, vertex_count (after), appended (new vertices), object_count,
     chunks_rewritten, chunks_copied (untouched cells copied server-side; 0 when level 0 was rewritten).
 
-    ``lock_timeout`` (default 60 s) and ``stale_after`` (default 3600 s) in ``kwargs`` tune the store lock.
+    ``lock_timeout`` (default 60 s) and ``stale_after`` (the lock's lease: default 30 s without a heartbeat
+    presumes a holder dead) in ``kwargs`` tune the store lock; ``retention`` (seconds) how long the store as
+    it was stays readable for readers that opened it (default: the store's, see zvf.write.publish).
     """
     from . import rechunk
 
     if ds.context.handle.read_only:
         raise ReadOnlyError(f"{ds.url}: open the dataset with mode='a' to append")
     kwargs = dict(kwargs)
-    timeout, stale = kwargs.pop("lock_timeout", 60.0), kwargs.pop("stale_after", 3600.0)
+    timeout, stale = kwargs.pop("lock_timeout", 60.0), kwargs.pop("stale_after", LEASE)
     pyramid = kwargs.pop("pyramid", "rebuild")
+    retention = kwargs.pop("retention", None)
     cast = kwargs.pop("cast", False)
     if not isinstance(cast, (bool, np.bool_)):
         raise InvalidArgumentError(f"cast must be True or False, got {cast!r}")
     if pyramid not in ("rebuild", "drop"):
         raise InvalidArgumentError(f"pyramid must be 'rebuild' or 'drop', got {pyramid!r}")
-    ex = ds.context.ex
-    async with StoreLock(ex, ds.url, purpose="append", timeout=timeout, stale_after=stale) as lock:
-        ex.clear_caches()
-        root = await read_document(ex, "zarr.json")
+    ex = Executor(ds.context.handle)  # the append's own: ``ds`` stays on its version until it is refreshed
+    async with StoreLock(ex, ds.url, purpose="append", timeout=timeout, lease=stale) as lock:
+        pub = await Publication(ex, lock, retention=retention).begin()
+        seed_section(ex, pub.base_docs)  # the version being appended to (the documents on disk may lag it)
         ds_now = type(ds)(ds.context.handle, ex, *(await _load(ex, ds.url)))
         if writer != rechunk.WRITERS.get(ds_now.geometry_type, writer):
             raise InvalidArgumentError(f"{ds.url} holds {ds_now.geometry_type}; use append_"
                                        f"{rechunk.WRITERS[ds_now.geometry_type][6:]}")
         opts = await rechunk.store_options(ds_now)
         level = await ds_now.level(0)
-        with tempfile.TemporaryDirectory(prefix="zvf-append-") as scratch:
-            if writer == "write_points" and ds_now.levels == [0] and opts["shard_shape"] is None \
-                    and level.meta.chunk_dims is None and len(np.asarray(args[0])):
-                summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch,
-                                                                               bool(cast))
-            else:
-                summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch, bool(cast))
-            spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
-            docs["zarr.json"] = _carried_root(root[0], docs)
-            await _publish(ex, lock, uploads, copies, docs, root, ds.url)
+        try:
+            with tempfile.TemporaryDirectory(prefix="zvf-append-") as scratch:
+                if writer == "write_points" and ds_now.levels == [0] and opts["shard_shape"] is None \
+                        and level.meta.chunk_dims is None and len(np.asarray(args[0])):
+                    summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch,
+                                                                                   bool(cast))
+                else:
+                    summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch,
+                                                                    bool(cast))
+                spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
+                root = _carried_root(pub.base_doc, docs.pop(""))
+                await _publish(pub, uploads, copies, docs, root)
+        except BaseException:
+            with anyio.CancelScope(shield=True), suppress(Exception):
+                await pub.abort()
+            raise
         if spec is not None:  # the old levels described the old data: build them again from the new level 0
             ex.clear_caches()
-            built = await build_locked(ds.context.handle, ex, lock, **spec)
+            built = await build_locked(ds.context.handle, ex, lock, **spec, retention=retention)
             summary["pyramid_rebuilt"] = [lv["level"] for lv in built["levels"]]
-    ex.clear_caches()
-    ds.context.reload(*(await _load(ex, ds.url)))
+    await ds.refresh()
     return summary
 
 
@@ -313,7 +295,7 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
     tables = _merge_tables(old_tables, new_tables, shift, cast)
     wrote = await getattr(aio, writer)(scratch, batches(), **extra, **tables, **opts,
                                        bounds=(lo.tolist(), hi.tolist()), overwrite=True)
-    uploads, docs = _scratch_plan(scratch, _other_sep(level))
+    uploads, docs = _scratch_plan(scratch)
     summary = {"geometry_type": geometry, "vertex_count": int(wrote["vertex_count"]),
                "appended": len(pos), "object_count": int(wrote["object_count"] or 0),
                "chunks_rewritten": int(wrote["chunk_count"]), "chunks_copied": 0}
@@ -323,7 +305,6 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
 async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: str, cast: bool):
     """Only the chunks the new points fall in are read and rewritten (see the module docstring)."""
     from ..format.grid import Grid
-    from ..io.executor import Executor
     from ..io.store import open_store
     from ..read.points import read_chunks
     from ..write.point_level import PointExtras, publish_level
@@ -378,16 +359,14 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
                        bounds=(lo.tolist(), hi.tolist()))
     all_chunks = np.unique(np.concatenate([old_chunks, touched]), axis=0)
     nonempty = [format_chunk_id(c) for c in all_chunks.tolist()]
-    sep = _other_sep(level)
     arrays = ["vertices", "vertex_fragments"] + [f"vertex_attributes/{n}" for n in names]
-    uploads, docs = _scratch_plan(cells, sep, take=lambda rel: rel.startswith(SPATIAL),
+    uploads, docs = _scratch_plan(cells, take=lambda rel: rel.startswith(SPATIAL),
                                   nonempty={f"0/{a}": nonempty for a in arrays})
-    enc = ChunkKeyEncoding("default", sep)
     untouched = old_chunks[~hit]
     copies = []
     for a in arrays:
         arr = level.array(a)
-        copies += [(arr.key_of(arr.cell_coords(c)), enc.key(f"0/{a}", tuple(np.subtract(c, origin).tolist())))
+        copies += [(arr.key_of(arr.cell_coords(c)), f"0/{a}", tuple(np.subtract(c, origin).tolist()))
                    for c in untouched.tolist()]
 
     # object index (old manifests unchanged, new objects' from the scratch cells), tables, level and root
@@ -410,7 +389,7 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
                             n=int(level.meta.vertex_count) + len(pos), has_attributes=bool(names), uniq=uniq,
                             manifest=manifest, extras=extras, compression=opts["compression"],
                             object_index_layout=opts["object_index_layout"])
-    more, rest_docs = _scratch_plan(rest, sep)
+    more, rest_docs = _scratch_plan(rest)
     docs.update(rest_docs)
     summary = {"geometry_type": "point_cloud", "vertex_count": int(level.meta.vertex_count) + len(pos),
                "appended": len(pos), "chunks_rewritten": len(touched), "chunks_copied": len(untouched),

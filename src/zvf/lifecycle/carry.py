@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..format import builders
+from ..format.versions import RECORD
 
-#: Root attributes every zvf writer makes afresh; any other one is carried whole.
-WRITTEN = ("zarr_vectors", "multiscales", "ome")
+#: Root attributes every zvf writer makes afresh (the version record: its publication); any other one is
+#: carried whole.
+WRITTEN = ("zarr_vectors", "multiscales", "ome", RECORD)
 #: ``zarr_vectors`` keys a writer leaves out on purpose (no bins, no pyramid): never carried.
 LAYOUT = ("base_bin_shape", "cross_level_depth", "cross_level_storage")
 CONSOLIDATED = "consolidated_metadata"

@@ -36,7 +36,7 @@ without object ids are thinned by a seeded uniform subsample per bin.
 The store is only changed where readers do not look until the end: new
 levels and link families go up first, the root document (which lists the
 levels) is replaced last, with a compare-and-swap on the root read under the
-store's lock (:mod:`zvf.lifecycle.lock`, shared with appends).
+store's lock (:mod:`zvf.write.lock`, shared with every writer).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import copy
 import ctypes
 import dataclasses
 import functools
+import json
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ from ..read.dataset import AsyncDataset
 from ..read.points import attribute_layout, attribute_rows
 from ..write.engine import ByteBudget, StoreWriter, empty_group
 from ..write.level import LevelWriter
+from ..write.lock import LEASE, StoreLock
 from ..write.object_index import (
     ZSTD,
     put_groups,
@@ -79,8 +81,7 @@ from ..write.object_index import (
     put_object_index,
 )
 from ..write.partition import partition
-from .carry import CONSOLIDATED, section_nodes, with_section
-from .lock import StoreLock, read_document, replace_document
+from ..write.publish import Publication
 
 STORAGES = ("explicit", "implicit", "none")
 BLOCKS_IN_FLIGHT = 8  # blocks fetched/coarsened at once: hides request latency
@@ -520,15 +521,14 @@ def assemble_manifests(table, kept: np.ndarray, outputs: list[BlockOutput], ndim
 
 
 class _PyramidWriter(StoreWriter):
-    """A StoreWriter over an existing store (its lock already held): levels first, the root last.
+    """A StoreWriter adding levels to a published store through a publication (the caller holds the lock):
+    cells first, the root by compare-and-swap, then the documents (:mod:`zvf.write.publish`).
 
-    Without a root state it is a block task's cells-only writer: no documents, no root.
+    Without a publication it is a block task's cells-only writer (``taken``: the families kept versions use).
     """
 
-    def __init__(self, executor: Executor, root_bytes: bytes | None = None, root_tag: dict | None = None,
-                 lock: StoreLock | None = None, **kw):
-        super().__init__(executor, **kw)
-        self.root_bytes, self.root_tag, self.lock = root_bytes, root_tag, lock
+    def __init__(self, executor: Executor, publication: Publication | None = None, **kw):
+        super().__init__(executor, publication=publication, **kw)
         self.new_root: dict | None = None
         self.documents: dict[str, dict] = {}  # every document this build writes (the root's section names them)
 
@@ -539,48 +539,34 @@ class _PyramidWriter(StoreWriter):
     async def _claim(self) -> None:
         """Nothing to claim: the caller holds the store's lock."""
 
-    async def flush(self) -> None:
-        """Wait for every queued cell, then publish the array and family documents queued so far.
+    def nodes(self) -> dict[str, dict]:
+        """Every node document of the new version: the base's and this build's (as published)."""
+        built = {k[:-len("/zarr.json")]: d for k, d in self.documents.items()}
+        return {**self.publication.base_docs, **self.publication.patched(built)}
 
-        Level documents wait for :meth:`_publish`: 0.9.2 finds levels by listing the store, so a
-        level group becomes visible only just before the root that lists it.
-        """
+    async def flush(self) -> None:
+        """Wait for every queued cell; the documents written so far become what this build's own reads see
+        (from memory: nothing is on disk before the root names it)."""
         async with self._budget._cond:
             while self._budget.used and self._error is None:
                 await self._budget._cond.wait()
         if self._error is not None:
             raise self._error
-        await self.ex.gather([self.ex.put(k, builders.dumps(d)) for s, k, d in self._docs if s == 0])
-        self._docs = [x for x in self._docs if x[0] != 0]
+        if self.publication is not None:
+            seed_section(self.ex, self.nodes())
 
     def level_doc(self, level: int) -> dict:
-        return next(d for s, k, d in self._docs if k == f"{level}/zarr.json")
+        return self.documents[f"{level}/zarr.json"]
 
     async def _publish(self) -> None:
         await self.flush()
-        await self.ex.gather([self.ex.put(k, builders.dumps(d)) for s, k, d in self._docs if s == 1])
         if self.new_root is not None:
-            await self.lock.check()
-            await replace_document(self.ex, "zarr.json", builders.dumps(self.new_root), self.root_bytes, self.root_tag,
-                                   self.ex.handle.url)
+            await self.publication.commit(self.nodes(), self.new_root)
 
 
-async def _drop_stale(ex: Executor, levels: list[int]) -> None:
-    """Remove what a build that died left: levels the root does not list, their link families."""
-    dirs, _ = await ex.list_dirs("")
-    stale = []
-    for d in dirs:
-        name = d.rstrip("/").rsplit("/", 1)[-1]
-        if name.isdigit() and int(name) not in levels:
-            stale += [k for k, _ in await ex.list(f"{name}/")]
-    for lv in levels:
-        ldirs, _ = await ex.list_dirs(f"{lv}/links/")
-        for d in ldirs:
-            delta = d.rstrip("/").rsplit("/", 1)[-1]
-            if delta.lstrip("+-").isdigit() and delta != "0" and lv + int(delta) not in levels:
-                stale += [k for k, _ in await ex.list(f"{lv}/links/{delta}/")]
-    if stale:
-        await ex.delete(stale)
+def seed_section(ex: Executor, nodes: dict[str, dict]) -> None:
+    """Let this executor's loads answer documents and listings from ``nodes`` (the version being built)."""
+    ex.put_cached(load.SECTION, "zarr.json", nodes, nbytes=len(json.dumps(nodes)))
 
 
 async def _fetch_block(arrays: dict[str, CellArray], chunks: np.ndarray, names) -> tuple[list, dict, list]:
@@ -651,8 +637,9 @@ async def build_pyramid(
     progress=None,
     max_inflight_bytes: int = 64 << 20,
     lock_timeout: float = 60.0,
-    stale_after: float = 3600.0,
+    stale_after: float = LEASE,
     map_blocks: BlockMapper | None = None,
+    retention: float | None = None,
 ) -> dict:
     """Add coarser levels 1..len(factors) to a store that has only level 0.
 
@@ -667,7 +654,10 @@ async def build_pyramid(
     of levels; ``±N`` for N >= 2 compose the ``±1`` parents, as 0.9.2's).  ``progress`` is
     called with a dict (level, blocks, total_blocks, vertices).  The build
     holds the store's lock (waits up to ``lock_timeout`` s for an append or
-    another build; a lock older than ``stale_after`` s is taken over).
+    another build; a holder without a heartbeat for ``stale_after`` s is taken
+    over) and publishes the levels at one instant (:mod:`zvf.write.publish`;
+    ``retention``: seconds the store as it was stays readable for readers that
+    opened it, default the store's).
     ``map_blocks(job, tasks)`` runs a step's block tasks elsewhere and
     returns their summaries in task order (``zvf.dask.build_pyramid``);
     by default they run in this process.  Returns a summary per level.
@@ -688,10 +678,9 @@ async def build_pyramid(
 
     handle = open_store(target, mode="a", storage_options=storage_options)
     ex = Executor(handle)
-    async with StoreLock(ex, handle.url, purpose="pyramid build", timeout=lock_timeout,
-                         stale_after=stale_after) as lock:
+    async with StoreLock(ex, handle.url, purpose="pyramid build", timeout=lock_timeout, lease=stale_after) as lock:
         return await _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth,
-                                   cross_level_storage, seed, progress, max_inflight_bytes, map_blocks)
+                                   cross_level_storage, seed, progress, max_inflight_bytes, map_blocks, retention)
 
 
 def build_record(plan: LevelPlan, *, seed: int, depth: int, storage: str) -> dict:
@@ -762,20 +751,19 @@ async def pyramid_spec(ds) -> dict | None:
 
 
 async def build_locked(handle, ex, lock, *, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
-                       seed: int = 0) -> dict:
+                       seed: int = 0, retention: float | None = None) -> dict:
     """:func:`build_pyramid` on a store whose lock the caller holds (an append rebuilding the levels it
     replaced, in the same lock, so no other writer comes between)."""
     return await _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth,
-                               cross_level_storage, seed, None, 64 << 20, None)
+                               cross_level_storage, seed, None, 64 << 20, None, retention)
 
 
 async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
-                        seed, progress, max_inflight_bytes, map_blocks) -> dict:
+                        seed, progress, max_inflight_bytes, map_blocks, retention) -> dict:
     """The build under the store's lock: everything it reads is what it replaces."""
+    pub = await Publication(ex, lock, retention=retention).begin()
+    seed_section(ex, pub.base_docs)  # the version being extended: never the documents on disk (they may lag)
     root, level0 = await load.load_root(ex, handle.url)
-    root_bytes, root_tag = await read_document(ex, "zarr.json")
-    # the root's consolidated section (if the loader trusted one) knows no level this build writes
-    ex.invalidate("zarr.json")
     base = AsyncDataset(handle, ex, root, level0)
     if base.levels != [0]:
         raise InvalidArgumentError(f"{handle.url}: the store already has levels {base.levels}; "
@@ -786,32 +774,27 @@ async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_le
     objects = "object_index" in level0.meta.arrays_present
     links = cross_level_storage != "none" and cross_level_depth != 0
     summary: dict = {"levels": [], "cross_level_storage": cross_level_storage, "cross_level_depth": cross_level_depth}
-
-    try:
-        doc = await _build(handle, ex, root, (root_bytes, root_tag, lock), level0, steps, summary, objects=objects,
-                           links=links, depth=int(cross_level_depth), storage=cross_level_storage, seed=int(seed),
-                           progress=progress, max_inflight_bytes=max_inflight_bytes, map_blocks=map_blocks)
-    except BaseException:
-        # a failure we saw (not a crash): take the unpublished levels away again (the lock goes after)
-        with anyio.CancelScope(shield=True):
-            await _drop_stale(ex, [0])
-        raise
+    doc = await _build(handle, ex, root, pub, level0, steps, summary, objects=objects, links=links,
+                       depth=int(cross_level_depth), storage=cross_level_storage, seed=int(seed), progress=progress,
+                       max_inflight_bytes=max_inflight_bytes, map_blocks=map_blocks)
     summary["requests"] = ex.stats.snapshot()
     summary["root"] = doc["attributes"]["zarr_vectors"]
     return summary
 
 
-async def _build(handle, ex, root, root_state, level0, steps, summary, *, objects, links, depth, storage, seed,
+async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, links, depth, storage, seed,
                  progress, max_inflight_bytes, map_blocks) -> dict:
-    """Build every level, publish the root; returns the new root document."""
-    async with _PyramidWriter(ex, *root_state, max_inflight_bytes=max_inflight_bytes) as writer:
-        await _drop_stale(ex, [0])
+    """Build every level, publish the root; returns the new root document.  A failure takes the cells
+    written so far away (no version uses their families); a kill leaves them to the next change or gc."""
+    async with _PyramidWriter(ex, pub, max_inflight_bytes=max_inflight_bytes) as writer:
         plans: list[LevelPlan] = []
         ds, src = AsyncDataset(handle, ex, root, level0), level0
         src_chunk, src_bin = root.chunk_shape, root.bin_shape
         grids: dict[int, tuple] = {}  # level -> (scale, chunk units, grid origin, grid shape)
         for coarsen, sparsity, scale in steps:
             plan = plan_level(root, src.index, src_chunk, src_bin, coarsen, sparsity, scale)
+            for prefix in [f"{plan.target}/"] + [f"{lv}/links/" for lv in range(plan.target)]:
+                await pub.clear_garbage(prefix)  # a dead build's cells there: block tasks write clean families
             info = await _build_level(ds, src, plan, writer, objects=objects, links=links,
                                       explicit=storage == "explicit", seed=seed, progress=progress,
                                       map_blocks=map_blocks, depth=depth if links else 0, grids=grids)
@@ -827,9 +810,7 @@ async def _build(handle, ex, root, root_state, level0, steps, summary, *, object
             src = ds.context.levels[plan.target] = await load.finish_level(ex, ds.root, plan.target,
                                                                      writer.level_doc(plan.target), *parts[1:])
             src_chunk, src_bin = plan.chunk, plan.bin
-        old = parse.loads(root_state[0], key="zarr.json")
-        nodes = {**section_nodes(old), **{k[:-len("/zarr.json")]: d for k, d in writer.documents.items()}}
-        writer.new_root = doc = with_section(doc, CONSOLIDATED in old, nodes)
+        writer.new_root = doc
     return doc
 
 
@@ -849,10 +830,11 @@ async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, write
     src_shape = tuple(int(s) for s in vert.meta.shape)
     grids = {} if grids is None else grids
     grids[plan.source] = (plan.src_scale, plan.src_chunk_units, src_origin, src_shape)
-    deep = await _deep_steps(writer.ex, plan, grids, depth)
+    deep = _deep_steps(writer.nodes(), plan, grids, depth)
     job = StepJob(plan, {p: src.array(p).meta for p in paths}, tuple(names),
                   np.dtype(vert.meta.attributes.get("dtype", "float32")), codec, src_origin,
-                  src_shape, coarse_origin, coarse_shape, objects, links, explicit, seed, deep)
+                  src_shape, coarse_origin, coarse_shape, objects, links, explicit, seed, deep,
+                  writer.publication.taken() if map_blocks is not None else {})
 
     oids = table = kept = None
     if objects:
@@ -950,6 +932,7 @@ class StepJob:
     explicit: bool
     seed: int
     deep: tuple[DeepStep, ...] = ()  # links of the finer levels to the target (cross_level_depth >= 2)
+    taken: dict = field(default_factory=dict)  # array path -> families kept versions use (Publication.taken)
 
 
 @dataclass(frozen=True)
@@ -1156,7 +1139,7 @@ def run_block_task(url: str, storage_options, job: StepJob, tasks: list[BlockTas
     async def main() -> list[BlockSummary]:
         ex = Executor(open_store(url, mode="a", storage_options=storage_options))
         arrays = {p: CellArray(ex, f"{job.plan.source}/{p}", meta) for p, meta in job.arrays.items()}
-        async with _PyramidWriter(ex, max_inflight_bytes=max_inflight_bytes) as writer:
+        async with _PyramidWriter(ex, taken=job.taken, max_inflight_bytes=max_inflight_bytes) as writer:
             return await run_blocks(job, arrays, tasks, writer)
 
     return anyio.run(main, backend="asyncio")
@@ -1269,24 +1252,19 @@ async def _link_families(writer: _PyramidWriter, plan: LevelPlan, fine: int, del
             level_delta=-delta, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
 
 
-async def _deep_steps(ex: Executor, plan: LevelPlan, grids: dict, depth: int) -> tuple[DeepStep, ...]:
+def _deep_steps(nodes: dict[str, dict], plan: LevelPlan, grids: dict, depth: int) -> tuple[DeepStep, ...]:
     """The ``+N`` (N >= 2, up to ``depth``; -1 = all) links ending at the step's target, from the
-    ``+(N-1)`` arrays earlier steps wrote."""
+    ``+(N-1)`` arrays earlier steps wrote (``nodes``: the documents of the version being built)."""
     out = []
     for delta in range(2, (plan.target if depth == -1 else depth) + 1):
         level = plan.target - delta
         if level < 0:
             break
-        prefix = f"{level}/links/+{delta - 1}"
-        dirs, _ = await ex.list_dirs(f"{prefix}/")
+        prefix = f"{level}/links/+{delta - 1}/"
         arrays = {}
-        for d in sorted(dirs):
-            leaf = d.rstrip("/").rsplit("/", 1)[-1]
-            key = f"{prefix}/{leaf}/zarr.json"
-            raw = await ex.get(key)
-            if raw is None:
-                raise FormatError(f"{key}: missing (written by this build's step {level} -> {plan.source})")
-            arrays[f"links/+{delta - 1}/{leaf}"] = parse.parse_array(parse.loads(raw, key=key), key=key)
+        for path in sorted(p for p in nodes if p.startswith(prefix) and "/" not in p[len(prefix):]):
+            key = f"{path}/zarr.json"
+            arrays[f"links/+{delta - 1}/{path[len(prefix):]}"] = parse.parse_array(nodes[path], key=key)
         if arrays:
             out.append(DeepStep(delta, level, *grids[level], arrays))
     return tuple(out)

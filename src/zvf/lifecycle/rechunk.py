@@ -14,14 +14,15 @@ import json
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, StoreExistsError
 from ..format import builders
 from ..io.executor import Executor
 from ..io.store import open_store
+from ..write.lock import StoreLock, read_document, replace_document
+from ..write.publish import holding
 from ..write.types import WriteSummary
 from . import layout
 from .carry import carry_root
-from .lock import read_document, replace_document
 
 WRITERS = {"point_cloud": "write_points", "polyline": "write_polylines", "streamline": "write_polylines",
            "line": "write_lines", "graph": "write_graph", "skeleton": "write_graph", "mesh": "write_mesh"}
@@ -89,7 +90,7 @@ async def object_batches(ds, batch: int):
 
 async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attribute=None, compression=...,
                   shard_shape=..., object_index_layout=..., overwrite: bool = False, storage_options=None,
-                  target_storage_options=None, batch_chunks: int = 64) -> WriteSummary:
+                  target_storage_options=None, batch_chunks: int = 64, retention: float | None = None) -> WriteSummary:
     """Copy ``source`` to ``target`` with a new layout; unnamed options keep the source's.
 
     ``chunk_shape`` / ``bin_shape`` may be ``"auto"``.  Point clouds stream
@@ -97,10 +98,31 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
     :data:`OBJECT_BATCH` whole objects at a time.  ``by_attribute`` names the
     point attribute to chunk by (an attribute-chunked target, written from
     memory); None writes a spatial store, also from an attribute-chunked source.
+
+    ``target`` may be ``source`` itself (with ``overwrite=True``): a rechunk in place holds the store's
+    lock from its first read to its commit, and readers of the old layout keep reading it for ``retention``
+    seconds (default: the store's; :mod:`zvf.write.publish`).
     """
     from ..api import aio
 
-    ds = await aio.open(source, storage_options=storage_options)
+    kw = dict(chunk_shape=chunk_shape, bin_shape=bin_shape, by_attribute=by_attribute, compression=compression,
+              shard_shape=shard_shape, object_index_layout=object_index_layout, overwrite=overwrite,
+              target_storage_options=target_storage_options, batch_chunks=batch_chunks)
+    here = open_store(target, mode="a", storage_options=target_storage_options)
+    if here.url != open_store(source, storage_options=storage_options).url:
+        return await _rechunk(await aio.open(source, storage_options=storage_options), target, **kw)
+    if not overwrite:
+        raise StoreExistsError(f"{here.url}: rechunking a store in place replaces it; pass overwrite=True")
+    ex = Executor(here)
+    async with StoreLock(ex, here.url, purpose="rechunk in place") as lock:
+        ds = await aio.open(source, storage_options=storage_options)  # under the lock: the version it rewrites
+        with holding(lock, ds.version, retention):
+            return await _rechunk(ds, target, **kw)
+
+
+async def _rechunk(ds, target, *, chunk_shape, bin_shape, by_attribute, compression, shard_shape,
+                   object_index_layout, overwrite, target_storage_options, batch_chunks) -> WriteSummary:
+    """:func:`rechunk` from the opened source ``ds`` (closed at the end)."""
     try:
         opts = await store_options(ds)
         if chunk_shape is not None:

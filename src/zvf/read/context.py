@@ -4,20 +4,25 @@ The read modules (points, objects, query, ...) take this context rather
 than an ``AsyncDataset``: it holds the executor (one limiter, one set of
 byte caches), the root metadata, the levels loaded so far and the decoded
 tables cached per level.  ``AsyncDataset`` is the public shell around one.
+A dataset's context is pinned to the version of the store it opened
+(:mod:`.pin`); :meth:`ReadContext.refresh` moves it to the newest.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from ..errors import DatasetClosedError, FormatError
+from ..errors import DatasetClosedError, FormatError, StaleDatasetError
 from ..format.grid import dense_ids
 from ..format.manifest import ManifestTable, decode_manifests
 from . import load
+from .pin import Pin
 from .points import off_loop
 
 if TYPE_CHECKING:
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
     from ..io.executor import Executor
     from ..io.store import StoreHandle
 
+T = TypeVar("T")
 Owners = dict[tuple[int, ...], np.ndarray]
 """chunk -> object id of each fragment of that chunk (-1 where no manifest names it)."""
 
@@ -70,6 +76,8 @@ class ReadContext(RootFacts):
     owner_cache: dict[int, Owners] = field(default_factory=dict)
     object_cache: dict[tuple[str, int], Any] = field(default_factory=dict)
     """Per-level tables the object reads derive (parsed link arrays, id order), keyed (kind, level)."""
+    refresh_auto: bool = False
+    """On StaleDatasetError, move to the newest version and read again once (``open(..., refresh="auto")``)."""
 
     @classmethod
     def create(cls, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level) -> ReadContext:
@@ -81,6 +89,42 @@ class ReadContext(RootFacts):
         self.manifest_cache.clear()
         self.owner_cache.clear()
         self.object_cache.clear()
+
+    def pin(self, seen: float) -> Pin:
+        """Pin this context to the version its root names (``seen``: ``time.monotonic()`` before that root
+        was asked for); from now on every read request of its executor is checked (:mod:`.pin`)."""
+        ex = self.executor
+        pin = Pin(ex, self.root.raw, seen=seen, authoritative=ex.cache(load.SECTION).get("zarr.json") is not None)
+        ex.pin = pin
+        return pin
+
+    @property
+    def version(self) -> str | None:
+        """The id of the version of the store this context reads (None: not pinned)."""
+        pin = self.executor.pin
+        return pin.version if isinstance(pin, Pin) else None
+
+    async def refresh(self) -> bool:
+        """Move to the newest version of the store: metadata reloaded, every cache dropped, pinned anew.
+        Returns whether the version changed.  Reads running meanwhile may raise StaleDatasetError."""
+        ex = self.ex
+        before = self.version
+        ex.pin = None
+        ex.clear_caches()
+        seen = time.monotonic()
+        root, level0 = await load.load_root(ex, self.url)
+        self.reload(root, level0)
+        return self.pin(seen).version != before
+
+    async def retrying(self, read: Callable[[], Awaitable[T]]) -> T:
+        """``await read()``; with :attr:`refresh_auto`, a StaleDatasetError refreshes and reads once more."""
+        try:
+            return await read()
+        except StaleDatasetError:
+            if not self.refresh_auto:
+                raise
+        await self.refresh()
+        return await read()
 
     @property
     def ex(self) -> Executor:
@@ -122,7 +166,6 @@ class ReadContext(RootFacts):
             await self.ex.once(("family", id(level), family), partial(load.load_family, self.ex, level, family))
         return level
 
-
     def has_objects(self, index: int) -> bool:
         level = self.levels.get(index)
         present = level.meta.arrays_present if level is not None else []
@@ -146,7 +189,7 @@ class ReadContext(RootFacts):
         arr = level.array("object_index/manifests")
         if arr is None and level.array("object_index/data") is None and level.meta.vertex_count == 0:
             # An empty store: 0.9.2 writes the object_index group and no manifests.
-            got = (np.zeros(0, np.int64), decode_manifests([], level.grid.ndim))
+            got = (np.zeros(0, np.int64), decode_manifests([], level.layout.ndim))
         elif arr is None and ("object_index" in level.groups or level.array("object_index/data") is not None):
             from .seed import read_seed_object_index
 

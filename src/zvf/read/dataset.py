@@ -7,8 +7,10 @@ service share connections, in-flight requests and decoded indexes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Self, overload
+import functools
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, overload
 
 import numpy as np
 
@@ -37,6 +39,22 @@ AttributeNames = str | Sequence[str] | None
 """Vertex attributes to read: None for all, a name, or names."""
 Categories = Sequence[Any] | None
 """Values of the chunking attribute to read on an attribute-chunked level (None for all)."""
+Refresh = Literal["auto"] | None
+"""What a dataset does when the store changed and its version is gone: None raises StaleDatasetError,
+``"auto"`` moves to the newest version and reads again once."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _refreshing(read: Callable[Concatenate[AsyncDataset, _P], Awaitable[_R]]
+                ) -> Callable[Concatenate[AsyncDataset, _P], Awaitable[_R]]:
+    """A read that, on a dataset opened with ``refresh="auto"``, survives its version being reclaimed: it
+    moves to the newest version and runs once more (``ReadContext.retrying``)."""
+    @functools.wraps(read)
+    async def run(self: AsyncDataset, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await self._ctx.retrying(lambda: read(self, *args, **kwargs))
+    return run
 
 
 class AsyncDataset(RootFacts):
@@ -46,15 +64,34 @@ class AsyncDataset(RootFacts):
         self._ctx = ReadContext.create(handle, executor, root, level0)
 
     @classmethod
-    async def open(cls, target: Target, *, mode: str = "r",
-                   storage_options: StorageOptions | None = None) -> AsyncDataset:
+    async def open(cls, target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None,
+                   refresh: Refresh = None) -> AsyncDataset:
         if mode not in ("r", "a"):  # a store is made by a writer (zvf.write_*, convert), not by open
             raise InvalidArgumentError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}; "
                                        f"stores are created by zvf.write_points/... or zvf.convert")
+        if refresh not in (None, "auto"):
+            raise InvalidArgumentError(f"refresh must be None or 'auto', got {refresh!r}")
         handle = open_store(target, mode=mode, storage_options=storage_options)
         ex = Executor(handle)
+        seen = time.monotonic()
         root, level0 = await load.load_root(ex, handle.url)
-        return cls(handle, ex, root, level0)
+        ds = cls(handle, ex, root, level0)
+        ds._ctx.refresh_auto = refresh == "auto"
+        ds._ctx.pin(seen)
+        return ds
+
+    async def refresh(self) -> bool:
+        """Move to the newest version of the store (after appends, pyramid builds, rechunks elsewhere):
+        metadata reloaded, caches dropped.  Returns whether the version changed.  A dataset reads the
+        version it opened until then -- or, once that version is no longer kept, raises
+        StaleDatasetError (``open(..., refresh="auto")`` refreshes by itself and reads again)."""
+        return await self._ctx.refresh()
+
+    @property
+    def version(self) -> str | None:
+        """The id of the version of the store this dataset reads (the root's ``zvf_publication`` record)."""
+        return self._ctx.version
+
 
     def __repr__(self) -> str:
         return f"AsyncDataset({self.url!r}, {', '.join(f'{k}={v!r}' for k, v in self._summary().items())})"
@@ -122,14 +159,17 @@ class AsyncDataset(RootFacts):
         return self._ctx.has_objects(index)
 
     # ------------------------------------------------------------- object index
+    @_refreshing
     async def manifests(self, index: int = 0) -> tuple[np.ndarray, ManifestTable]:
         """(object ids, ManifestTable) of a level, decoded once and cached."""
         return await self._ctx.manifests(index)
 
+    @_refreshing
     async def fragment_owners(self, index: int) -> Owners:
         """chunk -> object id of each fragment (-1 for fragments no manifest names)."""
         return await self._ctx.fragment_owners(index)
 
+    @_refreshing
     async def object_ids(self, *, level: int = 0) -> np.ndarray:
         """Ids of the objects the level's index lists (none for a cloud without object ids)."""
         lvl = await self.level(level)
@@ -155,6 +195,7 @@ class AsyncDataset(RootFacts):
         return AsyncQuery.build(self._ctx, bbox=bbox, near=near, objects=objects, groups=groups, where=where,
                                 level=level, attributes=attributes, clip=clip, limit=limit, max_vertices=max_vertices)
 
+    @_refreshing
     async def query(self, bbox: BBox, *, level: int = 0, attributes: AttributeNames = None,
                     clip: bool = False, categories: Categories = None) -> Selection:
         """What lies in the closed box ``lo <= p <= hi``, by geometry.
@@ -184,6 +225,7 @@ class AsyncDataset(RootFacts):
         chunks = chunks_in_box(lvl, lo, hi)
         return await read_chunks(self._ctx, lvl, chunks, names, box=(lo, hi))
 
+    @_refreshing
     async def read_all(self, *, level: int = 0, attributes: AttributeNames = None,
                        categories: Categories = None) -> Selection:
         """Every vertex of a level (of the chosen ``categories`` on an attribute-chunked level)."""
@@ -213,6 +255,7 @@ class AsyncDataset(RootFacts):
         return iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
 
     # ------------------------------------------------------------- per-object data
+    @_refreshing
     async def read_object(self, oid: int, *, level: int = 0, attributes: AttributeNames = None,
                           categories: Categories = None) -> Selection:
         """One object: positions (traversal order for polylines/streamlines),
@@ -242,13 +285,15 @@ class AsyncDataset(RootFacts):
         or with ``combined=True`` one Selection whose ``offsets``/``objects``
         delimit the objects and whose connectivity indexes the combined rows.
         """
-        return await objects.read_objects(self._ctx, ids, level=level, attributes=attributes, combined=combined,
-                                          categories=categories)
+        return await self._ctx.retrying(lambda: objects.read_objects(
+            self._ctx, ids, level=level, attributes=attributes, combined=combined, categories=categories))
 
+    @_refreshing
     async def object_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-object attribute, row i = the i-th object id (absent = the dtype's sentinel)."""
         return await dense_attribute(self._ctx, "object_attributes", name, level)
 
+    @_refreshing
     async def fragment_attribute(self, name: str, *, level: int = 0, objects: ArrayLike | None = None) -> FragmentRows:
         """A per-fragment attribute as ``FragmentRows`` (chunks, fragments, values[, object_ids]):
         every stored row, or with ``objects`` one row per fragment their manifests name."""
@@ -256,10 +301,12 @@ class AsyncDataset(RootFacts):
 
         return await fragment_attribute(self._ctx, name, level=level, objects=objects)
 
+    @_refreshing
     async def groups(self, *, level: int = 0) -> list[np.ndarray]:
         """Every group's member object ids, by group id."""
         return await read_groups(self._ctx, level)
 
+    @_refreshing
     async def group(self, gid: int, *, level: int = 0) -> np.ndarray:
         """Object ids in group ``gid``."""
         groups = await self.groups(level=level)
@@ -267,6 +314,7 @@ class AsyncDataset(RootFacts):
             raise InvalidArgumentError(f"group id {gid!r} out of range: the store has {len(groups)} groups")
         return groups[int(gid)]
 
+    @_refreshing
     async def group_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-group attribute, row g = group g."""
         return await dense_attribute(self._ctx, "group_attributes", name, level)
@@ -307,6 +355,7 @@ class AsyncDataset(RootFacts):
 
         return await append(self, "write_mesh", (vertices, faces), {**kwargs, "cast": cast})
 
+    @_refreshing
     async def info(self) -> dict[str, Any]:
         """A summary of the store for ``zvf info``: layout (chunk, bin and shard shapes, compression),
         counts, and every vertex, object and group attribute with its dtype (``float32[3]``: 3 channels)."""

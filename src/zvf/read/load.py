@@ -32,6 +32,7 @@ from ..errors import (
 from ..format import metadata as md
 from ..format import parse
 from ..format.grid import Grid
+from ..format.versions import Record
 from ..io.executor import Executor
 from .cells import CellArray
 from .levels import LevelNodes
@@ -158,13 +159,15 @@ async def _get_json(ex: Executor, key: str) -> dict | None:
 
 
 def _trust_section(ex: Executor, root_doc: dict, index: int, level_doc, fixed: dict) -> None:
-    """Adopt the root's consolidated section when the documents wave 1 fetched agree with it."""
+    """Adopt the root's consolidated section when the documents wave 1 fetched agree with it -- or, on a
+    root zvf's publication protocol wrote (its version record), always: that section IS the version the
+    root publishes, and the documents on disk follow it only after the root (``zvf.write.publish``)."""
     cm = root_doc.get("consolidated_metadata")
     section = cm.get("metadata") if isinstance(cm, dict) else None
     if not isinstance(section, dict) or not all(isinstance(d, dict) for d in section.values()):
         return
     fetched = {f"{index}": level_doc, **{f"{index}/{p}": d for p, d in fixed.items()}}
-    if any(section.get(k) != d for k, d in fetched.items()):
+    if not Record.of(root_doc).recorded and any(section.get(k) != d for k, d in fetched.items()):
         return
     # keyed by the root's key: this executor's own rewrite of the root (append, pyramid) drops it
     ex.put_cached(SECTION, "zarr.json", section, nbytes=len(json.dumps(section)))
@@ -194,7 +197,6 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
 
 def make_level(root: md.RootMeta, index: int, level_doc: dict) -> Level:
     meta = parse.parse_level(level_doc, key=f"{index}/zarr.json")
-    parse.check_level_grid(root, meta, key=f"{index}/zarr.json")
     chunk_shape = meta.chunk_shape or root.chunk_shape
     bin_shape = meta.bin_shape if meta.bin_shape is not None else (root.base_bin_shape if index == 0 else None)
     grid = Grid(tuple(float(c) for c in chunk_shape), None if bin_shape is None else tuple(float(b) for b in bin_shape))
@@ -317,8 +319,7 @@ def _add_docs(level: Level, ex: Executor, paths, docs) -> None:
             continue
         key = f"{level.index}/{name}/zarr.json"
         if doc.get("node_type") == "array":
-            level.arrays[name] = CellArray(ex, f"{level.index}/{name}", parse.parse_array(doc, key=key),
-                                           level.meta.vertex_count)
+            level.arrays[name] = CellArray(ex, f"{level.index}/{name}", parse.parse_array(doc, key=key))
         else:
             attrs = doc.get("attributes")
             level.groups[name] = attrs if isinstance(attrs, dict) else {}
@@ -334,6 +335,9 @@ async def load_root(ex: Executor, url: str) -> tuple[md.RootMeta, Level]:
     root = parse.parse_root(root_doc, key="zarr.json")
     check_capabilities(root_doc, url)
     _trust_section(ex, root_doc, 0, *level_parts)
+    section = _section(ex)
+    if section is not None:  # wave 1's documents as the section has them (the trusted copies)
+        level_parts = (section.get("0"), {p: section.get(f"0/{p}") for p in level_parts[1]})
     return root, await finish_level(ex, root, 0, *level_parts)
 
 

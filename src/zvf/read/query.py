@@ -86,12 +86,17 @@ class AsyncQuery:
     # ------------------------------------------------------------- terminals
     async def read(self) -> Selection:
         """The matching data as one Selection (see the module docstring for per-geometry semantics)."""
-        ctx = await _resolve(self._rc, self._spec)
-        return await _read(self._rc, ctx)
+        return await self._rc.retrying(self._read)
+
+    async def _read(self) -> Selection:
+        return await _read(self._rc, await _resolve(self._rc, self._spec))
 
     async def count(self) -> int:
         """Number of vertices ``read()`` returns; from metadata and fragment indexes where the
         narrowing allows (unnarrowed level, objects only, boxes covering whole bins)."""
+        return await self._rc.retrying(self._count)
+
+    async def _count(self) -> int:
         ctx = await _resolve(self._rc, self._spec)
         n = await _count_without_vertices(self._rc, ctx)
         if n is not None:
@@ -100,8 +105,10 @@ class AsyncQuery:
 
     async def object_ids(self) -> np.ndarray:
         """Sorted ids of the objects the result holds (empty for a cloud without object ids)."""
-        ctx = await _resolve(self._rc, self._spec)
-        return await _object_ids(self._rc, ctx)
+        return await self._rc.retrying(self._object_ids)
+
+    async def _object_ids(self) -> np.ndarray:
+        return await _object_ids(self._rc, await _resolve(self._rc, self._spec))
 
     def iter(self, *, batch: int | None = None, prefetch: int = 4):
         """The result in batches (``async for``), at most ``prefetch`` batches fetched ahead:

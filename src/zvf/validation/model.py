@@ -19,11 +19,13 @@ from ..errors import ZvfError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
+from ..format.versions import Record
 from ..io.executor import Executor
 from ..read.levels import LevelNodes
 from .report import ERROR, WARNING, Issue, Report
 
 DENSE_LIMIT = 1 << 26  # bytes of a dense array (ids, attributes) the validator reads whole
+MAX_DOC_BYTES = 64 << 20  # a zarr.json larger than this is reported, not parsed
 MAX_SIMILAR = 10  # issues of one kind per array before the rest are only counted
 
 SPATIAL_ZV = {
@@ -128,6 +130,11 @@ class ValidatorBase:
         # level 4 material gathered during the link pass
         self._skeleton_edges: list[np.ndarray] = []
         self._chunk_ids: dict[tuple[int, ...], int] = {}
+        # versions (zvf.format.versions): families kept versions use, and cells in other families
+        self.record: Record | None = None
+        self.kept: dict[str, set[str]] = {}
+        self._kept_cells: Counter = Counter()
+        self._leftover: Counter = Counter()
 
     def issue(self, severity: str, level: int, key: str, text: str, *, kind: str | None = None) -> None:
         """Record an issue, keeping at most MAX_SIMILAR of one ``kind`` per array."""

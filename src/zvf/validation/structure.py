@@ -14,11 +14,11 @@ from ..errors import FormatError, NotZvfStoreError, RemoteError
 from ..format import metadata as md
 from ..format import parse
 from ..format.keys import ChunkKeyEncoding
-from ..format.parse import MAX_DOCUMENT_BYTES
-from ..lifecycle.lock import STALE_AFTER as LOCK_STALE_AFTER
-from ..lifecycle.lock import TAKEOVER
-from ..lifecycle.lock import holder_record as lock_holder
-from .model import FAILED, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, array_of, strip_key
+from ..format.versions import Record, array_families, family_of, family_of_key, is_store_key
+from ..write.lock import TAKEOVER, holder_state
+from ..write.lock import holder_record as lock_holder
+from ..write.publish import is_control_key, kept_families, section_nodes
+from .model import FAILED, MAX_DOC_BYTES, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, array_of, strip_key
 
 MAX_LOCK_BYTES = 64 << 10  # a lock body is a short JSON record; a larger one is not read
 
@@ -33,6 +33,11 @@ def _duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{max(seconds, 0.0):.0f} s"
+
+
+def _state(rec: dict) -> str:
+    dead, why = holder_state(rec)
+    return f"{'dead' if dead else 'live'} ({why})"
 
 
 class StructureChecks(ValidatorBase):
@@ -54,10 +59,10 @@ class StructureChecks(ValidatorBase):
 
         await self._writer_lock()
         doc_keys = [k for k in self.keys if k == "zarr.json" or k.endswith("/zarr.json")]
-        big = [k for k in doc_keys if self.sizes[k] > MAX_DOCUMENT_BYTES]
+        big = [k for k in doc_keys if self.sizes[k] > MAX_DOC_BYTES]
         for k in big:
-            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over {MAX_DOCUMENT_BYTES}): not read")
-        doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOCUMENT_BYTES]
+            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over {MAX_DOC_BYTES}): not read")
+        doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOC_BYTES]
         raws = await self.ex.gather([self._get_or_issue(k) for k in doc_keys])
         for k, raw in zip(doc_keys, raws):
             if raw is None or raw is FAILED:
@@ -105,22 +110,24 @@ class StructureChecks(ValidatorBase):
         geoms = self.root.geometry_types
         self.geometry = geoms[0] if geoms else None
 
+        self._adopt_published(root_doc)
         self._index_nodes()
         self._find_orphans()
         self._check_required()
         return bool(self.levels)
 
     async def _writer_lock(self) -> None:
-        """``.zvf-writing``.  Held as the store lock (a JSON holder record: an append or pyramid
-        build is running, or its holder died) it is a warning naming holder and age -- the store
-        itself is whole.  Without a holder record it is a creation claim: an unfinished write."""
+        """``.zvf-writing``, the store's lock.  On a store with a root it is a warning naming the holder,
+        live or dead (a dead one is a failed change's leftover: the next change or ``zvf gc`` takes it
+        over) -- the published store itself is whole.  Without a root it is the claim of an unfinished
+        first write: an error."""
         markers = [k for k in self.keys if k.startswith(TAKEOVER)]
         also = (f"; {len(markers)} takeover marker(s) {TAKEOVER}* beside it (removed when their winner "
                 "releases the lock)") if markers else ""
         if md.CLAIM_KEY not in self.sizes:
             if markers:
                 self.warn(1, markers[0], f"{len(markers)} takeover marker(s) of a store lock that is no longer "
-                                         "held (a holder died while releasing it); safe to delete")
+                                         "held (a holder died while releasing it); `zvf gc` removes them")
             return
         rec: dict = {}
         if self.sizes[md.CLAIM_KEY] <= MAX_LOCK_BYTES:
@@ -128,22 +135,25 @@ class StructureChecks(ValidatorBase):
             if body is FAILED or body is None:  # unreadable (reported) or released since the listing
                 return
             rec = lock_holder(bytes(body))
-        if not rec:
-            self.error(
-                1, md.CLAIM_KEY,
-                "a zvf write claim is present: a write is in progress or was interrupted; "
-                "rewrite the store with overwrite=True (or delete it) once no writer is running",
-            )
+        rooted = "zarr.json" in self.sizes
+        if not rec or not rooted:
+            what = "" if not rec else f" ({rec.get('purpose', 'a writer')}, {_state(rec)})"
+            report = self.error if not rooted else self.warn
+            report(1, md.CLAIM_KEY,
+                   f"a zvf write claim{what} is present: a write is in progress or was interrupted"
+                   + ("; rewrite the store with overwrite=True (or delete it) once no writer is running" if not rooted
+                      else " after its root was published; `zvf gc` removes it once no writer runs"))
             return
         age = time.time() - float(rec["time"])
         who = (f"{rec.get('purpose', 'a writer')} (owner {rec.get('owner', '?')}, pid {rec.get('pid', '?')} "
                f"on {rec.get('host', '?')})")
-        if age <= LOCK_STALE_AFTER:
-            state = ("live: a change is in progress and is published when it releases the lock; "
+        dead, _ = holder_state(rec)
+        if not dead:
+            state = (f"{_state(rec)}: a change is in progress and is published when it releases the lock; "
                      "validate again then")
         else:
-            state = (f"stale (older than {LOCK_STALE_AFTER:g} s): its holder likely died; the next append or "
-                     "pyramid build takes it over, or delete it by hand once no writer runs")
+            state = (f"{_state(rec)}: the leftover of a failed change, the published store is whole; the next "
+                     "change takes the lock over, or `zvf gc` clears it")
         self.warn(1, md.CLAIM_KEY, f"the store lock is held by {who} for {_duration(age)}; {state}{also}")
 
     def _report_rootless(self) -> None:
@@ -178,9 +188,15 @@ class StructureChecks(ValidatorBase):
             lv = LevelInfo(n, key)
             doc = self.docs.get(str(n))
             if doc is None:
-                if key not in self.sizes:  # unreadable ones were reported already
-                    why = "listed by the root's multiscales" if n in listed else "holding data"
-                    self.error(1, key, f"level {n} group document is missing (the level is {why})")
+                if key in self.sizes:  # unreadable: reported already
+                    pass
+                elif n in listed:
+                    self.error(1, key, f"level {n} group document is missing (the level is listed by the root's "
+                                       "multiscales)")
+                else:  # only cells: the leftovers of a change that never published this level
+                    self.warn(1, key, f"level {n} holds data but no document, and the root does not list it "
+                                      "(leftovers of an interrupted change); `zvf gc` deletes them")
+                    continue
             elif n not in listed and root.transforms:
                 self.warn(1, key, f"level {n} is not listed in the root's multiscales datasets")
             if doc is not None:
@@ -223,8 +239,33 @@ class StructureChecks(ValidatorBase):
         self.counts["levels"] = len(self.levels)
         self.counts["arrays"] = sum(len(lv.arrays) for lv in self.levels.values())
 
+    def _adopt_published(self, root_doc: dict) -> None:
+        """On a root zvf's publication protocol wrote (its version record), the version is what its
+        consolidated section says: the documents on disk follow it only after the root, so documents that
+        differ (an interrupted publication) or that it does not name are leftovers (warnings: the next
+        change or `zvf gc` rewrites or deletes them), never the store's content."""
+        self.record = Record.of(root_doc)
+        self.kept = kept_families(self.record, array_families(section_nodes(root_doc)))
+        if not self.record.recorded:
+            return
+        section = section_nodes(root_doc)
+        lagging = sorted(p for p, d in section.items() if self.docs.get(p) != d)
+        if lagging:
+            self.warn(1, f"{lagging[0]}/zarr.json",
+                      f"{len(lagging)} document(s) on disk differ from the root's consolidated section (a publication "
+                      "was interrupted after its commit; zvf reads the section); the next change or `zvf gc` "
+                      "rewrites them", kind="lagging")
+        stale = sorted(p for p in self.docs if p and p not in section)
+        if stale:
+            self.warn(1, f"{stale[0]}/zarr.json",
+                      f"{len(stale)} document(s) of nodes the published version does not have (an interrupted or "
+                      "superseded change's); `zvf gc` deletes them", kind="leftover-doc")
+        self.docs = {"": root_doc, **section}
+
     def _find_orphans(self) -> None:
-        """Objects no array owns, and which stored keys belong to which array."""
+        """Objects no array owns, and which stored keys belong to which array.  Cells in another key family
+        than their array's belong to a superseded version still kept for its readers (fine) or to none (a
+        failed change's leftovers: a warning, `zvf gc` deletes them)."""
         keys = self.keys
         covered = np.zeros(len(keys) + 1, dtype=np.int64)
         for lv in self.levels.values():
@@ -234,23 +275,55 @@ class StructureChecks(ValidatorBase):
                 hi = bisect.bisect_left(keys, info.path + "0")  # "0" sorts right after "/"
                 covered[lo] += 1
                 covered[hi] -= 1
-                info.stored = [k for k in keys[lo:hi] if k != p + "zarr.json"]
+                mine = family_of(info.keys, info.meta.ndim) if info.keys is not None else None
+                info.stored = []
+                for k in keys[lo:hi]:
+                    fam = family_of_key(k[len(p):])
+                    if k == p + "zarr.json":
+                        continue
+                    if mine is None or fam is None or fam == mine:
+                        info.stored.append(k)
+                    else:
+                        self._other_version(info.path, k, fam)
         owned = np.cumsum(covered[:-1]) > 0
         orphans: dict[str, list[str]] = defaultdict(list)
         for i in np.flatnonzero(~owned).tolist():
             k = keys[i]
-            if is_lock_key(k) or k == "zarr.json" or k.endswith("/zarr.json"):
+            if is_lock_key(k) or k == "zarr.json" or k.endswith("/zarr.json") or is_control_key(k):
                 continue
             if k.rsplit("/", 1)[-1] in (".zgroup", ".zarray", ".zattrs"):
+                continue
+            owner = next((a for a in self.kept if k.startswith(a + "/")), None)
+            if owner is not None and family_of_key(k[len(owner) + 1:]) is not None:
+                self._other_version(owner, k, family_of_key(k[len(owner) + 1:]))
                 continue
             orphans[array_of(k) or "."].append(k)
         for d, ks in sorted(orphans.items()):
             doc = f"{d}/zarr.json"
+            if all(is_store_key(k) for k in ks):
+                self.warn(1, ks[0], f"{len(ks)} stored object(s) under {d}/ belong to no array of the published "
+                                    "version (leftovers of an interrupted or superseded change, or of an array "
+                                    "whose document was lost); `zvf gc` deletes them", kind="orphan")
+                continue
             why = (f"its array document {doc} is missing" if doc not in self.sizes
                    else f"{doc} is not a readable array document")
             self.error(1, ks[0], f"{len(ks)} stored object(s) under {d}/ belong to no array: {why} "
                                  "(leftover of an interrupted write or of a removed array)", kind="orphan")
         self.counts["orphan_objects"] = sum(len(v) for v in orphans.values())
+        for (path, fam), n in sorted(self._leftover.items()):
+            self.warn(1, f"{path}/zarr.json", f"{n} cell(s) of {path} in the key family {fam!r}, which no kept "
+                                              "version uses (leftovers of an interrupted or superseded change); "
+                                              "`zvf gc` deletes them", kind="leftover")
+        kept = sum(self._kept_cells.values())
+        if kept:
+            self.counts["kept_version_cells"] = kept
+
+    def _other_version(self, path: str, key: str, fam: str) -> None:
+        """A cell of ``path`` in family ``fam``, not the published version's: a kept version's, or a leftover."""
+        if fam in self.kept.get(path, ()):
+            self._kept_cells[path] += 1
+        else:
+            self._leftover[(path, fam)] += 1
 
     def _check_required(self) -> None:
         """The arrays each level needs for its geometry."""

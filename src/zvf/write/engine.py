@@ -1,35 +1,49 @@
 """Publishing a store: claim it, stream the cells up, write the metadata last.
 
-Order is what keeps readers safe: every data cell first (concurrently,
-bounded in bytes in flight), then array and group documents, then level
-documents, and the root ``zarr.json`` last -- a reader that finds no root
-reports an unfinished write instead of reading half a store.
+A new store: every data cell first (concurrently, bounded in bytes in
+flight), then array and group documents, then level documents, and the root
+``zarr.json`` last -- a reader that finds no root reports an unfinished write
+instead of reading half a store.  Two writers racing for one new store: each
+first creates the store's lock (:mod:`.lock`, its creation claim) with a
+conditional put, so exactly one proceeds and the other fails before writing
+anything.  The lock is released after the root is published.
 
-Two writers racing for one new store: each first creates a claim object
-with a conditional put, so exactly one proceeds and the other fails before
-writing anything.  The claim is removed after the root is published.
+Over an existing store (``overwrite=True``, or a writer handed a
+:class:`~zvf.write.publish.Publication`): cells go under chunk-key families no
+kept version uses and the root is swapped in one compare-and-swap
+(:mod:`.publish`): readers of the old store keep reading it.  Overwrite
+replaces ZVF stores only; a location holding anything else is refused.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import numpy as np
 
-from ..errors import FormatError, InvalidArgumentError, RemoteError, StoreExistsError
+from ..errors import (
+    ForeignDataError,
+    FormatError,
+    InvalidArgumentError,
+    NotZvfStoreError,
+    RemoteError,
+    StoreExistsError,
+)
 from ..format import builders
 from ..format.codecs import CellCodec
-from ..format.keys import ChunkKeyEncoding
+from ..format.keys import DEFAULT_ENCODING, ChunkKeyEncoding
 from ..format.metadata import CLAIM_KEY
 from ..format.shard import encode_shard, inner_index, shard_coords
 from ..io.executor import Executor
+from .lock import LEASE, StoreLock
+from .publish import Publication, clear_unfinished, family_from, held_lock
 
 
 class ByteBudget:
@@ -80,10 +94,16 @@ class StoreWriter:
     """Uploads one store through an executor; use as ``async with StoreWriter(...) as w``."""
 
     def __init__(self, executor: Executor, *, overwrite: bool = False, max_inflight_bytes: int = 256 << 20,
-                 consolidate: bool = True):
+                 consolidate: bool = True, publication: Publication | None = None,
+                 taken: Mapping[str, Iterable[str]] | None = None, lease: float | None = LEASE):
         self.ex = executor
         self.overwrite = overwrite
         self.consolidate = consolidate  # root carries every document (False: 0.9.2's bytes, the compat switch)
+        self.publication = publication  # set: a change to a published store (see .publish)
+        self.taken = taken  # a cells-only writer's families: those kept versions use (Publication.taken)
+        self.lease = lease  # of the store's lock this writer takes (None: held across processes)
+        self.lock: StoreLock | None = None
+        self._own_lock = False  # the lock is this writer's to release (not a caller's)
         self._budget = ByteBudget(max_inflight_bytes)
         self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
         self._tg = None
@@ -95,46 +115,100 @@ class StoreWriter:
 
     async def __aenter__(self) -> StoreWriter:
         await self._claim()
+        if self._own_lock:
+            await self.lock.start_heartbeat()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         return self
 
     async def __aexit__(self, exc_type, exc, tb):
         try:
-            await self._tg.__aexit__(exc_type, exc, tb)
-        except BaseExceptionGroup as group:  # anyio wraps the body's own error: hand it back bare
-            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
-                raise group.exceptions[0] from None
+            try:
+                await self._tg.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:  # anyio wraps the body's own error: hand it back bare
+                if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+                    raise group.exceptions[0] from None
+                raise
+            if exc_type is None:
+                if self._error is not None:  # the zvf error itself, not an ExceptionGroup around it
+                    raise self._error
+                await self._publish()
+        except BaseException:
+            await self._failed()
             raise
-        if exc_type is None:
-            if self._error is not None:  # the zvf error itself, not an ExceptionGroup around it
-                raise self._error
-            await self._publish()
+        if exc_type is not None:
+            await self._failed()
+        elif self._own_lock:
+            await self.lock.stop_heartbeat()
+            await self.lock.release()
         return False
 
-    async def _claim(self) -> None:
-        """Claim the store before writing anything; only then look for an existing root.
+    async def _failed(self) -> None:
+        """After an error: a change to a published store takes its unreferenced cells away and releases
+        the lock (the store reads as before); a new store's lock stays, marked abandoned (the location
+        holds an unfinished store, which the next writer with overwrite=True replaces at once)."""
+        if self._own_lock:
+            await self.lock.stop_heartbeat()
+        with anyio.CancelScope(shield=True):
+            if self.publication is not None:
+                with contextlib.suppress(Exception):  # best effort: the next change or gc finds what is left
+                    await self.publication.abort()
+            if self._own_lock:
+                if self.publication is not None:
+                    await self.lock.release()
+                else:
+                    await self.lock.abandon()
 
-        Claiming first closes the window in which a writer that checked
-        early could start writing over a store another writer just finished.
+    async def _claim(self) -> None:
+        """Take the store's lock before writing anything; only then look at what is there.
+
+        Locking first closes the window in which a writer that checked early
+        could start writing over a store another writer just finished.  A
+        root there: refused, or with ``overwrite`` replaced by a publication
+        (readers of the old store keep it).  No root: a new store, after the
+        objects of an unfinished one are cleared (``overwrite``).
         """
-        if self.overwrite:
-            # Hide the old store first (no root = not a store), then clear what it left
-            # -- a dead writer's claim included.
-            await self.ex.delete(["zarr.json"])
-            old = [k for k, _ in await self.ex.list("")]
-            if old:
-                await self.ex.delete(old)
+        url = self.ex.handle.url
+        held = held_lock(url)
+        if held is not None:  # the caller holds the lock (a rechunk in place)
+            self.lock = held[0]
+            self.publication = await Publication(self.ex, self.lock, expect=held[1], retention=held[2]).begin()
+            return
+        self.lock = StoreLock(self.ex, url, purpose="write", lease=self.lease)
         try:
-            await self._create(CLAIM_KEY, f"zvf write in progress {uuid.uuid4().hex}\n".encode())
+            await self.lock.acquire(create_only=True)
         except StoreExistsError:
-            raise StoreExistsError(
-                f"{self.ex.handle.url}: another writer is creating this store (or one died: see `zvf validate`); "
-                "pass overwrite=True to replace it"
-            ) from None
-        if not self.overwrite and await self.ex.head("zarr.json") is not None:
-            await self.ex.delete([CLAIM_KEY])
-            raise StoreExistsError(f"{self.ex.handle.url}: a store exists here; pass overwrite=True to replace it")
+            if not self.overwrite:
+                raise StoreExistsError(
+                    f"{url}: another writer is creating or changing this store (or one died: see `zvf validate`); "
+                    "pass overwrite=True to replace it") from None
+            await self.lock.acquire()  # waits for a live holder, takes a dead one's over
+        self._own_lock = True
+        try:
+            if await self.ex.head("zarr.json") is None:
+                await clear_unfinished(self.ex, self.overwrite)
+                return
+            if not self.overwrite:
+                raise StoreExistsError(f"{url}: a store exists here; pass overwrite=True to replace it")
+            try:
+                self.publication = await Publication(self.ex, self.lock).begin()
+            except (NotZvfStoreError, FormatError) as e:
+                raise ForeignDataError(f"{url}: its zarr.json is not the root of a ZVF store ({e}); overwrite=True "
+                                       "replaces a ZVF store only and deleted nothing") from None
+        except BaseException:
+            self._own_lock = False
+            with anyio.CancelScope(shield=True):
+                await self.lock.release()
+            raise
+
+    async def cell_keys(self, path: str, ndim: int) -> ChunkKeyEncoding:
+        """The key encoding of array ``path``'s cells: a new store's default, a publication's family for it
+        (cleared of leftovers), or a cells-only writer's from the families kept versions use."""
+        if self.publication is not None:
+            return await self.publication.keys(path, ndim)
+        if self.taken is not None:
+            return family_from(self.taken, path, ndim)
+        return DEFAULT_ENCODING
 
     async def _create(self, key: str, data: bytes) -> None:
         """Conditional create that survives an ambiguous failure: if the object now holds
@@ -201,19 +275,26 @@ class StoreWriter:
         """A metadata document to publish after the cells: stage 0 arrays/groups, 1 levels, 2 root."""
         self._docs.append((stage, key, doc))
 
+    def queued_documents(self) -> dict[str, dict]:
+        """Node path -> document of every node queued so far (the root excluded)."""
+        return {k[:-len("/zarr.json")]: d for s, k, d in self._docs if s < 2}
+
     async def _publish(self) -> None:
+        root = next((d for s, k, d in self._docs if k == "zarr.json"), None)
+        if self.publication is not None:
+            if root is None:
+                raise InvalidArgumentError(f"{self.ex.handle.url}: a publication needs a root document")
+            await self.publication.commit(self.queued_documents(), root)
+            return
         for stage in (0, 1):
             docs = [(k, d) for s, k, d in self._docs if s == stage]
             await self.ex.gather([self.ex.put(k, builders.dumps(d)) for k, d in docs])
-        for _, key, doc in (x for x in self._docs if x[0] == 2):
-            if self.consolidate and key == "zarr.json":  # readers open the store from this one document
-                doc = {**doc, "consolidated_metadata": builders.consolidated_metadata(
-                    {k[:-len("/zarr.json")]: d for s, k, d in self._docs if s < 2})}
-            if self.overwrite:
-                await self.ex.put(key, builders.dumps(doc))
-            else:
-                await self._create(key, builders.dumps(doc))
-        await self.ex.delete([CLAIM_KEY])
+        if root is not None:
+            if self.consolidate:  # readers open the store from this one document
+                root = {**root, "consolidated_metadata": builders.consolidated_metadata(self.queued_documents())}
+            await self._create("zarr.json", builders.dumps(root))
+        if self.lock is None:
+            await self.ex.delete([CLAIM_KEY])  # a commit of cells others wrote under a claim it inherits
 
 
 #: Worker threads encoding cells (numpy gathers, joins and compressors release the GIL).
@@ -279,7 +360,12 @@ class SpatialArrayOut:
     _shards: dict[tuple[int, ...], dict[int, Blob]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._keys = ChunkKeyEncoding.from_metadata(None)
+        self._keys: ChunkKeyEncoding | None = None
+
+    async def keys(self, writer: StoreWriter) -> ChunkKeyEncoding:
+        if self._keys is None:
+            self._keys = await writer.cell_keys(self.path, len(self.grid_shape))
+        return self._keys
 
     async def add(self, writer: StoreWriter, chunk, payload) -> None:
         """Store the payload of absolute chunk ``chunk``."""
@@ -291,7 +377,7 @@ class SpatialArrayOut:
         self.nonempty.append(chunk)
         grid = np.asarray(chunk, dtype=np.int64) - np.asarray(self.origin, dtype=np.int64)
         if self.codec.shard is None:
-            await writer.put_cell(self._keys.key(self.path, grid), blob)
+            await writer.put_cell((await self.keys(writer)).key(self.path, grid), blob)
             return
         shard = tuple(int(s) for s in shard_coords(grid, self.codec.shard))
         self._shards.setdefault(shard, {})[int(inner_index(grid, self.codec.shard))] = blob
@@ -325,7 +411,7 @@ class SpatialArrayOut:
         if inner:
             blob = encode_shard(inner, int(np.prod(self.codec.shard)), inner_shape=self.codec.shard)
             if blob is not None:
-                await writer.put_cell(self._keys.key(self.path, shard), blob)
+                await writer.put_cell((await self.keys(writer)).key(self.path, shard), blob)
 
     async def finish(self, writer: StoreWriter) -> None:
         """Upload buffered shards and queue the array document."""
@@ -356,7 +442,7 @@ async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_
     """
     values = np.ascontiguousarray(values)
     n = values.shape[0]
-    keys = ChunkKeyEncoding.from_metadata(None)
+    keys = await writer.cell_keys(path, values.ndim)
     pad_fill = np.nan if isinstance(fill, str) else fill
     for c in range(-(-n // chunk_rows) if n else 0):
         part = values[c * chunk_rows:(c + 1) * chunk_rows]
@@ -390,7 +476,7 @@ async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, 
     rows ``lo:hi`` as (uint8 buffer, byte offsets): then every frame of a stored
     object is laid out in one vectorized pass (no per-item Python work).
     """
-    keys = ChunkKeyEncoding.from_metadata(None)
+    keys = await writer.cell_keys(path, 1)
     n = len(items)
     per = chunk if codec.shard is None else codec.inner_rows or 1  # items per vlen frame, padded with b""
     packed = getattr(items, "packed", None)
