@@ -58,6 +58,11 @@ class UnsupportedRequestError(RemoteError):
     """The store's server does not implement the request (a listing on a static web host: HTTP 405/501)."""
 
 
+class SizeLimitError(FormatError):
+    """Stored data would decode to more than its metadata allows (or than zvf reads): refused before it is
+    inflated or allocated."""
+
+
 class MissingDataError(FormatError):
     """Metadata names a chunk, fragment or object the store does not hold."""
 

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from zvf.errors import FormatError, InvalidArgumentError
+from zvf.errors import FormatError, InvalidArgumentError, SizeLimitError
 from zvf.format.codecs import (
     BLOSC_CONFIG,
     CellCodec,
@@ -175,11 +175,15 @@ def test_zstd_bomb_is_refused_before_allocation():
     bomb = _frame_unknown_size(b"", rle_blocks=8192)  # 1 GiB of 0x07 from ~32 KiB
     assert len(bomb) < 40_000
     assert zstd_bound(bomb)[0][3] == 8192 * 0x20000
-    with pytest.raises(FormatError, match="above the 1048576-byte limit") as ei:
-        zstd_decompress(bomb, key=KEY, max_size=1 << 20)
+    with pytest.raises(SizeLimitError, match="the 1048576-byte limit") as ei:
+        zstd_decompress(bomb, key=KEY, max_size=1 << 20)  # an output buffer of the limit at most, then refused
     assert KEY in str(ei.value)
     small = _frame_unknown_size(b"", rle_blocks=2)
     assert zstd_decompress(small, max_size=1 << 20) == b"\x07" * 0x40000
+    # a frame of undeclared size within the limit reads though its blocks could hold more (streaming writers)
+    assert zstd_decompress(small, max_size=0x40000) == b"\x07" * 0x40000
+    with pytest.raises(SizeLimitError):
+        zstd_decompress(small, max_size=0x40000 - 1)
 
 
 def test_zstd_header_lies():

@@ -1,6 +1,6 @@
 """``read_all``'s whole-level path (read/points.py ``read_level``): rows placed chunk by chunk as
 their cells land must equal the chunk-at-a-time reads (``iter_chunks(batch_chunks=1)``), whether
-the cells are plain, sharded or compressed and whatever the level's vertex count claims."""
+the cells are plain, sharded or compressed and a level whose vertex count lies is refused."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 import zvf
 import zvf.aio
+from zvf.errors import FormatError
 from zvf.read import points
 from zvf.read.selection import Selection
 
@@ -53,9 +54,10 @@ async def test_polylines_match_chunkwise(tmp_path, layout):
 
 
 @pytest.mark.parametrize("claimed", [0, 17, 10**4, 10**15])
-async def test_wrong_vertex_count_still_reads_every_row(tmp_path, monkeypatch, claimed):
-    """Outputs are sized from the metadata; a count that is too small grows them, too large trims them,
-    and an absurd one allocates no more than PREALLOC_ROWS up front."""
+async def test_a_wrong_vertex_count_is_refused(tmp_path, monkeypatch, claimed):
+    """Outputs are sized from the metadata (an absurd count allocates no more than PREALLOC_ROWS up front);
+    cells holding another number of rows than the level's vertex_count make the read an error naming the level
+    document, whether they hold more (refused as they arrive) or fewer -- never a short or padded answer."""
     monkeypatch.setattr(points, "PREALLOC_ROWS", 5000)
     rng = np.random.default_rng(1)
     pos = rng.uniform(0, 1, (900, 3)).astype(np.float32)
@@ -65,11 +67,11 @@ async def test_wrong_vertex_count_still_reads_every_row(tmp_path, monkeypatch, c
                      bounds=([0, 0, 0], [1, 1, 1]))
     ds = await zvf.aio.open(path)
     truth = await _chunkwise(ds)
+    _same(await ds.read_all(), truth)
     lvl = await ds.level(0)
     lvl.meta = dataclasses.replace(lvl.meta, vertex_count=claimed)
-    sel = await ds.read_all()
-    _same(sel, truth)
-    assert len(sel) == 900
+    with pytest.raises(FormatError, match=rf"0/zarr\.json: vertex_count is {claimed}, but the .*cells"):
+        await ds.read_all()
 
 
 async def test_unlabelled_points_and_empty_level(tmp_path):

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..errors import FormatError, InvalidArgumentError
+from ..errors import FormatError, InvalidArgumentError, SizeLimitError
 from .vlen import as_u8, byte_view, decode_vlen, decode_vlen_frames, encode_vlen
 
 if TYPE_CHECKING:
@@ -192,26 +192,38 @@ def zstd_bound(data: BytesLike, *, key: str = "?") -> list[tuple[int, int, int |
 
 
 def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
-    """Decompress zstd frame(s) with the output bounded by ``max_size`` before allocation."""
+    """Decompress zstd frame(s) with the output bounded by ``max_size`` before allocation.
+
+    Frames that declare their content size are refused past ``max_size`` before any byte is inflated; a
+    frame that does not (streaming writers) gets an output buffer of what is left of ``max_size`` at most
+    (its blocks may bound it more tightly), and is refused if it needs more.
+    """
     frames = zstd_bound(data, key=key)
-    total = sum(f[3] for f in frames)
-    if total > max_size:
-        raise FormatError(f"{key}: zstd data may decompress to {total} bytes, above the {max_size}-byte limit")
+    declared = sum(f[2] or 0 for f in frames)
+    if sum(f[3] for f in frames) > max_size and (declared > max_size or all(f[2] is not None for f in frames)):
+        raise SizeLimitError(f"{key}: zstd data decompresses to {max(declared, max_size + 1)} bytes or more, "
+                             f"above the {max_size}-byte limit")
     import zstandard
 
     dctx = _decompressor()
     mv = byte_view(data)
     out = []
+    left = max_size - declared  # for the frames of undeclared size
     for start, end, content, bound in frames:
         if content == 0:  # an empty frame; the block walk already validated it
             out.append(b"")
             continue
+        cap = bound if content is not None else min(bound, left)
         try:
-            piece = dctx.decompress(mv[start:end], max_output_size=max(bound, 1))
+            piece = dctx.decompress(mv[start:end], max_output_size=max(cap, 1))
         except (zstandard.ZstdError, ValueError) as exc:
+            if content is None and cap < bound:
+                raise SizeLimitError(f"{key}: zstd data decompresses to more than the {max_size}-byte limit") from None
             raise FormatError(f"{key}: corrupt zstd data ({exc})") from exc
         if content is not None and len(piece) != content:
             raise FormatError(f"{key}: zstd frame yielded {len(piece)} bytes, header says {content}")
+        if content is None:
+            left -= len(piece)
         out.append(piece)
     if not out:
         raise FormatError(f"{key}: zstd data holds only skippable frames")
@@ -384,7 +396,7 @@ def blosc_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT
     if cbytes != size:
         raise FormatError(f"{key}: blosc header says {cbytes} compressed bytes, buffer has {size}")
     if nbytes > max_size:
-        raise FormatError(f"{key}: blosc data decompresses to {nbytes} bytes, above the {max_size}-byte limit")
+        raise SizeLimitError(f"{key}: blosc data decompresses to {nbytes} bytes, above the {max_size}-byte limit")
     if typesize == 0:
         raise FormatError(f"{key}: blosc typesize 0")
     if flags & 0x02:  # memcpyed: raw copy follows the header
@@ -450,7 +462,7 @@ def _stream_decompress(
             raise FormatError(f"{key}: corrupt {what} data ({exc})") from exc
         total += len(piece)
         if total > max_size:
-            raise FormatError(f"{key}: {what} data decompresses to more than the {max_size}-byte limit")
+            raise SizeLimitError(f"{key}: {what} data decompresses to more than the {max_size}-byte limit")
         out.append(piece)
         if not d.eof:
             raise FormatError(f"{key}: truncated {what} data")
@@ -478,7 +490,7 @@ def lz4_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_M
         raise FormatError(f"{key}: lz4 buffer of {mv.nbytes} bytes has no size header")
     (n,) = struct.unpack_from("<i", mv, 0)
     if n < 0 or n > max_size:
-        raise FormatError(f"{key}: lz4 header says {n} bytes (limit {max_size})")
+        raise (FormatError if n < 0 else SizeLimitError)(f"{key}: lz4 header says {n} bytes (limit {max_size})")
     # A block expands at most 255x; a header beyond that is a lie we need not allocate for.
     if n > 255 * (mv.nbytes - 4) + 16:
         raise FormatError(f"{key}: lz4 header says {n} bytes but {mv.nbytes - 4} compressed bytes cannot hold them")
@@ -872,7 +884,7 @@ class CellCodec:
             data = _decode_one(name, cfg, data, key, max_size)
         mv = byte_view(data)
         if mv.nbytes > max_size:
-            raise FormatError(f"{key}: cell of {mv.nbytes} bytes is above the {max_size}-byte limit")
+            raise SizeLimitError(f"{key}: cell of {mv.nbytes} bytes is above the {max_size}-byte limit")
         return mv
 
     def encode_items(self, items: Sequence[BytesLike]) -> bytes:

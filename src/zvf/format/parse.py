@@ -40,11 +40,36 @@ from .metadata import (
     need_strs,
 )
 
-__all__ = ["classify_root", "loads", "parse_array", "parse_group", "parse_level", "parse_root"]
+__all__ = [
+    "MAX_BINS_PER_CHUNK",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_GRID_CELLS",
+    "check_level_grid",
+    "classify_root",
+    "loads",
+    "parse_array",
+    "parse_group",
+    "parse_level",
+    "parse_root",
+]
+
+#: The largest metadata document read (readers and the validator alike): parsing JSON costs ~10x its size in
+#: Python objects, and no store's document comes near it (a million-node consolidated root is ~300 MB).
+MAX_DOCUMENT_BYTES = 64 << 20
+#: The most chunks a level's grid may span over the store's bounds: past it chunk numbers leave the range
+#: int64 arithmetic holds (a chunk_shape of 1e-300 made every query answer nothing).
+MAX_GRID_CELLS = 1 << 62
+#: The most bins tiling one chunk: readers build per-chunk masks of its bins.
+MAX_BINS_PER_CHUNK = 1 << 20
 
 
 def loads(data: bytes | bytearray | memoryview | str, *, key: str) -> dict[str, Any]:
-    """Decode one ``zarr.json``; any decoding problem is a FormatError naming ``key``."""
+    """Decode one ``zarr.json``; any decoding problem is a FormatError naming ``key``, and a document over
+    :data:`MAX_DOCUMENT_BYTES` is refused unparsed."""
+    size = len(data) if isinstance(data, (bytes, bytearray, str)) else memoryview(data).nbytes
+    if size > MAX_DOCUMENT_BYTES:
+        raise FormatError(f"{key}: a metadata document of {size} bytes, over the {MAX_DOCUMENT_BYTES >> 20} MiB "
+                          f"zvf reads; not parsed")
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
         doc = json.loads(text)
@@ -120,6 +145,50 @@ def _parse_transforms(
     return parsed_axes, tuple(out)
 
 
+def _check_grid(chunk_shape: tuple[float, ...], bounds: tuple[tuple[float, ...], tuple[float, ...]], key: str,
+                field: str) -> None:
+    """Refuse a chunk edge that spans more than :data:`MAX_GRID_CELLS` chunks over ``bounds``, or puts a bound
+    at a chunk number float64 cannot hold exactly (2**52)."""
+    cells = 1.0
+    for i, (c, a, b) in enumerate(zip(chunk_shape, *bounds)):
+        first, last = a / c, b / c
+        if not (math.isfinite(first) and math.isfinite(last)) or max(abs(first), abs(last)) >= 2.0**52:
+            raise fail(key, field, f"[{i}]={c} puts the bounds {a}..{b} beyond chunk 2**52: absurdly many cells")
+        cells *= math.floor(last) - math.floor(first) + 1
+    if cells > MAX_GRID_CELLS:
+        raise fail(key, field, f"{list(chunk_shape)} spans {cells:.3g} cells over the bounds, more than the "
+                               f"{MAX_GRID_CELLS:.3g} zvf reads")
+
+
+def _check_bins(chunk_shape: tuple[float, ...], bin_shape: tuple[float, ...], key: str, field: str) -> None:
+    """Refuse bins that do not tile the chunk a whole number of times per axis, or more than
+    :data:`MAX_BINS_PER_CHUNK` of them."""
+    bins = 1
+    for i, (c, b) in enumerate(zip(chunk_shape, bin_shape)):
+        r = c / b
+        if not math.isfinite(r) or r > 2**31:
+            raise fail(key, field, f"[{i}]={b} gives too many bins per chunk (cells of chunk_shape[{i}]={c})")
+        if round(r) < 1 or abs(r - round(r)) > 1e-9 * max(1.0, r):
+            raise fail(key, field, f"[{i}]={b} does not divide chunk_shape[{i}]={c}")
+        bins *= round(r)
+    if bins > MAX_BINS_PER_CHUNK:
+        raise fail(key, field, f"{list(bin_shape)} makes {bins} bins (cells) per chunk, more than the "
+                               f"{MAX_BINS_PER_CHUNK} zvf reads")
+
+
+def check_level_grid(root: RootMeta, level: LevelMeta, *, key: str) -> None:
+    """A level's own chunk edge and bins, held to the root's grid limits (the root's are checked by
+    :func:`parse_root`): level 0's bins tile its chunks."""
+    chunk = level.chunk_shape or root.chunk_shape
+    if len(chunk) != root.ndim:
+        raise fail(key, "zarr_vectors_level.chunk_shape", f"has {len(chunk)} entries but the store has {root.ndim}")
+    _check_grid(chunk, root.bounds, key, "zarr_vectors_level.chunk_shape")
+    if level.level == 0 and level.bin_shape is not None:
+        if len(level.bin_shape) != root.ndim:
+            raise fail(key, "zarr_vectors_level.bin_shape", f"has {len(level.bin_shape)} entries, not {root.ndim}")
+        _check_bins(chunk, level.bin_shape, key, "zarr_vectors_level.bin_shape")
+
+
 def parse_root(doc: Any, *, key: str = "zarr.json") -> RootMeta:
     """Parse the store root group; refuse anything that is not a ZVF root."""
     doc = need_dict(doc, key, "document")
@@ -144,6 +213,7 @@ def parse_root(doc: Any, *, key: str = "zarr.json") -> RootMeta:
     hi = need_reals(bounds_raw[1], key, f + "bounds[1]", ndim=ndim, ndim_from=f + "chunk_shape")
     if any(a > b for a, b in zip(lo, hi)):
         raise fail(key, f + "bounds", f"has min > max: {list(lo)} > {list(hi)}")
+    _check_grid(chunk_shape, (lo, hi), key, f + "chunk_shape")
     geoms = need_strs(zv.get("geometry_types", []), key, f + "geometry_types", allowed=GEOMETRY_TYPES)
 
     bbs_raw = zv.get("base_bin_shape")
@@ -151,12 +221,7 @@ def parse_root(doc: Any, *, key: str = "zarr.json") -> RootMeta:
     if bbs_raw is not None:
         bbs = need_reals(bbs_raw, key, f + "base_bin_shape", ndim=ndim, positive=True,
                           ndim_from=f + "chunk_shape")
-        for i, (c, b) in enumerate(zip(chunk_shape, bbs)):
-            r = c / b
-            if not math.isfinite(r) or r > 2**31:
-                raise fail(key, f + "base_bin_shape", f"[{i}]={b} gives too many bins per chunk")
-            if round(r) < 1 or abs(r - round(r)) > 1e-9 * max(1.0, r):
-                raise fail(key, f + "base_bin_shape", f"[{i}]={b} does not divide chunk_shape[{i}]={c}")
+        _check_bins(chunk_shape, bbs, key, f + "base_bin_shape")
 
     links = _field(zv, "links_convention", need_str, key, f, default="implicit_sequential",
                    allowed=LINKS_CONVENTIONS)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import os
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
@@ -39,6 +40,7 @@ import anyio
 
 from ..errors import (
     ConcurrentModificationError,
+    FormatError,
     InvalidArgumentError,
     ReadOnlyError,
     RemoteError,
@@ -303,6 +305,11 @@ def _detached(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, 
     return method
 
 
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both absolute and normalised)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def _under_a_file(exc: BaseException) -> bool:
     """A local key below a path that is a file (``a/data`` a blob, ``a/data/zarr.json`` asked): missing."""
     return "os error 20" in str(exc) or "Not a directory" in str(exc)
@@ -333,6 +340,9 @@ class ObstoreTransport:
         #: :meth:`get_batch`): local files and memory, where an async request costs more event-loop time
         #: than the transfer itself
         self.blocking_puts = self.blocking_gets = type(store).__name__ in ("LocalStore", "MemoryStore")
+        #: a local store's directory, resolved: no key may lead out of it through a symbolic link
+        self._local_root = (os.path.realpath(store.prefix or "/") if type(store).__name__ == "LocalStore"
+                            else None)
 
     def __repr__(self) -> str:
         return f"ObstoreTransport({self.label!r})"
@@ -340,13 +350,22 @@ class ObstoreTransport:
     # -- helpers ----------------------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        return self.prefix + key if self.prefix else key
+        """The store path of ``key``; on a local store, refused (FormatError) where a symbolic link on the way
+        leads out of the store's directory -- a cell must not read (or a write replace) a file elsewhere."""
+        path = self.prefix + key if self.prefix else key
+        root = self._local_root
+        if root is not None and _inside(os.path.normpath(os.path.join(root, path)), root):  # ".." is obstore's
+            real = os.path.realpath(os.path.join(root, path))
+            if not _inside(real, root):
+                raise FormatError(f"{key}: a symbolic link in {self.label} leads out of the store (to {real}); "
+                                  "refused: a store's keys stay inside its directory")
+        return path
 
     def _error(self, exc: BaseException, op: str, key: str) -> BaseException:
         """Translate an obstore exception into zvf's (see module docstring), which carries the operation, key
         and HTTP status (where one was answered) as attributes: the obstore error is not chained (see
         :func:`_detached`)."""
-        err = self._translate(exc, op, key)
+        err = exc if isinstance(exc, ZvfError) else self._translate(exc, op, key)
         if isinstance(err, RemoteError):
             err.op, err.key = op, key  # type: ignore[attr-defined]
             if getattr(err, "status", None) is None:

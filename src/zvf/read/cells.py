@@ -15,8 +15,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import FormatError, MissingDataError
-from ..format.codecs import CellCodec
+from ..errors import FormatError, MissingDataError, SizeLimitError
+from ..format.codecs import DEFAULT_MAX_SIZE, CellCodec
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
 from ..format.metadata import ArrayMeta
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
@@ -25,6 +25,11 @@ from ..io.plan import ByteRange
 
 # Payload header of a one-item vlen frame: u32 count, u32 length.
 VLEN_HEADER = 8
+# A cell's payload is one vlen item, whose length prefix is a u32: no cell holds more bytes.
+MAX_CELL_BYTES = (1 << 32) - 1
+# Channels assumed, to bound its cells, for a vertex attribute that declares none (0.9.2 writes the
+# multi-channel rows of polylines and graphs with ``row_shape: []``).
+UNDECLARED_CHANNELS = 256
 # Executor cache of whole shards a level sweep goes on reading (see ``payloads(keep_shards=True)``).
 SHARD_CACHE = "shard"
 
@@ -36,15 +41,73 @@ class CellArray:
     executor: Executor
     path: str  # array path relative to the store root, e.g. "0/vertices"
     meta: ArrayMeta
+    rows: int | None = None  # the level's vertex_count: it bounds the cells of arrays holding a row per vertex
     codec: CellCodec = field(init=False)
     keys: ChunkKeyEncoding = field(init=False)
     origin: np.ndarray = field(init=False)
+    max_payload: int | None = field(init=False)  # payload bytes one read may decode from every cell together
 
     def __post_init__(self) -> None:
         key = f"{self.path}/zarr.json"
         self.codec = CellCodec.from_array_metadata(self.meta.raw, key=key)
         self.keys = ChunkKeyEncoding.from_metadata(self.meta.raw)
         self.origin = np.asarray(self.meta.grid_origin, dtype=np.int64)
+        self.max_payload = self._payload_bound()
+
+    # ------------------------------------------------------------- bounds
+    def _row_bytes(self) -> int | None:
+        """Bytes of one row of an array holding a row per vertex (vertex attributes that declare no channels:
+        :data:`UNDECLARED_CHANNELS`); None for other arrays and encoded (Draco) vertices."""
+        attrs = self.meta.attributes
+        kind = attrs.get("zv_array")
+        if kind not in ("vertices", "attribute") or attrs.get("encoding", "raw") != "raw" or not self.meta.is_vlen:
+            return None
+        itemsize = np.dtype(attrs.get("dtype", "float32")).itemsize
+        if kind == "vertices":
+            return itemsize * len(self.meta.shape)  # rank: the spatial axes (and a category axis, if any)
+        names = attrs.get("channel_names")
+        width = int(np.prod(attrs["row_shape"])) if attrs.get("row_shape") else (
+            len(names) if isinstance(names, list) and names else UNDECLARED_CHANNELS)
+        return itemsize * width
+
+    def _payload_bound(self) -> int | None:
+        """What a read may decode from this array, every cell together: the level's ``vertex_count`` rows for
+        an array holding a row per vertex; None (each cell to the codec's own limit) for the others.  A
+        ``vertex_count`` larger than the cells ``vertices`` lists could hold is refused here, at open."""
+        row = self._row_bytes()
+        if self.rows is None or row is None:
+            return None
+        if self.meta.attributes.get("zv_array") == "vertices" and "nonempty_chunks" in self.meta.attributes:
+            cells, most = len(self.meta.nonempty_chunk_array), MAX_CELL_BYTES // row
+            if self.rows > cells * most:
+                raise FormatError(
+                    f"{self.path.split('/', 1)[0]}/zarr.json: vertex_count {self.rows} is more rows than the "
+                    f"{cells} cells {self.path} lists can hold ({most} rows of {row} bytes each at most)")
+        return self.rows * row
+
+    def _decoder(self):
+        """A decoder for the cells of one read: each cell is decoded with what is left of
+        :attr:`max_payload` as its limit, so no cell is inflated past what the level declares (a few KB of
+        zstd can claim gigabytes); the limit is checked against the codecs' headers before inflating."""
+        left = self.max_payload
+
+        def decode(raw, key: str) -> memoryview:
+            nonlocal left
+            limit = DEFAULT_MAX_SIZE if left is None else min(left, DEFAULT_MAX_SIZE)
+            try:
+                out = self.codec.decode_view(raw, key=key, max_size=limit + VLEN_HEADER)
+            except SizeLimitError as e:
+                if left is None:
+                    raise
+                level = self.path.split("/", 1)[0]
+                raise SizeLimitError(
+                    f"{e}: more than {self.path} holds by {level}/zarr.json, whose vertex_count of {self.rows} "
+                    f"rows allows {self.max_payload} bytes in all its cells together") from None
+            if left is not None:
+                left -= len(out)
+            return out
+
+        return decode
 
     # ------------------------------------------------------------- keys
     def cell_coords(self, coords) -> tuple[int, ...]:
@@ -76,10 +139,11 @@ class CellArray:
         if self.codec.shard is None:
             keys = self.keys_of(chunks)
             raws = await self.executor.get_many(keys)
+            decode = self._decoder()
             for k, raw, c in zip(keys, raws, chunks):
                 if raw is None:
                     await self._absent(k, c)
-            return [None if raw is None else self.codec.decode_view(raw, key=k) for raw, k in zip(raws, keys)]
+            return [None if raw is None else decode(raw, k) for raw, k in zip(raws, keys)]
         return await self._sharded([self.cell_coords(c) for c in chunks], keep_shards)
 
     @cached_property
@@ -115,7 +179,7 @@ class CellArray:
         if raw is None:
             await self._absent(key, chunk)
             return None
-        return self.codec.decode_view(raw, key=key)
+        return self._decoder()(raw, key)
 
     async def items(self, grid_coords: tuple[int, ...]) -> list[memoryview] | None:
         """All items of one multi-item cell (1-D vlen arrays such as manifests)."""
@@ -201,6 +265,7 @@ class CellArray:
         (coalesced)."""
         by_shard = group_by_shard(grid, self.codec.shard)
         out: list[bytes | None] = [None] * len(grid)
+        decode = self._decoder()
         shard_keys = {s: self.key_of(s) for s in by_shard}
         whole = [s for s, members in by_shard.items() if keep or 4 * len(members) >= 3 * self._stored_in(s)]
         whole_set = set(whole)
@@ -217,7 +282,7 @@ class CellArray:
             members = by_shard[shard]
             for i, start, n in zip(members, *self._spans(grid, members, shard, offsets, nbytes)):
                 if start >= 0:
-                    out[i] = self.codec.decode_view(view[start:start + n], key=f"{shard_keys[shard]}[{grid[i]}]")
+                    out[i] = decode(view[start:start + n], f"{shard_keys[shard]}[{grid[i]}]")
                 else:
                     await self._shard_absent(shard_keys[shard], [grid[i]])
         for shard, index in zip(ranged, got[1]):
@@ -235,7 +300,7 @@ class CellArray:
         for i, raw, r in zip(slots, raws, ranges):
             if raw is None:
                 raise FormatError(f"{r.key}: shard shrank while reading inner chunk {grid[i]}")
-            out[i] = self.codec.decode_view(raw, key=f"{r.key}[{grid[i]}]")
+            out[i] = decode(raw, f"{r.key}[{grid[i]}]")
         return out
 
     async def _shard_absent(self, shard_key: str, cells: list[tuple[int, ...]]) -> None:

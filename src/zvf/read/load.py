@@ -197,6 +197,7 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
 
 def make_level(root: md.RootMeta, index: int, level_doc: dict) -> Level:
     meta = parse.parse_level(level_doc, key=f"{index}/zarr.json")
+    parse.check_level_grid(root, meta, key=f"{index}/zarr.json")
     chunk_shape = meta.chunk_shape or root.chunk_shape
     bin_shape = meta.bin_shape if meta.bin_shape is not None else (root.base_bin_shape if index == 0 else None)
     grid = Grid(tuple(float(c) for c in chunk_shape), None if bin_shape is None else tuple(float(b) for b in bin_shape))
@@ -319,7 +320,8 @@ def _add_docs(level: Level, ex: Executor, paths, docs) -> None:
             continue
         key = f"{level.index}/{name}/zarr.json"
         if doc.get("node_type") == "array":
-            level.arrays[name] = CellArray(ex, f"{level.index}/{name}", parse.parse_array(doc, key=key))
+            level.arrays[name] = CellArray(ex, f"{level.index}/{name}", parse.parse_array(doc, key=key),
+                                           level.meta.vertex_count)
         else:
             attrs = doc.get("attributes")
             level.groups[name] = attrs if isinstance(attrs, dict) else {}

@@ -74,6 +74,10 @@ class ObjectIndex:
     async def _read_ids(self) -> np.ndarray:
         if self.ids_array is None:
             return np.arange(self.count, dtype=np.int64)
+        declared = int(self.ids_array.meta.shape[0])
+        if declared != self.count:  # before reading (and allocating) a shape only the document claims
+            raise FormatError(f"{self.ids_array.path}/zarr.json: shape {declared} object ids for "
+                              f"{self.count} manifests")
         ids = np.asarray(await read_dense(self.ex, self.ids_array)).astype(np.int64).reshape(-1)
         if len(ids) != self.count:
             raise FormatError(f"{self.ids_array.path}: {len(ids)} object ids for {self.count} manifests")

@@ -87,9 +87,12 @@ def chunks_in_box(level, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 # Decoding more than this many payload bytes runs in a worker thread, not on the event loop.
 OFFLOAD_BYTES = 4 << 20
-# A whole-level read sizes its outputs from the level's vertex count, an unchecked metadata field:
-# at most this many rows up front (more are made room for as they arrive, by doubling).
+# A whole-level read sizes its outputs from the level's vertex count, a metadata field (the read ends in an
+# error if the cells hold another number of rows): at most this many rows up front (more are made room for as
+# they arrive, by doubling), of which the pages of at most PREFAULT_ROWS are touched ahead of the rows (a
+# vertex count that lies costs no more memory than that).
 PREALLOC_ROWS = 1 << 26
+PREFAULT_ROWS = 1 << 21
 
 
 async def off_loop(nbytes: int, fn: Callable[[], T], limit: int = OFFLOAD_BYTES) -> T:
@@ -233,11 +236,17 @@ class LevelRows:
         self.owners = None
         self.unlabelled: list[tuple] = []  # (chunk, first row, rows, fragment index) placed before the owners came
         self.keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
+        self.vertex_count, self.level_key = level.meta.vertex_count, f"{level.index}/zarr.json"
+        self.decoded = 0  # rows decoded so far, placed or pending
 
     def arrived(self, i: int, payloads: dict) -> None:
         """Decode chunk ``i`` from its cells' payloads; place every chunk whose predecessors are all in."""
         keys = self.keys
         pos = rows_from_payload(payloads["vertices"], self.dtype, (self.ndim,), key=keys["vertices"][i])
+        self.decoded += len(pos)
+        if self.decoded > self.vertex_count:
+            raise FormatError(f"{self.level_key}: vertex_count is {self.vertex_count}, but the cells read so far "
+                              f"hold {self.decoded} rows (the last: {keys['vertices'][i]})")
         attrs = {}
         for n in self.names:
             name = f"vertex_attributes/{n}"
@@ -249,10 +258,11 @@ class LevelRows:
         self._place_ready()
 
     def allocate(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """The outputs, every page touched once (pure: a worker thread pays the kernel's page zeroing
-        while the first cells download, instead of the event loop as it copies rows in)."""
-        oids = prefaulted((self.cap,), np.int64) if self.labelled else None
-        return prefaulted((self.cap, self.ndim), self.dtype), oids
+        """The outputs, the pages of their first :data:`PREFAULT_ROWS` rows touched once (pure: a worker thread
+        pays the kernel's page zeroing while the first cells download, instead of the event loop as it copies
+        rows in)."""
+        oids = prefaulted((self.cap,), np.int64, PREFAULT_ROWS) if self.labelled else None
+        return prefaulted((self.cap, self.ndim), self.dtype, PREFAULT_ROWS), oids
 
     def take(self, outputs: tuple[np.ndarray, np.ndarray | None]) -> None:
         self.pos, self.oids = outputs
@@ -305,6 +315,9 @@ class LevelRows:
         if self.next != len(self.chunk_list):  # pragma: no cover - every chunk's fetch either lands or raises
             raise FormatError(f"{self.arrays['vertices'].path}: {len(self.chunk_list) - self.next} chunks never placed")
         total = self.at
+        if total != self.vertex_count:
+            raise FormatError(f"{self.level_key}: vertex_count is {self.vertex_count}, but the level's cells hold "
+                              f"{total} rows")
         trim = (lambda a: a) if total == self.cap else (lambda a: a[:total].copy())
         attrs = {}
         for n, out in self.attrs.items():
@@ -316,10 +329,11 @@ class LevelRows:
         return Selection(trim(self.pos), attrs, oids)
 
 
-def prefaulted(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)`` with one byte of every page written (numpy drops the GIL for it)."""
+def prefaulted(shape: tuple[int, ...], dtype, rows: int) -> np.ndarray:
+    """``np.empty(shape, dtype)`` with one byte of every page of its first ``rows`` rows written (numpy drops
+    the GIL for it)."""
     out = np.empty(shape, dtype)
-    out.reshape(-1).view(np.uint8)[::4096] = 0
+    out[:rows].reshape(-1).view(np.uint8)[::4096] = 0
     return out
 
 

@@ -25,7 +25,6 @@ from ..read.levels import LevelNodes
 from .report import ERROR, WARNING, Issue, Report
 
 DENSE_LIMIT = 1 << 26  # bytes of a dense array (ids, attributes) the validator reads whole
-MAX_DOC_BYTES = 64 << 20  # a zarr.json larger than this is reported, not parsed
 MAX_SIMILAR = 10  # issues of one kind per array before the rest are only counted
 
 SPATIAL_ZV = {

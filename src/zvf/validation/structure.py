@@ -14,11 +14,12 @@ from ..errors import FormatError, NotZvfStoreError, RemoteError
 from ..format import metadata as md
 from ..format import parse
 from ..format.keys import ChunkKeyEncoding
+from ..format.parse import MAX_DOCUMENT_BYTES
 from ..format.versions import Record, array_families, family_of, family_of_key, is_store_key
 from ..write.lock import TAKEOVER, holder_state
 from ..write.lock import holder_record as lock_holder
 from ..write.publish import is_control_key, kept_families, section_nodes
-from .model import FAILED, MAX_DOC_BYTES, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, array_of, strip_key
+from .model import FAILED, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, array_of, strip_key
 
 MAX_LOCK_BYTES = 64 << 10  # a lock body is a short JSON record; a larger one is not read
 
@@ -59,10 +60,10 @@ class StructureChecks(ValidatorBase):
 
         await self._writer_lock()
         doc_keys = [k for k in self.keys if k == "zarr.json" or k.endswith("/zarr.json")]
-        big = [k for k in doc_keys if self.sizes[k] > MAX_DOC_BYTES]
+        big = [k for k in doc_keys if self.sizes[k] > MAX_DOCUMENT_BYTES]
         for k in big:
-            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over {MAX_DOC_BYTES}): not read")
-        doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOC_BYTES]
+            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over {MAX_DOCUMENT_BYTES}): not read")
+        doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOCUMENT_BYTES]
         raws = await self.ex.gather([self._get_or_issue(k) for k in doc_keys])
         for k, raw in zip(doc_keys, raws):
             if raw is None or raw is FAILED:
