@@ -7,6 +7,8 @@ How a block runs -- what a reader following the page would do:
   ``python -m asyncio``. Tracebacks name the page and its line.
 * ``bash`` / ``sh`` blocks: ``bash -e -o pipefail`` with the venv's ``zvf`` first on PATH;
   ``console`` blocks: the lines after a ``$ `` prompt, the others are output.
+* Python's warnings are shown (``PYTHONWARNINGS=default``, so an unclosed dataset's ResourceWarning
+  too). A block passes when it exits 0 without printing a traceback or a warning of zvf's or its own.
 * A page's blocks run in order in one fresh working directory, so a later block may use the files and
   stores an earlier one made (a test of one block first runs the blocks above it).
 * ``s3://bucket/...`` is the in-process S3 server (tests/conftest.py ``s3_endpoint``): the blocks
@@ -14,7 +16,7 @@ How a block runs -- what a reader following the page would do:
   ``AWS_SECRET_ACCESS_KEY``; the bucket ``bucket`` is created empty for each page.
 * A block that cannot run as written (a template of placeholders, a real cloud account, a server you
   start yourself) carries ``<!-- not-run: why -->`` on the line before its fence; ``text`` blocks
-  are diagrams and command synopses, not code. A fence without a language is refused, so no block
+  are diagrams, not code. A fence without a language is refused, so no block
   escapes by omission. The count of blocks run and the list of those not run end the session.
 """
 
@@ -41,6 +43,10 @@ BLOCK_TIMEOUT_S = 120
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>.*)$")
 _NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(?P<why>.+?)\s*-->\s*$")
+# What a reader would take for something gone wrong, though the block exited 0: a traceback, or a warning
+# raised by zvf or by the block itself (third-party warnings, such as dask's "port in use", are the
+# machine's business).
+_ALARM = re.compile(r"^Traceback \(most recent call last\)|^(?!.*site-packages)\S+:\d+: \w*Warning: ", re.M)
 
 # The interpreter a python block runs in: top-level await allowed, tracebacks show the page's lines.
 _PYTHON_DRIVER = """
@@ -169,7 +175,7 @@ def _reader_env(endpoint) -> dict[str, str]:
     env.update(AWS_ENDPOINT_URL=endpoint.endpoint, AWS_ACCESS_KEY_ID=endpoint.access_key,
                AWS_SECRET_ACCESS_KEY=endpoint.secret_key, AWS_REGION=endpoint.region,
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+               MPLBACKEND="Agg", PYTHONUNBUFFERED="1", PYTHONWARNINGS="default")
     return env
 
 
@@ -228,7 +234,9 @@ def test_block_runs_as_written(block: Block, page_runs):
     run = page_runs(block.page)
     outcome = run.run_through(block)
     earlier = run.failed_before(block)
-    assert outcome.returncode == 0, (
+    alarm = _ALARM.search(outcome.output)
+    assert outcome.returncode == 0 and not alarm, (
         f"{block.name} ({block.language}) exited {outcome.returncode} after {outcome.seconds:.1f} s"
+        + (f", printing {alarm[0]!r}" if alarm else "")
         + (f" (earlier blocks of the page failed: {', '.join(earlier)})" if earlier else "")
         + f"\n--- block ---\n{block.code}--- output ---\n{outcome.output[-6000:]}")
