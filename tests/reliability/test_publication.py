@@ -16,10 +16,7 @@
 from __future__ import annotations
 
 import json
-import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -34,6 +31,7 @@ import zvf
 from zvf.errors import ForeignDataError, StaleDatasetError
 
 from .conftest import record_table
+from .test_crash import _kill_when_paused
 
 CHILD = textwrap.dedent(
     """
@@ -106,26 +104,6 @@ def _state(target: str, opts) -> tuple:
 def _run_child(script: Path, op: str, target: str, opts, pause: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(script), op, target, json.dumps(opts), str(pause)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _kill_when_paused(p: subprocess.Popen) -> str:
-    try:
-        deadline = time.monotonic() + 120
-        line = ""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stdout], [], [], 1.0)
-            if ready:
-                line = p.stdout.readline()
-                if line.startswith(("PAUSED", "DONE")) or not line:
-                    break
-        assert line.startswith("PAUSED"), f"child did not pause: {line!r} {p.stderr.read() if p.poll() else ''}"
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(10)
-        return line.split(" ", 1)[1].strip()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 @pytest.fixture(scope="module")

@@ -230,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .rechunk import register as register_rechunk
 
     register_rechunk(sub, target)
+    from .gc import register as register_gc
+
+    register_gc(sub, target)
     from .convert import register as register_convert
 
     register_convert(sub, target)

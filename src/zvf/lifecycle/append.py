@@ -42,8 +42,8 @@ from ..io.executor import Executor
 from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
 from ..write.lock import LEASE, StoreLock
-from ..write.publish import Publication
-from .carry import CONSOLIDATED, carry_root
+from ..write.publish import CONSOLIDATED, Publication
+from .carry import carry_root
 from .pyramid import build_locked, pyramid_spec, seed_section
 
 _SLASH = re.compile(r"^(.*)/c/(\d+(?:/\d+)*)$")

@@ -3,8 +3,8 @@
 An append or a rechunk gets its root from a writer, which knows only the layout it wrote; a pyramid
 build adds levels to the root it read.  Whatever else the old root carried -- the converters'
 ``zvf_source`` record, a user's own attributes, a CRS, axis names and units, the store's name -- goes
-forward, and a root that had a consolidated section gets one naming the new documents (without it,
-readers fall back to listing the store: the two-wave cold open is lost).
+forward.  The publication (:mod:`zvf.write.publish`) then gives the root its consolidated section and
+version record.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from ..format import builders
 from ..format.versions import RECORD
 
 #: Root attributes every zvf writer makes afresh (the version record: its publication); any other one is
@@ -21,7 +20,6 @@ from ..format.versions import RECORD
 WRITTEN = ("zarr_vectors", "multiscales", "ome", RECORD)
 #: ``zarr_vectors`` keys a writer leaves out on purpose (no bins, no pyramid): never carried.
 LAYOUT = ("base_bin_shape", "cross_level_depth", "cross_level_storage")
-CONSOLIDATED = "consolidated_metadata"
 
 
 def carry_root(old: Mapping[str, Any], new: Mapping[str, Any], *, same_store: bool) -> dict[str, Any]:
@@ -56,18 +54,3 @@ def _fill(new: Any, old: Any, *, skip: tuple[str, ...], replace: bool = False) -
         if key not in skip and (replace or key not in new):
             new[key] = copy.deepcopy(value)
 
-
-def with_section(root: Mapping[str, Any], had_section: bool, nodes: Mapping[str, Mapping[str, Any]]) -> dict:
-    """``root`` with a consolidated section naming ``nodes`` (node path -> its ``zarr.json``) when the
-    root it replaces had one (``had_section``) or ``root`` has one; otherwise without."""
-    out = dict(root)
-    if had_section or CONSOLIDATED in out:
-        out[CONSOLIDATED] = builders.consolidated_metadata({k: dict(v) for k, v in nodes.items()})
-    return out
-
-
-def section_nodes(root: Mapping[str, Any]) -> dict[str, dict]:
-    """The node documents of ``root``'s consolidated section ({} without one)."""
-    cm = root.get(CONSOLIDATED)
-    nodes = cm.get("metadata") if isinstance(cm, dict) else None
-    return dict(nodes) if isinstance(nodes, dict) else {}

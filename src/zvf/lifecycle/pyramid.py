@@ -553,6 +553,9 @@ class _PyramidWriter(StoreWriter):
         if self._error is not None:
             raise self._error
         if self.publication is not None:
+            for key, doc in self.documents.items():  # arrays block tasks elsewhere wrote: the family they chose
+                if doc.get("node_type") == "array":
+                    self.publication.family(key[:-len("/zarr.json")], len(doc.get("shape") or ()))
             seed_section(self.ex, self.nodes())
 
     def level_doc(self, level: int) -> dict:

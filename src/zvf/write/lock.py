@@ -74,10 +74,10 @@ def holder_state(rec: dict, now: float | None = None) -> tuple[bool, str]:
         return True, "its change failed and was abandoned"
     beat = rec.get("heartbeat", rec.get("time"))
     lease = rec.get("lease", LEGACY_STALE_AFTER) if "heartbeat" in rec or "lease" in rec else LEGACY_STALE_AFTER
+    if lease is None:  # a distributed job: its driver may stop and resume it from another process
+        return False, "it holds the store across processes (no heartbeat)"
     if rec.get("host") == HOST and rec.get("pid") != os.getpid() and _process_gone(rec.get("pid")):
         return True, f"its process {rec.get('pid')} on this host is gone"
-    if lease is None:
-        return False, "it holds the store across processes (no heartbeat)"
     if not isinstance(beat, (int, float)) or not isinstance(lease, (int, float)):
         return False, "its record has no usable heartbeat"
     age = now - float(beat)

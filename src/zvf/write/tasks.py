@@ -454,8 +454,13 @@ async def start(job: WriteJob, *, overwrite: bool, n_sources: int) -> tuple[dict
         if await ex.get(CLAIM_KEY) != state["claim"].encode():
             raise StoreExistsError(f"{ex.handle.url}: job {job.job!r} no longer holds the store's claim")
         return await load_summaries(ex, f"{job.prefix}map/"), await load_summaries(ex, f"{job.prefix}cells/")
-    claimer = StoreWriter(ex, overwrite=overwrite)
+    claimer = StoreWriter(ex, overwrite=overwrite, lease=None)  # held across processes: never presumed dead
     await claimer._claim()  # the serial writers' claim: one writer per new store
+    if claimer.publication is not None:  # workers write cells in the default key family: not over a store
+        await claimer.lock.release()
+        raise StoreExistsError(f"{ex.handle.url}: a distributed write makes a new store; to replace the store "
+                               "there, write it elsewhere (or with the in-process writer, which keeps it readable "
+                               "until the new one is published)")
     claim = (await ex.get(CLAIM_KEY) or b"").decode()
     state = {"params": {**job.params(), "sources": n_sources}, "claim": claim}
     await ex.put(manifest_key, json.dumps(state).encode())
