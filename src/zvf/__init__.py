@@ -19,6 +19,8 @@ API (each documented: ``help(zvf.<name>)``):
   keywords (``bin_shape``, ``compression``, ``dtype``, ``overwrite``...) are :class:`WriteOptions`.
 * store operations: ``validate``, ``build_pyramid``, ``rechunk``, ``convert`` (LAS, PLY,
   OBJ/STL, SWC, TRK/TCK/TRX, CSV, Parquet, GraphML).
+* ``timeout(seconds)``: a ``with`` block whose blocking calls are cancelled past the deadline
+  (``zvf.errors.CallTimeoutError``, a ``TimeoutError``).
 * :class:`Selection` (what reads return), :class:`StorageOptions` (``storage_options`` keys),
   ``zvf.errors`` (exception types), ``zvf.aio`` (the same API as coroutines).
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import gc as gc
     from .api.sync import open as open
     from .api.sync import rechunk as rechunk
+    from .api.sync import timeout as timeout
     from .api.sync import validate as validate
     from .api.sync import write_graph as write_graph
     from .api.sync import write_lines as write_lines
@@ -60,7 +63,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
 # public name -> module that defines it
 _LAZY = {
     **dict.fromkeys(("open", "write_points", "write_polylines", "write_lines", "write_graph", "write_mesh",
-                     "validate", "Dataset", "build_pyramid", "rechunk", "convert", "gc"), ".api.sync"),
+                     "validate", "Dataset", "build_pyramid", "rechunk", "convert", "gc", "timeout"), ".api.sync"),
     "Selection": ".read.selection",
     "StorageOptions": ".io.store",
     "WriteSummary": ".write.types",

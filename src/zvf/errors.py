@@ -86,3 +86,11 @@ class StaleDatasetError(ZvfError):
 
 class ForeignDataError(ZvfError, FileExistsError):
     """The target holds objects that belong to no ZVF store; zvf never deletes or overwrites them."""
+
+
+class CallTimeoutError(ZvfError, TimeoutError):
+    """A blocking call did not finish within its ``zvf.timeout(...)``; its work was cancelled."""
+
+
+class ForkedProcessError(ZvfError, RuntimeError):
+    """A forked child cannot use what zvf inherited from its parent (a store it cannot make again)."""

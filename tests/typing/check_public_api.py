@@ -62,6 +62,9 @@ def blocking() -> None:
                                     fragment_attributes=None, storage_options=opts), zvf.WriteSummary)
     assert_type(zvf.validate("s", level=2).ok, bool)
     assert issubclass(DatasetClosedError, zvf.errors.ZvfError)
+    with zvf.timeout(2.5), zvf.open("s") as timed:
+        assert_type(timed.query(([0, 0, 0], [1, 1, 1])), zvf.Selection)
+    assert issubclass(zvf.errors.CallTimeoutError, TimeoutError)
 
 
 async def asynchronous() -> None:
@@ -87,6 +90,7 @@ def rejected(ds: zvf.Dataset) -> None:
     zvf.write_points("s", pos, chunk_shape=5.0)  # E: one edge per axis
     zvf.open("s", storage_options={"concurency": 3})  # E: unknown storage option
     zvf.open("s", mode=1)  # E: mode is a str
+    zvf.timeout("5s")  # E: seconds are a number
     zvf.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5), dtyp="float32")  # E: misspelled writer keyword
     zvf.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5), overwrite="yes")  # E: overwrite is a bool
     ds.append_points(pos, cast="yes")  # E: cast is a bool

@@ -9,7 +9,11 @@ caches on one loop for its whole life.
 A blocking call is the coroutine's lifetime: if the caller is interrupted
 (Ctrl-C) while it waits, the coroutine is cancelled on the loop and the call
 returns only once it has stopped, so an interrupted write uploads nothing
-more and never publishes its root.
+more and never publishes its root.  A deadline (``with zvf.timeout(seconds):``)
+ends the calls made under it the same way, with ``CallTimeoutError``.
+
+After ``os.fork()`` the child forgets the parent's loop thread (it did not
+survive the fork) and starts its own on first use; see ``zvf.io.fork``.
 
 The twins are made by typed wrappers (``_blocking``, ``_method``, ...), so
 type checkers see each async signature with its blocking return type.
@@ -18,14 +22,19 @@ type checkers see each async signature with its blocking return type.
 from __future__ import annotations
 
 import atexit
+import contextvars
 import functools
 import inspect
+import math
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
+from ..errors import CallTimeoutError, InvalidArgumentError
+from ..io import fork
 from ..read.context import RootFacts
 from ..read.dataset import AsyncDataset
 from ..read.query import AsyncQuery
@@ -65,13 +74,52 @@ def _shutdown() -> None:
         cm.__exit__(None, None, None)
 
 
+_abandoned: list[object] = []
+
+
+@fork.at_fork
+def _forget_portal() -> None:
+    """In a forked child: the portal's thread stayed in the parent; the next call starts a new one.  The old
+    portal is kept, never finalized: its cleanup would wait for that thread forever."""
+    global _lock, _portal, _portal_cm
+    _abandoned.append((_portal, _portal_cm))
+    _lock, _portal, _portal_cm = threading.Lock(), None, None
+
+
+_deadline: contextvars.ContextVar[float] = contextvars.ContextVar("zvf_deadline", default=math.inf)
+
+
+@contextmanager
+def timeout(seconds: float) -> Iterator[None]:
+    """Bound the blocking calls made in the block: whichever is still running ``seconds`` after the block
+    began is cancelled (as Ctrl-C would: it stops before anything more is sent, a write never publishes)
+    and raises ``zvf.errors.CallTimeoutError``, a ``TimeoutError``.  Nested blocks keep the nearer deadline.
+
+    ``with zvf.timeout(2.0): sel = ds.query(box)``
+
+    Cancelling waits for requests already sent, up to a few seconds, so the call returns at most that
+    much past its deadline.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise InvalidArgumentError(f"timeout must be a number of seconds >= 0, got {seconds!r}")
+    token = _deadline.set(min(_deadline.get(), time.monotonic() + float(seconds)))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
 def _call(fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> R:
     """Run ``await fn(*args, **kwargs)`` on the facade's loop and return its result.
 
     Whatever interrupts the wait (KeyboardInterrupt, SystemExit from a signal
-    handler) cancels the coroutine and waits until it has stopped before it
-    propagates: nothing keeps running behind the caller's back.
+    handler, the deadline of a ``timeout`` block) cancels the coroutine and waits
+    until it has stopped before it propagates: nothing keeps running behind the
+    caller's back.
     """
+    deadline = _deadline.get()
+    if deadline <= time.monotonic():
+        raise CallTimeoutError(f"{_name(fn)} was not started: its zvf.timeout() deadline had passed")
     stopped = threading.Event()
 
     async def run() -> R:
@@ -84,7 +132,8 @@ def _call(fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> R
     try:
         with _sigint_deferred():  # an interrupt while the task is handed over would leave it running unseen
             future = _loop_portal().start_task_soon(run)
-        _wait(stopped)
+        if not _wait(stopped, deadline):
+            raise CallTimeoutError(f"{_name(fn)} did not finish within its zvf.timeout(); it was cancelled")
         return future.result()
     except BaseException:
         if future is not None and future.cancel():  # False once the coroutine has finished on its own
@@ -113,11 +162,19 @@ def _sigint_deferred() -> Iterator[None]:
             signal.raise_signal(signal.SIGINT)
 
 
-def _wait(event: threading.Event) -> None:
-    """Wait in short slices: a signal that another thread (obstore's, the loop's) received is
-    acted on by the main thread only when its wait returns, so an untimed wait could miss Ctrl-C."""
-    while not event.wait(0.1):
-        pass
+def _wait(event: threading.Event, deadline: float = math.inf) -> bool:
+    """Wait in short slices until ``event`` is set (True) or ``deadline`` (``time.monotonic``) passes (False):
+    a signal that another thread (obstore's, the loop's) received is acted on by the main thread only when
+    its wait returns, so an untimed wait could miss Ctrl-C."""
+    while not event.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    """How a timeout names the call: ``read_all``, ``write_points``..."""
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def _blocking(afn: Callable[P, Awaitable[R]]) -> Callable[P, R]:
@@ -174,7 +231,11 @@ def _iterate(stream: BatchStream[T]) -> Iterator[T]:
             except StopAsyncIteration:
                 return
     finally:
-        _call(stream.aclose)
+        token = _deadline.set(math.inf)  # closing the stream is cleanup: no deadline cuts it short
+        try:
+            _call(stream.aclose)
+        finally:
+            _deadline.reset(token)
 
 
 class Query:

@@ -35,7 +35,6 @@ is decoded from the bytes (:meth:`Executor.once`, :meth:`Executor.cached`,
 fragment index or a document share one fetch AND one decode -- 64 box queries
 on a freshly opened store decode its object index once, not 64 times.
 
-
 Concurrency from the plan: unless ``concurrency`` was given (storage option or
 argument), a remote store's limit grows with the work asked of it.  A plan of
 ``n`` requests moving ``b`` bytes gets enough requests in flight that its
@@ -60,6 +59,9 @@ Caches: byte-budget LRUs per namespace ("meta", "shard_index",
 ``get_cached``/``put_cached`` store any object with an explicit size.  Missing
 objects are not cached.  This executor's own puts/deletes invalidate entries
 for that key.
+
+Fork: in a forked child every live executor gets a fresh limiter and forgets its
+in-flight requests (their tasks stayed in the parent); see :mod:`zvf.io.fork`.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 
-from ..errors import InvalidArgumentError, ReadOnlyError, RemoteError
+from ..errors import DatasetClosedError, InvalidArgumentError, ReadOnlyError, RemoteError
+from . import fork
 from .plan import ByteRange, Request, coalesce, scatter
 from .store import RetryPolicy, StoreHandle
 from .transport import TransientError
@@ -265,6 +268,21 @@ class Executor:
         #: the version a reading dataset is pinned to (``zvf.read.pin``): told of every read request that
         #: completed, so bytes of a version no longer kept never reach the reader
         self.pin: ReadPin | None = None
+        fork.track(self)
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh limiter and no in-flight work -- what the parent's tasks held or were
+        fetching would be waited for forever.  Cached data stays: it is the same store's bytes."""
+        self.limiter = anyio.CapacityLimiter(self.concurrency)
+        self._multi_lock = anyio.Lock()
+        self._inflight = {}
+        self.stats._inflight = 0
+
+    def close(self) -> None:
+        """Drop the caches and let go of the store (its connections close with the last user of it); later
+        requests raise DatasetClosedError."""
+        self.clear_caches()
+        self.transport = self.handle.transport = _ClosedTransport(self.label)
 
     def __repr__(self) -> str:
         return f"Executor({self.handle.url!r}, concurrency={self.concurrency})"
@@ -869,6 +887,18 @@ class Executor:
             for a in aws:  # close coroutines never started because of an error
                 if inspect.iscoroutine(a) and inspect.getcoroutinestate(a) == inspect.CORO_CREATED:
                     a.close()
+
+
+class _ClosedTransport:
+    """What a closed executor's requests meet: the store was let go, and its connections with it."""
+
+    blocking_gets = blocking_puts = False
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __getattr__(self, name: str) -> Any:
+        raise DatasetClosedError(f"{self.label}: the dataset is closed; open it again to read")
 
 
 def _trace(op: str, key: str, span: tuple[int, int | None] | None, status: str, result: Any, sent: float) -> None:

@@ -37,12 +37,22 @@ Supported targets::
 Type checkers see these keys as :class:`StorageOptions`.  Credentials are
 passed to obstore and then forgotten: the handle keeps a credential-free URL
 and error messages are scrubbed of secret values.
+
+One connection pool per target: the datasets and writers a process opens on the
+same remote target with the same options share one obstore store (its HTTP
+client and connections), held by weak reference -- it goes, and its connections
+close, with the last handle using it.  obstore stores are safe to share: their
+configuration is fixed, and requests from any thread or event loop run on
+obstore's own runtime.  After ``os.fork()`` a child makes its stores again
+(see :mod:`zvf.io.fork`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -51,6 +61,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidArgumentError, ReadOnlyError, RemoteError, StoreNotFoundError
+from . import fork
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig
@@ -215,16 +226,20 @@ class StoreHandle:
 
 _MEMORY: dict[str, Any] = {}
 _MEMORY_LOCK = threading.Lock()
+# remote stores shared by the handles opened on the same target with the same options (module docstring)
+_SHARED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
 
 
 def memory_store(name: str, *, create: bool = True) -> Any:
-    """The process-wide obstore MemoryStore called ``name`` (None if absent and not create)."""
-    from obstore.store import MemoryStore
-
+    """The process-wide obstore MemoryStore called ``name`` (None if absent and not create).  In a forked
+    child, a copy of the parent's, as the fork left it."""
     with _MEMORY_LOCK:
         st = _MEMORY.get(name)
+        if st is not None and fork.api_of(st) is not fork.obstore():
+            st = _MEMORY[name] = fork.remake(st)
         if st is None and create:
-            st = _MEMORY[name] = MemoryStore()
+            st = _MEMORY[name] = fork.obstore().store.MemoryStore()
         return st
 
 
@@ -232,6 +247,24 @@ def forget_memory_store(name: str) -> None:
     """Drop a named memory store (its data goes away with the last reference)."""
     with _MEMORY_LOCK:
         _MEMORY.pop(name, None)
+
+
+def _shared_store(key: str, make: Callable[[], Any]) -> Any:
+    """The store registered under ``key``, else ``make()`` registered there (until its last user goes)."""
+    with _SHARED_LOCK:
+        store = _SHARED.get(key)
+        if store is None:
+            store = _SHARED[key] = make()
+        return store
+
+
+@fork.at_fork
+def _forget_parent_stores() -> None:
+    """In a forked child: fresh locks (a parent thread may have held one), no shared stores (the child's
+    transports make theirs again, and share those)."""
+    global _MEMORY_LOCK, _SHARED_LOCK, _exit_hook
+    _MEMORY_LOCK, _SHARED_LOCK, _exit_hook = threading.Lock(), threading.Lock(), threading.Lock()
+    _SHARED.clear()
 
 
 # --------------------------------------------------------------------------------------
@@ -437,9 +470,8 @@ def open_store(
     read_only = mode == "r"
     prefix = ""
 
+    remake: Callable[[], Any] | None = None
     if scheme == "file":
-        from obstore.store import LocalStore
-
         path = target[len("file://"):] if scheme_raw == "file" else target
         p = Path(path).expanduser().resolve()
         url = p.as_uri()
@@ -447,38 +479,47 @@ def open_store(
             raise StoreNotFoundError(f"no store at {str(p)!r}: not an existing directory")
         if not read_only and p.exists() and not p.is_dir():
             raise InvalidArgumentError(f"target {str(p)!r} exists and is not a directory")
-        store = _build(lambda: LocalStore(p, mkdir=not read_only), url, secrets)
+        mkdir = not read_only
+        remake = functools.partial(_build, lambda: fork.obstore().store.LocalStore(p, mkdir=mkdir), url, secrets)
+        store = remake()
     elif scheme == "memory":
         rest = target[len(scheme_raw) + 3:].strip("/")
         name, _, prefix = rest.partition("/")
         url = f"memory://{rest}"
         if not name:
-            from obstore.store import MemoryStore
-
-            store = MemoryStore()
+            store = fork.obstore().store.MemoryStore()
         else:
             store = memory_store(name, create=not read_only)
             if store is None:
                 raise StoreNotFoundError(f"no store at {url!r}: memory store {name!r} does not exist")
+            remake = functools.partial(memory_store, name)
     elif scheme == "http":
-        from obstore.store import HTTPStore
-
         if not read_only:
             url, _ = _clean_url(target)
             raise ReadOnlyError(f"cannot open {url!r} for writing: HTTP stores are read-only")
         url, url_secrets = _clean_url(target)
         secrets += url_secrets
         client.setdefault("allow_http", target.lower().startswith("http://"))
-        store = _build(
-            lambda: HTTPStore.from_url(target, client_options=cast("ClientConfig", client),
-                                      retry_config=_retry_config(zvf)),
+        retry = _retry_config(zvf)
+        remake = _sharing(("http", target, client, retry), lambda: _build(
+            lambda: fork.obstore().store.HTTPStore.from_url(target, client_options=cast("ClientConfig", client),
+                                                            retry_config=retry),
             url, secrets,
-        )
+        ))
+        store = remake()
     else:
         url, url_secrets = _clean_url(target)
         secrets += url_secrets
-        store = _build_cloud(scheme, target, config, client, zvf, url, secrets)
-    return _handle(store, url=url, scheme=scheme, mode=mode, prefix=prefix, secrets=secrets, zvf=zvf)
+        remake = _build_cloud(scheme, target, config, client, zvf, url, secrets)
+        store = remake()
+    return _handle(store, url=url, scheme=scheme, mode=mode, prefix=prefix, secrets=secrets, zvf=zvf, remake=remake)
+
+
+def _sharing(spec: tuple[Any, ...], make: Callable[[], Any]) -> Callable[[], Any]:
+    """A maker of the store shared by every handle opened with this ``spec`` (everything the store is made
+    from, credentials included: only the process's own memory ever holds the key)."""
+    key = repr(spec)
+    return functools.partial(_shared_store, key, make)
 
 
 _STORE_SCHEMES = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az", "HTTPStore": "http",
@@ -487,13 +528,11 @@ _STORE_SCHEMES = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az", "HTTPSt
 
 def _prebuilt(store: Any, mode: str, storage_options: Mapping[str, Any] | None) -> StoreHandle:
     """A handle around an obstore store the caller configured: only zvf's own settings apply."""
-    from obstore import store as obstores
-
-    name = type(store).__name__
-    if _STORE_SCHEMES.get(name) is None or not isinstance(store, getattr(obstores, name)):
+    made_by = fork.api_of(store)
+    if made_by is None:
         raise InvalidArgumentError(
             f"target must be a path, a URL or an obstore store (S3Store, GCSStore, ...), got {type(store).__name__}")
-    scheme = _STORE_SCHEMES[name]
+    scheme = next(v for k, v in _STORE_SCHEMES.items() if isinstance(store, getattr(made_by.store, k)))
     opts = _normalise_options(storage_options, "memory", "an obstore store you built: configure the store")
     if "transport_retries" in opts:
         raise InvalidArgumentError("storage option 'transport_retries' does not apply to a store you built: "
@@ -514,8 +553,9 @@ def _prebuilt(store: Any, mode: str, storage_options: Mapping[str, Any] | None) 
 
 
 def _handle(store: Any, *, url: str, scheme: str, mode: str, prefix: str, secrets: list[str],
-            zvf: dict[str, Any]) -> StoreHandle:
-    """The handle around an obstore store, with zvf's settings resolved against the scheme's defaults."""
+            zvf: dict[str, Any], remake: Callable[[], Any] | None = None) -> StoreHandle:
+    """The handle around an obstore store, with zvf's settings resolved against the scheme's defaults;
+    ``remake`` makes the store again in a forked child (None: from the store's own configuration)."""
     from .transport import ObstoreTransport, ReadOnlyTransport
 
     read_only = mode == "r"
@@ -531,7 +571,7 @@ def _handle(store: Any, *, url: str, scheme: str, mode: str, prefix: str, secret
         backoff_base=float(zvf.get("backoff_base", RetryPolicy.backoff_base)),
     )
     _settle_obstore_at_exit()
-    transport: Any = ObstoreTransport(store, prefix=prefix, secrets=secrets, label=url)
+    transport: Any = ObstoreTransport(store, prefix=prefix, secrets=secrets, label=url, remake=remake)
     if read_only:
         transport = ReadOnlyTransport(transport)
     part_size = int(zvf.get("part_size", 8 * 1024 * 1024))
@@ -568,7 +608,8 @@ def _build(factory: Any, url: str, secrets: list[str]) -> Any:
 def _build_cloud(
     scheme: str, target: str, config: dict[str, Any], client: dict[str, Any],
     zvf: dict[str, Any], url: str, secrets: list[str],
-) -> Any:
+) -> Callable[[], Any]:
+    """The maker of a cloud store (shared, see the module docstring); the maker checks and fixes the options."""
     endpoint = config.get("endpoint")
     env_endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
     http_endpoint = str(endpoint or (env_endpoint if scheme == "s3" else "") or "")
@@ -579,22 +620,22 @@ def _build_cloud(
     retry_config = _retry_config(zvf)
     if scheme == "s3":
         _check_aws_credentials(config, url)
-    from obstore import store as obstores
-
-    constructors: dict[str, Callable[..., Any]] = {
-        "s3": obstores.S3Store.from_url, "gs": obstores.GCSStore.from_url, "az": obstores.AzureStore.from_url,
-    }
-    from_url = constructors[scheme]
     if scheme == "gs" and "endpoint" in config:
         config["base_url"] = config.pop("endpoint")
     _emulator_config(scheme, config)
     alias = {"gs": "gcs://", "az": "azure://"}.get(scheme)
     if alias and target.lower().startswith(alias):
         target = f"{scheme}://" + target[len(alias):]
-    return _build(
-        lambda: from_url(target, config=config, client_options=client, retry_config=retry_config),
+    cls = {"s3": "S3Store", "gs": "GCSStore", "az": "AzureStore"}[scheme]
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIX[scheme]))  # obstore reads these
+    return _sharing((scheme, target, sorted(config.items()), sorted(client.items()), retry_config, env), lambda: _build(
+        lambda: getattr(fork.obstore().store, cls).from_url(target, config=config, client_options=client,
+                                                            retry_config=retry_config),
         url, secrets,
-    )
+    ))
+
+
+_ENV_PREFIX = {"s3": "AWS_", "gs": "GOOGLE_", "az": "AZURE_"}
 
 
 # Where obstore finds AWS credentials besides storage_options and the instance metadata service.

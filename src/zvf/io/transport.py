@@ -49,6 +49,7 @@ from ..errors import (
     UnsupportedRequestError,
     ZvfError,
 )
+from . import fork
 
 if TYPE_CHECKING:
     from obstore import PutMode
@@ -121,12 +122,15 @@ class _SettlingObstore:
         return settled
 
 
-@functools.cache
 def _settling_obstore() -> Any:
-    """``obstore`` (imported on first use, so ``import zvf`` stays light) through :class:`_SettlingObstore`."""
-    import obstore
+    """This process's obstore API (:func:`zvf.io.fork.obstore`, imported on first use, so ``import zvf`` stays
+    light) through :class:`_SettlingObstore`."""
+    return _settling(fork.obstore())
 
-    return _SettlingObstore(obstore)
+
+@functools.cache
+def _settling(api: Any) -> _SettlingObstore:
+    return _SettlingObstore(api)
 
 
 class TransientError(RemoteError):
@@ -330,9 +334,11 @@ class ObstoreTransport:
     """
 
     def __init__(
-        self, store: Any, *, prefix: str = "", secrets: Iterable[str] = (), label: str = ""
+        self, store: Any, *, prefix: str = "", secrets: Iterable[str] = (), label: str = "",
+        remake: Callable[[], Any] | None = None,
     ) -> None:
-        self.store = store
+        self._store, self._api = store, fork.api_of(store)
+        self._remake = remake  # makes the store again in a forked child (None: from its own configuration)
         self.prefix = _dir_prefix(prefix)
         self._secrets = tuple(secrets)
         self.label = label or type(store).__name__
@@ -346,6 +352,15 @@ class ObstoreTransport:
 
     def __repr__(self) -> str:
         return f"ObstoreTransport({self.label!r})"
+
+    @property
+    def store(self) -> Any:
+        """The obstore store, made again by a forked child's own obstore API on first use there."""
+        api = fork.obstore()
+        if self._api is not api:
+            self._store = self._remake() if self._remake is not None else fork.remake(self._store)
+            self._api = api
+        return self._store
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -374,7 +389,7 @@ class ObstoreTransport:
         return err
 
     def _translate(self, exc: BaseException, op: str, key: str) -> BaseException:
-        from obstore import exceptions as oe
+        oe = fork.obstore().exceptions
 
         raw = str(exc)
         detail = error_detail(exc, self._secrets)
@@ -471,7 +486,7 @@ class ObstoreTransport:
         """Whole objects of ``keys`` (None where missing), one after another with blocking calls, in a
         worker thread (only where ``blocking_gets``), as views of obstore's buffers (no copy).  Returns the
         results up to the first failure, which the caller repeats through :meth:`get` to get its error."""
-        import obstore
+        obstore = fork.obstore()
 
         out: list[memoryview | None] = []
         for key in keys:
@@ -557,12 +572,10 @@ class ObstoreTransport:
             res = await obs.get_async(self.store, self._path(key), options={"range": {"suffix": nbytes}})
             return memoryview(await _settled(res.bytes_async()))
         except Exception as e:
-            from obstore.exceptions import NotSupportedError
-
             err = self._read_error(e, "get_suffix", key)
             if err is None:
                 return None
-            if isinstance(e, NotSupportedError):  # Azure has no suffix ranges: size, then range
+            if isinstance(e, fork.obstore().exceptions.NotSupportedError):  # Azure has no suffix ranges
                 size = await self.head(key)
                 return None if size is None else await self.get_range(key, max(0, size - nbytes), size)
             if isinstance(err, _RangePastEnd):  # empty object
@@ -588,7 +601,6 @@ class ObstoreTransport:
         """The object and its tag for a later ``put(key, data, mode=tag)`` (a compare-and-swap); the
         tag is None where the store has no conditional update (obstore's LocalStore)."""
         obs = _settling_obstore()
-        from obstore.store import LocalStore
 
         try:
             res = await obs.get_async(self.store, self._path(key))
@@ -597,7 +609,7 @@ class ObstoreTransport:
             self._raise_unless_missing(e, "get", key)
             return None
         e_tag, version = res.meta.get("e_tag"), res.meta.get("version")
-        if isinstance(self.store, LocalStore) or not e_tag:
+        if type(self.store).__name__ == "LocalStore" or not e_tag:
             return data, None
         tag = {"e_tag": e_tag}
         if version:
@@ -609,7 +621,7 @@ class ObstoreTransport:
     @_detached
     async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None:
         obs = _settling_obstore()
-        from obstore.exceptions import PreconditionError
+        PreconditionError = fork.obstore().exceptions.PreconditionError
 
         _check_mode(mode, key)
         try:
@@ -630,7 +642,7 @@ class ObstoreTransport:
         thread (only where ``blocking_puts``): one thread hop for many small cells instead of one event-loop
         round per cell.  Returns how many were stored; it stops at the first failure, which the caller
         repeats through :meth:`put` to get its error (or retry)."""
-        import obstore
+        obstore = fork.obstore()
 
         done = 0
         for key, data in items:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, overload
 
@@ -62,6 +64,9 @@ class AsyncDataset(RootFacts):
 
     def __init__(self, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level):
         self._ctx = ReadContext.create(handle, executor, root, level0)
+        # set by open(): a dataset built on an executor someone else owns (a writer's view of the store it
+        # changes) never lets go of that executor
+        self._unclosed: weakref.finalize | None = None
 
     @classmethod
     async def open(cls, target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None,
@@ -76,6 +81,9 @@ class AsyncDataset(RootFacts):
         seen = time.monotonic()
         root, level0 = await load.load_root(ex, handle.url)
         ds = cls(handle, ex, root, level0)
+        # tied to the context, not to this shell: a query made from the dataset keeps the context in use
+        ds._unclosed = weakref.finalize(ds._ctx, _collected_unclosed, handle.url, ex)
+        ds._unclosed.atexit = False  # at exit the process's connections go anyway
         ds._ctx.refresh_auto = refresh == "auto"
         ds._ctx.pin(seen)
         return ds
@@ -395,10 +403,23 @@ class AsyncDataset(RootFacts):
         return info
 
     async def close(self) -> None:
-        """Release cached metadata and blobs (connections close with the store); later reads raise
-        DatasetClosedError.  Closing twice is harmless."""
+        """Release cached metadata and blobs and let go of the store: its connections close with the last
+        dataset using it (datasets opened on the same target with the same options share one).  Later reads
+        raise DatasetClosedError; closing twice is harmless.  A dataset nothing refers to any more is closed
+        when it is collected, with a ResourceWarning."""
         self._ctx.closed = True
-        self._ctx.executor.clear_caches()
+        if self._unclosed is None:  # a view on an executor someone else owns: only its caches go
+            self._ctx.executor.clear_caches()
+            return
+        self._unclosed.detach()
+        self._ctx.executor.close()
+
+
+def _collected_unclosed(url: str, executor: Executor) -> None:
+    """A dataset collected without ``close()``: let go of its store, and say so as unclosed files do."""
+    executor.close()
+    warnings.warn(f"unclosed dataset {url!r}: close it (ds.close() or 'with zvf.open(...) as ds:') to release "
+                  f"its connections at once", ResourceWarning, stacklevel=1)
 
 
 def _vlen_dtype(arr: Any) -> str:
