@@ -519,7 +519,7 @@ async def test_missing_vertices_cell(ref_dir, tmp_path):
     c, _ = first_block(dst, 1)
     cell_path(dst / "0" / "vertices", c).unlink()
     ds = await zaio.open(str(dst))
-    with pytest.raises(MissingDataError, match=rf"0/vertices/c/{key_of(c)}: missing.*object 1"):
+    with pytest.raises(MissingDataError, match=rf"0/vertices/c/{key_of(c)}: missing"):
         await ds.read_object(1)
 
 

@@ -167,7 +167,7 @@ class CellArray:
         pin = self.executor.pin
         if pin is not None:
             raise await pin.missing(key, what)
-        raise MissingDataError(f"{key}: {what}, but the store has no such object")
+        raise MissingDataError(f"{key}: missing, but {what}")
 
     async def payload(self, chunk) -> bytes | memoryview | None:
         """Decoded payload of one absolute chunk: one GET of a plain cell, no gather around it."""

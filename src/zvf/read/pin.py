@@ -101,6 +101,5 @@ class Pin:
         """The error for a cell the metadata says holds data but the store lacks: StaleDatasetError when
         the version is gone (raised), else MissingDataError naming the key (returned, for the caller to raise)."""
         await self.check()
-        return MissingDataError(f"{key}: {what}, but the store has no such object (the store is damaged: "
-                                "`zvf validate` tells more)")
+        return MissingDataError(f"{key}: missing, but {what} (the store is damaged: `zvf validate` tells more)")
 
