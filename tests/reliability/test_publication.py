@@ -274,3 +274,23 @@ def test_overwrite_of_a_store_keeps_foreign_objects_and_its_readers(tmp_path):
         reader.read_all()
     assert (target / "README.txt").exists()
     shutil.rmtree(target)
+
+
+def test_streamline_reader_keeps_its_version_across_appends(tmp_path):
+    """The issue's streamline case: a reader opened before appends used to get 'shard index checksum
+    mismatch' (the append deleted the sharded fragment indexes it had opened); it reads its own objects."""
+    rng = np.random.default_rng(9)
+    lines = [rng.uniform(0, 60, (int(k), 3)).astype(np.float32) for k in rng.integers(2, 12, 80)]
+    target = str(tmp_path / "tracts")
+    zvf.write_polylines(target, lines[:50], geometry_type="streamline", chunk_shape=(20.0,) * 3)
+    reader = zvf.open(target)
+    want = [reader.read_object(i).positions for i in range(50)]
+    n = len(reader.read_all())
+    writer = zvf.open(target, mode="a")
+    for part in (lines[50:65], lines[65:]):
+        writer.append_polylines(part)
+        assert len(reader.read_all()) == n
+        got = reader.read_objects(list(range(50)))
+        assert all(np.array_equal(g.positions, w) for g, w in zip(got, want))
+        assert len(reader.object_ids()) == 50
+    assert len(zvf.open(target).object_ids()) == 80
