@@ -1,0 +1,54 @@
+"""Regressions for the bugs the chain test (test_chains.py) found, each in its smallest form.
+
+A test marked ``xfail(strict=True)`` fails today; whoever fixes the bug removes the mark (see
+/tmp/zvf/stateful_findings.md while issue 23 is open)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import zvf
+from zvf.errors import ZvfError
+
+CHUNK = [5.0, 5.0, 5.0]
+
+
+def _inside(p, lo, hi):
+    return ((p >= np.asarray(lo, float)) & (p <= np.asarray(hi, float))).all(axis=1)
+
+
+def test_append_refuses_vertex_values_the_stored_dtype_cannot_hold(tmp_path):
+    url = str(tmp_path / "s")
+    zvf.write_points(url, np.zeros((2, 3), np.float32), chunk_shape=CHUNK,
+                     attributes={"klass": np.array([1, 2], np.uint8)})
+    with zvf.open(url, mode="a") as ds, pytest.raises(ZvfError, match="klass"):
+        ds.append_points(np.ones((3, 3), np.float32), attributes={"klass": np.array([0.7, -1.0, 300.0])})
+    with zvf.open(url) as ds:
+        assert ds.read_all().attributes["klass"].tolist() == [1, 2]
+
+
+def test_append_refuses_object_values_the_stored_dtype_cannot_hold(tmp_path):
+    url = str(tmp_path / "s")
+    zvf.write_polylines(url, [np.zeros((2, 3), np.float32)], chunk_shape=CHUNK,
+                        object_attributes={"n": np.array([1], np.uint8)})
+    with zvf.open(url, mode="a") as ds, pytest.raises(ZvfError, match="n"):
+        ds.append_polylines([np.ones((2, 3), np.float32)], object_attributes={"n": np.array([300.5])})
+    with zvf.open(url) as ds:
+        assert ds.object_attribute("n").tolist() == [1]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 23: a coarse level whose bins do not tile its chunks files "
+                                       "vertices in the wrong chunk; boxes miss them")
+def test_level_with_bins_straddling_chunks_answers_boxes(tmp_path):
+    """Chunk scale 3 and coarsen 2 on 5-unit chunks: level 1 has 15-unit chunks and 10-unit bins."""
+    url = str(tmp_path / "s")
+    pts = (np.random.default_rng(0).integers(0, 21, (33, 3)) * 1.25).astype(np.float64)
+    zvf.write_points(url, pts, chunk_shape=CHUNK)
+    zvf.build_pyramid(url, [(2, 1)], chunk_scale_factors=[3])
+    with zvf.open(url) as ds:
+        level = ds.read_all(level=1).positions
+        for batch in ds.iter_chunks(level=1, batch_chunks=1):  # one chunk per batch
+            assert len(np.unique(np.floor(batch.positions / 15.0), axis=0)) == 1
+        lo, hi = [15.0, 0.0, 0.0], [30.0, 30.0, 30.0]
+        assert len(ds.query((lo, hi), level=1)) == _inside(level, lo, hi).sum()
