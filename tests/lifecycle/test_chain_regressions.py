@@ -52,3 +52,56 @@ def test_level_with_bins_straddling_chunks_answers_boxes(tmp_path):
             assert len(np.unique(np.floor(batch.positions / 15.0), axis=0)) == 1
         lo, hi = [15.0, 0.0, 0.0], [30.0, 30.0, 30.0]
         assert len(ds.query((lo, hi), level=1)) == _inside(level, lo, hi).sum()
+
+
+def _two_objects():
+    pos = np.random.default_rng(0).uniform(0, 10, (6, 3)).astype(np.float32)
+    return pos, np.array([0, 0, 0, 7, 7, 7]), {"w": np.array([1.5, 2.5])}
+
+
+@pytest.mark.xfail(strict=True, reason="a mesh converted to PLY and back becomes one object; its object ids "
+                                       "come back as an int32 'object_id' vertex attribute, object attributes lost")
+def test_mesh_objects_survive_ply_round_trip(tmp_path):
+    pytest.importorskip("plyfile")
+    pos, oids, oattrs = _two_objects()
+    zvf.write_mesh(str(tmp_path / "m"), pos, np.array([[0, 1, 2], [3, 4, 5]]), object_ids=oids, chunk_shape=CHUNK,
+                   object_attributes=oattrs)
+    zvf.convert(str(tmp_path / "m"), str(tmp_path / "m.ply"))
+    zvf.convert(str(tmp_path / "m.ply"), str(tmp_path / "back"), chunk_shape=CHUNK)
+    with zvf.open(str(tmp_path / "back")) as ds:
+        assert ds.object_ids().tolist() == [0, 7]
+        assert "object_id" not in ds.read_all().attributes
+        assert ds.object_attribute("w").tolist() == [1.5, 2.5]
+
+
+@pytest.mark.xfail(strict=True, reason="GraphML export drops multi-channel vertex attributes and object "
+                                       "attributes without an error (PLY refuses multi-channel ones, saying why)")
+def test_graph_attributes_survive_graphml_round_trip_or_are_refused(tmp_path):
+    pytest.importorskip("networkx")
+    pos, oids, oattrs = _two_objects()
+    rgb = np.arange(18, dtype=np.uint8).reshape(6, 3)
+    zvf.write_graph(str(tmp_path / "g"), pos, np.array([[0, 1], [1, 2], [3, 4]]), object_ids=oids, chunk_shape=CHUNK,
+                    attributes={"rgb": rgb}, object_attributes=oattrs)
+    try:
+        zvf.convert(str(tmp_path / "g"), str(tmp_path / "g.graphml"))
+    except ZvfError as e:  # refusing, naming what cannot be written, is an answer too
+        assert "rgb" in str(e) or "w" in str(e)
+        return
+    zvf.convert(str(tmp_path / "g.graphml"), str(tmp_path / "back"), chunk_shape=CHUNK)
+    with zvf.open(str(tmp_path / "back")) as ds:
+        back = ds.read_all()
+        assert back.attributes["rgb"].shape == (6, 3)
+        assert ds.object_attribute("w").tolist() == [1.5, 2.5]
+
+
+@pytest.mark.xfail(strict=True, reason="TRX round trip keeps groups but drops their attributes (data_per_group)")
+def test_group_attributes_survive_trx_round_trip(tmp_path):
+    pytest.importorskip("trx")
+    lines = [np.random.default_rng(k).uniform(0, 10, (4, 3)).astype(np.float32) for k in range(3)]
+    zvf.write_polylines(str(tmp_path / "s"), lines, geometry_type="streamline", chunk_shape=CHUNK,
+                        groups={0: [0, 2]}, group_attributes={"g": np.array([4.5])})
+    zvf.convert(str(tmp_path / "s"), str(tmp_path / "s.trx"))
+    zvf.convert(str(tmp_path / "s.trx"), str(tmp_path / "back"), chunk_shape=CHUNK)
+    with zvf.open(str(tmp_path / "back")) as ds:
+        assert [g.tolist() for g in ds.groups()] == [[0, 2]]
+        assert ds.group_attribute("g").tolist() == [4.5]

@@ -12,6 +12,7 @@ Everything here is plain numpy: no zvf internals, so a bug in zvf cannot hide in
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -378,3 +379,60 @@ def thinned_count(positions: np.ndarray, bin_shape, coarsen, sparsity: float) ->
     _, counts = np.unique(b, axis=0, return_counts=True)
     per_bin = float(np.prod(np.broadcast_to(np.asarray(coarsen, np.float64), (NDIM,)))) * float(sparsity)
     return int(np.maximum(1, np.ceil(counts / per_bin)).sum())
+
+
+# --------------------------------------------------------------------------------------------- conversions
+CONVERSIONS = {
+    "point_cloud": ("parquet", "csv", "ply"),
+    "point_ids": ("parquet", "csv"),
+    "polyline": ("parquet", "csv"),
+    "streamline": ("parquet", "csv", "trx"),
+}
+"""File formats a store of each kind goes out to and comes back from as :func:`converted` says.  Meshes
+through PLY and graphs through GraphML lose objects and attributes today (test_chain_regressions.py)."""
+
+
+def converted(model: Model, fmt: str) -> Model:
+    """What a store holding ``model`` reads as after ``convert`` to ``fmt`` and back (README "Conversions").
+
+    Tables (CSV, Parquet): positions come back float64 (CSV: the float64 of the ``%.9g`` text of a
+    float32); point clouds lose their object ids (a table's ``object_id`` column means polylines),
+    polylines come back ``polyline`` with the objects that have vertices, numbered in order, object
+    attributes kept (``object.<name>`` columns), no groups; CSV keeps values only (integers int64,
+    the rest float64).  TRX keeps dtypes and groups but not group attributes.  No root attribute of
+    the source store comes back (the new store's ``zvf_source`` is what the file knew).
+    """
+    spec, m = model.spec, model.copy()
+    m.root_attrs = {}
+    kind = spec.kind
+    vattrs, oattrs, gattrs = spec.vattrs, spec.oattrs, spec.gattrs
+    if fmt in ("parquet", "csv"):
+        dtype = "float64"
+        if kind == "point_ids":
+            kind, m.owners, m.ids, oattrs, m.oattrs = "point_cloud", None, np.zeros(0, np.int64), (), {}
+        if kind in SEQUENTIAL:
+            kind = "polyline"
+            kept = np.array([oid for oid in m.ids if (m.owners == oid).any()], np.int64)
+            order = np.searchsorted(m.ids, kept)
+            m.oattrs = {k: v[order] for k, v in m.oattrs.items()}
+            m.owners = np.searchsorted(kept, m.owners).astype(np.int64)
+            m.ids = np.arange(len(kept), dtype=np.int64)
+        gattrs, m.groups, m.gattrs = (), [], {}
+        if fmt == "csv":
+            vattrs, oattrs = _widened(vattrs), _widened(oattrs)
+            if np.dtype(spec.dtype).itemsize <= 4:
+                m.positions = np.array([[float(f"{x:.9g}") for x in row] for row in m.positions.tolist()],
+                                       np.float64).reshape(-1, NDIM)
+    else:
+        dtype = spec.dtype
+        if fmt == "trx":
+            gattrs, m.gattrs = (), {}
+    m.spec = dataclasses.replace(spec, kind=kind, dtype=dtype, vattrs=vattrs, oattrs=oattrs, gattrs=gattrs)
+    m.positions = m.positions.astype(dtype)
+    m.attrs = {a.name: m.attrs[a.name].astype(a.dtype) for a in vattrs}
+    m.oattrs = {a.name: m.oattrs[a.name].astype(a.dtype) for a in oattrs}
+    return m
+
+
+def _widened(specs: tuple[AttrSpec, ...]) -> tuple[AttrSpec, ...]:
+    return tuple(dataclasses.replace(a, dtype="float64" if np.dtype(a.dtype).kind == "f" else "int64") for a in specs)
