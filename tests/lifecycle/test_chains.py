@@ -247,8 +247,14 @@ class Chains(RuleBasedStateMachine):
 
     @rule(seed=seeds, scale=st.integers(1, 120), layout=layouts, pyramid=maybe_pyramid)
     def overwrite(self, seed, scale, layout, pyramid):
-        """A new store of the same geometry over the current one: a new life (root attributes go too)."""
+        """A new store of the same geometry over the current one: a new life (root attributes go too).
+        The same write onto a prefix holding a file that is no store is refused and leaves it as it was."""
         self._step("overwrite")
+        target = self.foreign.rsplit("/", 1)[0]
+        with pytest.raises(ZvfError):
+            self._write(target, self.model, self.layout, overwrite=True)
+        left = self.backend.keys(target + "/")
+        assert left == [self.foreign], f"a refused overwrite left {left} under {target}"
         model = make_piece(np.random.default_rng(seed), self.model.spec, scale).as_model(self.model.spec)
         self._write(self.store, model, layout, overwrite=True)
         self.model, self.layout, self.pyramid = model, layout, None
