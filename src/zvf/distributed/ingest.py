@@ -16,7 +16,7 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..write import tasks
+from ..write import inputs, tasks
 from ..write.types import WriteSummary
 from .run import compute, need_dask, spec_of
 
@@ -80,6 +80,7 @@ def _aligned(sources: Any, attributes: dict | None, object_ids: Any) -> list:
             for i, p in enumerate(positions.to_delayed().ravel())]
 
 
+@inputs.keywords_first(())
 def write_points(target: Any, sources: Any, *, chunk_shape, attributes=None, object_ids=None,
                  chunk_by_attribute: str | None = None, fragment_attributes=None, bin_shape=None, bounds=None,
                  object_attributes=None, groups=None, group_attributes=None, compression: str | None = None,

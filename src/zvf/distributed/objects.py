@@ -114,6 +114,7 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any
     return anyio.run(lambda: object_tasks.commit_objects(wj, cfg, plan, done, frag_attrs), backend="asyncio")
 
 
+@inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "polyline",
                     attributes: Any = None, client: Any = None, job: str | None = None,
                     rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
@@ -135,6 +136,7 @@ def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_typ
                         rows_per_task=rows_per_task, progress=progress, options=options)
 
 
+@inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any = None, client: Any = None,
                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
                 progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
@@ -145,6 +147,7 @@ def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any 
                         rows_per_task=rows_per_task, progress=progress, options=options)
 
 
+@inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph",
                 object_ids: Any = None, attributes: Any = None, link_attributes: Any = None, client: Any = None,
                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
@@ -159,6 +162,7 @@ def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: s
                           rows_per_task=rows_per_task, progress=progress, options=options)
 
 
+@inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, object_ids: Any = None, attributes: Any = None,
                client: Any = None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
                progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:

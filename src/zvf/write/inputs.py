@@ -7,9 +7,12 @@ so a bad call fails fast and leaves nothing behind.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -17,6 +20,8 @@ from ..errors import InvalidArgumentError, UnknownArgumentError
 from ..format.grid import extremes
 from .object_index import check_layout
 from .types import WriteConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Names become path segments: keep them to one safe segment.
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
@@ -84,7 +89,50 @@ def batch_dtype(given: np.dtype, fixed: np.dtype | None, explicit: bool, what: s
     return fixed
 
 
-_OPTIONS = frozenset(f.name for f in dataclasses.fields(WriteConfig)) - {"chunk_shape"}
+#: What every writer's ``**options`` take (:class:`.types.WriteOptions`).
+WRITE_OPTIONS = frozenset(f.name for f in dataclasses.fields(WriteConfig)) - {"chunk_shape"}
+#: What the object writers' ``**options`` take (:class:`.types.ObjectWriteOptions`).
+OBJECT_OPTIONS = WRITE_OPTIONS | {"fragment_attributes"}
+#: What a writer given batches also takes through its ``**options``: the spilling writers' budgets.
+STREAM_OPTIONS = frozenset({"spill_dir", "spill_bytes", "upload_bytes"})
+
+
+def check_keywords(given: Iterable[str], known: Iterable[str]) -> None:
+    """An UnknownArgumentError (a TypeError too) for the first name of ``given`` not in ``known``, naming
+    the closest one it takes."""
+    known = frozenset(known)
+    unknown = sorted(set(given) - known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownArgumentError(f"unexpected keyword argument {unknown[0]!r}{hint} (it takes: "
+                                   f"{', '.join(sorted(known))})")
+
+
+def keywords_first(options: Iterable[str]) -> Callable[[F], F]:
+    """A writer whose keywords are checked before it runs: one that neither it nor its ``**options``
+    (``options``: the names those take) takes is an UnknownArgumentError naming it and the closest name.
+    Python alone would report ``chunk_shap=`` as a *missing* ``chunk_shape``, as ``**options`` takes any name."""
+
+    def wrap(fn: F) -> F:
+        params = inspect.signature(fn).parameters.values()
+        known = frozenset(options) | {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def checked_async(*args: Any, **kwargs: Any) -> Any:
+                check_keywords(kwargs, known)
+                return await fn(*args, **kwargs)
+
+            return cast(F, checked_async)
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            check_keywords(kwargs, known)
+            return fn(*args, **kwargs)
+
+        return cast(F, checked)
+
+    return wrap
 
 
 def streamed_config(chunk_shape, options: Mapping[str, Any], spill_bytes: int) -> WriteConfig:
@@ -101,10 +149,7 @@ def streamed_config(chunk_shape, options: Mapping[str, Any], spill_bytes: int) -
 
 def write_config(chunk_shape, options: Mapping[str, object]) -> WriteConfig:
     """A writer's common keywords (:class:`.types.WriteOptions`) checked once, naming the bad one."""
-    unknown = sorted(set(options) - _OPTIONS)
-    if unknown:
-        raise UnknownArgumentError(
-            f"unexpected keyword argument {unknown[0]!r} (writer options: {', '.join(sorted(_OPTIONS))})")
+    check_keywords(options, WRITE_OPTIONS)
     check_layout(options.get("object_index_layout", "sharded"))
     overwrite = options.get("overwrite", False)
     if not isinstance(overwrite, (bool, np.bool_)):

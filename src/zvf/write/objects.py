@@ -242,6 +242,7 @@ def _streamed(what: str, given: dict) -> None:
         raise InvalidArgumentError(f"reference_quirks() does not apply to batches of {what}")
 
 
+@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_polylines(
     target: Target,
     polylines: Sequence[ArrayLike] | ObjectBatches,
@@ -284,6 +285,7 @@ async def write_polylines(
         arrays_present=["vertices", "object_index"], quirk_row_shape=quirks.active(), fragment_index_links=False)
 
 
+@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_lines(
     target: Target,
     endpoints: ArrayLike | ObjectBatches,
@@ -359,6 +361,7 @@ async def _write_connected(target, s: _Setup, pos: np.ndarray, oids: np.ndarray,
 
 
 @_renamed(kind="geometry_type")
+@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_graph(
     target: Target, positions: ArrayLike | ObjectBatches, edges: ArrayLike | None = None,
     *,
@@ -404,6 +407,7 @@ async def write_graph(
 
 
 @_renamed(vertices="positions")
+@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_mesh(
     target: Target, positions: ArrayLike | ObjectBatches, faces: ArrayLike | None = None,
     *,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .types import Columns, FragmentColumns, PointBatches, Shape, WriteOptions
 
 
+@inputs.keywords_first(inputs.WRITE_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_points(
     target: Target,
     positions: ArrayLike | PointBatches,
