@@ -1,4 +1,5 @@
-"""chunk_shape="auto": the chooser on 1 k, 1 M and 100 M-point extents, writers using it, the sparse-layout warning."""
+"""chunk_shape="auto": the chooser on 1 k, 1 M and 100 M-point extents, writers using it, the sparse-layout warning
+(and refusal); for objects, chunks sized by what an object read fetches and bins by the objects' size."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ import pytest
 import zvf.aio as za
 from zvf.errors import InvalidArgumentError
 from zvf.lifecycle.layout import (
+    MAX_OBJECT_BINS,
+    MIN_CHUNK_POINTS,
+    OBJECT_BINS,
     TARGET_POINTS,
     LayoutWarning,
+    ObjectSample,
+    ObjectSampler,
     check_cells,
     choose_bin_shape,
     choose_chunk_shape,
+    object_bin_shape,
     resolve,
 )
 
@@ -75,5 +82,105 @@ def test_sparse_layout_warns():
 
 async def test_writer_warns_on_absurd_chunk_shape(memory_url):
     pos = np.random.default_rng(1).random((5000, 3)).astype(np.float32)
-    with pytest.warns(LayoutWarning, match="5000 vertices"):
+    with pytest.warns(LayoutWarning, match="5,000 vertices in 5,000 chunks"):
         await za.write_points(memory_url, pos, chunk_shape=[1e-3] * 3)
+
+
+# ------------------------------------------------------------------------------------------- object reads
+
+
+def _paths(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+    """Persistent random walks of ``k`` 0.5-unit steps from a 100-unit cube (streamline-like)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        d = rng.normal(size=3)
+        steps = d / np.linalg.norm(d) + 0.3 * rng.normal(size=(k, 3))
+        out.append(rng.uniform(0, 100, 3) + np.cumsum(0.5 * steps / np.linalg.norm(steps, axis=1)[:, None], axis=0))
+    return out
+
+
+def _exact_overhead(lines, edge: float) -> float:
+    """Mean rows of other objects in the chunks each object passes through (every object counted)."""
+    pos = np.concatenate(lines)
+    _, cell, count = np.unique(np.floor(pos / edge), axis=0, return_inverse=True, return_counts=True)
+    owner = np.repeat(np.arange(len(lines)), [len(x) for x in lines])
+    pairs, own = np.unique(owner * len(count) + cell.reshape(-1), return_counts=True)
+    return float((count[pairs % len(count)] - own).sum()) / len(lines)
+
+
+def test_object_sample_measures_what_an_object_read_fetches():
+    lines = _paths(300, 80)
+    every = ObjectSample.of(np.concatenate(lines), [len(x) for x in lines])
+    assert len(every) == 300
+    for edge in (5.0, 20.0, 50.0):
+        assert every.read_overhead(edge, sum(map(len, lines))) == pytest.approx(_exact_overhead(lines, edge))
+    some = ObjectSample.of(np.concatenate(lines), [len(x) for x in lines], limit=100)
+    assert len(some) == 100 and np.array_equal(some.positions[:80], lines[0])  # evenly spaced, the first kept
+
+
+def test_chooser_shrinks_chunks_for_object_reads():
+    """Vertex count alone put ~100 k vertices a chunk; an object read fetched every chunk it crosses, whole."""
+    lines = _paths(8000, 100, seed=1)
+    pos = np.concatenate(lines)
+    sample = ObjectSample.of(pos, [len(x) for x in lines])
+    by_count = choose_chunk_shape(pos.min(0), pos.max(0), len(pos))[0]
+    for_objects = choose_chunk_shape(pos.min(0), pos.max(0), len(pos), objects=sample)[0]
+    assert for_objects < by_count
+    assert sample.read_overhead(for_objects, len(pos)) * 12 < sample.read_overhead(by_count, len(pos)) * 12 / 4
+    made = _chunks(pos.min(0), pos.max(0), for_objects)
+    assert len(pos) / made >= MIN_CHUNK_POINTS  # never chunks too small for a whole-level read
+
+
+def test_chooser_leaves_objects_alone_when_reads_are_cheap():
+    one = ObjectSample.of(np.random.default_rng(0).random((200_000, 3)) * 100, [200_000])  # one big mesh
+    assert choose_chunk_shape([0] * 3, [100] * 3, 200_000, objects=one) == choose_chunk_shape([0] * 3, [100] * 3,
+                                                                                             200_000)
+    small = ObjectSample.of(np.random.default_rng(0).random((5000, 3)), [50] * 100)  # one chunk: 60 kB
+    assert choose_chunk_shape([0] * 3, [1] * 3, 5000, objects=small) == choose_chunk_shape([0] * 3, [1] * 3, 5000)
+    point = ObjectSample.of(np.zeros((100_000, 3)), [10] * 10_000)  # every object at one point: no way to split
+    assert choose_chunk_shape([0] * 3, [0] * 3, 100_000, objects=point) == choose_chunk_shape([0] * 3, [0] * 3,
+                                                                                              100_000)
+    assert object_bin_shape([1.0] * 3, point) is None
+
+
+def test_object_bins_follow_the_objects_size():
+    lines = _paths(200, 100)
+    sample = ObjectSample.of(np.concatenate(lines), [len(x) for x in lines])
+    size = sample.typical_size()
+    bins = object_bin_shape([50.0] * 3, sample)
+    assert bins is not None and len(set(bins)) == 1
+    k = 50.0 / bins[0]
+    assert k == 2 ** round(np.log2(k)) and k ** 3 <= MAX_OBJECT_BINS  # nested, bounded
+    assert size / OBJECT_BINS / 2 <= bins[0] <= size / OBJECT_BINS * 2
+    assert object_bin_shape([1000.0] * 3, sample) == [1000.0 / 64] * 3  # capped bins per chunk
+    chunk, auto = resolve("auto", "auto", [0] * 3, [150] * 3, 20_000, objects=sample)
+    assert auto == object_bin_shape(chunk, sample)
+
+
+def test_object_sampler_keeps_an_even_bounded_sample():
+    sampler = ObjectSampler(limit=10)
+    objects = [np.full((2, 3), float(i)) for i in range(1000)]
+    for lo in range(0, 1000, 37):
+        sampler.add(objects[lo:lo + 37])
+    sample = sampler.sample()
+    kept = sample.positions[sample.offsets[:-1], 0].astype(int)
+    assert 10 <= len(kept) <= 20 and np.all(np.diff(kept) == kept[1] - kept[0]) and kept[0] == 0
+    assert ObjectSampler().sample() is None
+
+
+def test_too_many_sparse_cells_are_refused():
+    with pytest.raises(InvalidArgumentError, match=r"puts 2,000,000 vertices in 2,000,000 chunks .*refused"):
+        check_cells(2_000_000, 2_000_000, [1e-3] * 3, [0, 0, 0], [1, 1, 1])
+    with pytest.warns(LayoutWarning):
+        check_cells(1_000_000, 1_000_000, [1e-3] * 3, [0, 0, 0], [1, 1, 1])  # under the limit: said only
+
+
+async def test_object_writers_take_auto_for_object_reads(tmp_path):
+    lines = _paths(3000, 100, seed=2)
+    await za.write_polylines(str(tmp_path / "l"), lines, chunk_shape="auto", bin_shape="auto")
+    ds = await za.open(str(tmp_path / "l"))
+    pos = np.concatenate(lines)
+    sample = ObjectSample.of(pos, [len(x) for x in lines])
+    assert list(ds.chunk_shape) == choose_chunk_shape(pos.min(0), pos.max(0), len(pos), objects=sample)
+    assert (await ds.info())["bin_shape"] == object_bin_shape(ds.chunk_shape, sample)

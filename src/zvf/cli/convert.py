@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 from .progress import ProgressBar
 
 
@@ -40,10 +43,17 @@ def cmd_convert(args) -> int:
     if args.keep_order:
         extra["keep_order"] = True
 
-    with ProgressBar("convert", quiet=args.quiet) as bar, bar.ticking():
+    with ProgressBar("convert", quiet=args.quiet) as bar, bar.ticking(), warnings.catch_warnings():
         def progress(p: dict) -> None:
             bar.unit = p["unit"]
             bar.update(p["done"], p["total"])
+
+        def warn(message, category, filename, lineno, file=None, line=None) -> None:
+            """A warning (a LayoutWarning comes before the upload) on a line of its own, as it happens."""
+            bar.close()
+            print(f"zvf: warning: {message}", file=sys.stderr, flush=True)
+
+        warnings.showwarning = warn
 
         src = args.src[0] if len(args.src) == 1 else args.src
         s = zvf.convert(src, args.dst, from_=args.from_, to=args.to, chunk_shape=_shape(args.chunk_shape),
@@ -68,7 +78,8 @@ def register(sub, target) -> None:
     p.add_argument("--from", dest="from_", choices=names, help="format of SRC (default: from its suffix)")
     p.add_argument("--to", choices=names, help="format of DST (default: from its suffix)")
     p.add_argument("--chunk-shape", default="auto", help="store chunk shape: 'auto' or numbers per axis")
-    p.add_argument("--bin-shape", help="store bin shape: numbers per axis")
+    p.add_argument("--bin-shape", default="auto", help="store bin shape: 'auto' (default: sized from the data, "
+                                                      "what a pyramid coarsens by), 'none' or numbers per axis")
     p.add_argument("--compression", help="store compression: zstd, blosc or gzip")
     p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4")
     p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="storage option of the store side")

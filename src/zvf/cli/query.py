@@ -65,11 +65,28 @@ def selection_args(args) -> dict:
     return kw
 
 
+def selected_tables(tables: dict, ids) -> dict:
+    """The objects/groups tables of a level (:func:`zvf.read.export.object_tables`) cut to the rows of the
+    objects ``ids`` (a group's memberships of other objects, and its -1 row when it has none, left out)."""
+    import numpy as np
+
+    key = {"objects": "objects_object_ids", "groups": "groups_object_ids"}
+    out = {}
+    for table, arrays in tables.items():
+        keep = np.isin(arrays[key[table]], ids)
+        out[table] = {name: values[keep] for name, values in arrays.items()}
+    return out
+
+
 def cmd_query(args) -> int:
     """Count, explain or read a selection; rows go to ``--out`` FILE, or to stdout with ``--format``
-    (or ``--out -``), the summary to stdout unless the rows are there (then stderr)."""
+    (or ``--out -``), the summary to stdout unless the rows are there (then stderr).  A result with
+    objects adds the objects/groups tables ``zvf export`` writes, cut to its objects."""
+    import anyio
+
     import zvf
 
+    from ..read.export import object_tables
     from ..read.writers import STDOUT, check_out, format_of, link_table, open_writer
     from .main import _options
 
@@ -82,32 +99,48 @@ def cmd_query(args) -> int:
         fmt = format_of(out, args.format, flag="--format")
         check_out(out, fmt)
     t0 = time.perf_counter()
-    with zvf.open(args.target, storage_options=_options(args.option)) as ds:
-        q = ds.select(**kw)
-        if args.explain:
-            print(json.dumps(q.plan().to_dict(), indent=2, default=str) if args.json else q.explain())
-            return 0
-        if args.count:
-            n = q.count()
-            stats = ds.stats.snapshot()
-            ms = (time.perf_counter() - t0) * 1000
-            if args.json:
-                print(json.dumps({"vertices": n, "ms": round(ms, 3), "requests": stats["requests"],
-                                  "bytes": stats["bytes"]}))
-            else:
-                print(f"{n} vertices (counted in {ms:.1f} ms, {stats['requests']} requests, {stats['bytes']} bytes)")
-            return 0
-        sel = q.read()
-        stats = ds.stats.snapshot()
-        geometry = ds.geometry_type
+
+    async def run() -> tuple:
+        async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
+            q = ds.select(**kw)
+            if args.explain:
+                return "explain", (json.dumps((await q.plan()).to_dict(), indent=2, default=str) if args.json
+                                   else await q.explain())
+            if args.count:
+                return "count", await q.count(), ds.stats.snapshot()
+            sel = await q.read()
+            tables: dict = {}
+            owners = sel.objects if sel.objects is not None else sel.object_ids
+            if out is not None and owners is not None and (out != STDOUT or fmt == "npz"):  # stdout: one table
+                level = kw["level"] if kw["level"] != "auto" else (await q.plan()).level
+                if ds.has_objects(level):
+                    tables = selected_tables(await object_tables(ds, level), owners)
+            return "read", sel, tables, ds.stats.snapshot(), ds.geometry_type
+
+    done = anyio.run(run, backend="asyncio")
+    if done[0] == "explain":
+        print(done[1])
+        return 0
+    if done[0] == "count":
+        n, stats = done[1], done[2]
+        ms = (time.perf_counter() - t0) * 1000
+        if args.json:
+            print(json.dumps({"vertices": n, "ms": round(ms, 3), "requests": stats["requests"],
+                              "bytes": stats["bytes"]}))
+        else:
+            print(f"{n} vertices (counted in {ms:.1f} ms, {stats['requests']} requests, {stats['bytes']} bytes)")
+        return 0
+    _, sel, tables, stats, geometry = done
     elapsed = time.perf_counter() - t0
     files = []
     if out is not None:
         links = link_table(geometry, clip=args.clip)
-        check_out(out, fmt, [links] if links else [])
-        writer = open_writer(out, fmt, sel, links, rows=len(sel))
+        check_out(out, fmt, [t for t in (links, *tables) if t])
+        writer = open_writer(out, fmt, sel, links, rows=len(sel), tables=list(tables))
         try:
             writer.write(sel)
+            for table, arrays in tables.items():
+                writer.write_table(table, arrays)
         except BaseException:
             writer.abort()
             raise
@@ -148,6 +181,7 @@ def register(sub, target) -> None:
                    help="print the rows to stdout in this format (json: JSON Lines, one object per row), or "
                         "the format of --out when its suffix does not say")
     p.add_argument("--out", help="write the rows to FILE.npz, .csv, .parquet or .json (objects: with "
-                                 "vertex_index, and FILE.edges/faces.csv|parquet as for zvf export); - for stdout")
+                                 "vertex_index, and FILE.edges/faces/objects/groups.csv|parquet as for zvf export, "
+                                 "cut to the objects read); - for stdout")
     p.add_argument("--json", action="store_true", help="print the summary (count, requests, bytes) as JSON")
     p.set_defaults(func=cmd_query)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .base import StoreOptions
+from .base import StoreOptions, Written
 
 __all__ = ["FORMATS", "Format", "convert", "format_of"]
 
@@ -90,7 +90,7 @@ async def convert(
     from_: str | None = None,
     to: str | None = None,
     chunk_shape: Any = "auto",
-    bin_shape: Any = None,
+    bin_shape: Any = "auto",
     compression: str | None = None,
     shard_shape: Any = None,
     overwrite: bool = False,
@@ -108,7 +108,7 @@ async def convert(
     to the store side; other ``options`` are the format's own (see README "Conversions"),
     for example ``level`` when exporting, ``batch_rows`` when streaming a large file in,
     ``keep_order=True`` to write a point file back in its row order.  ``progress(dict)`` hears of
-    a streamed file's vertices read (``done``, ``total`` when known, ``unit``).
+    the vertices read so far (``done``, ``total`` when known -- always from a store --, ``unit``).
     Returns a summary: formats, counts and seconds.
     """
     files = source_files(src, from_)
@@ -153,7 +153,7 @@ async def convert(
                 raise InvalidArgumentError(
                     f"{src}: a {ds.geometry_type} store cannot be written as {fmt.name} "
                     f"(it takes {', '.join(fmt.geometries)} stores)")
-            out = await _atomic(mod.from_store, fmt.name, ds, dst, options)
+            out = await _atomic(mod.from_store, fmt.name, ds, dst, Written(ds, progress), options)
         finally:
             await ds.close()
     return {"from": src_fmt or STORE, "to": dst_fmt or STORE, "src": src, "dst": dst, **out,
@@ -247,12 +247,12 @@ def _local_path(target: str) -> str | None:
     return None if "://" in target else target
 
 
-async def _atomic(fn, name: str, ds, dst: str, options: dict) -> dict:
+async def _atomic(fn, name: str, ds, dst: str, written: Written, options: dict) -> dict:
     """Write the file under a temporary name and move it into place only when complete."""
     base, ext = os.path.splitext(dst)
     tmp = f"{base}.part-{os.getpid()}{ext}"  # same suffix: some writers (laspy, trx) look at it
     try:
-        out = await fn(name, ds, tmp, **options)
+        out = await fn(name, ds, tmp, written, **options)
         os.replace(tmp, dst)
     except BaseException:
         if os.path.exists(tmp):

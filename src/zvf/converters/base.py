@@ -4,8 +4,9 @@ A converter module (one per format family) provides
 
 * ``async def to_store(fmt, src, dst, store, **options) -> dict`` -- read the file ``src``
   (streaming where the format allows) and write the ZVF store ``dst``;
-* ``async def from_store(fmt, ds, dst, **options) -> dict`` -- write the file ``dst`` from the
-  opened dataset ``ds`` through its iterators.
+* ``async def from_store(fmt, ds, dst, written, **options) -> dict`` -- write the file ``dst`` from
+  the opened dataset ``ds`` through its iterators, counting what it reads with ``written``
+  (:class:`Written`: the progress of the conversion).
 
 ``store`` is a :class:`StoreOptions`: how the store is laid out and where it lives.  What a
 file format knows and a ZVF store has no field for (LAS scales and offsets, a TRK header, PLY
@@ -49,7 +50,7 @@ class StoreOptions:
     """The ZVF side of a conversion: where the store lives and how it is laid out."""
 
     chunk_shape: Any = "auto"
-    bin_shape: Any = None
+    bin_shape: Any = "auto"  # converted stores get bins: a pyramid coarsens by them (see zvf.lifecycle.layout)
     compression: str | None = None
     shard_shape: Any = None
     overwrite: bool = False
@@ -145,28 +146,34 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: 
                         total: int | None = None, **kw: Any) -> Any:
     """Stream batches into ``dst`` through a spilling writer (``write_points`` unless ``write`` is given).
 
-    ``batches`` makes a fresh iterator each call: with ``chunk_shape="auto"`` and no ``extent``
-    (lo, hi, n) known up front, a first pass over the source measures the ``main`` field (an array,
-    or a list of arrays such as polylines).  Memory stays one batch plus the writer's spill buffer.
-    ``store.progress`` hears of the vertices read after each batch, out of ``total`` (or the
+    ``batches`` makes a fresh iterator each call.  An ``"auto"`` chunk or bin shape is resolved before
+    the write (:mod:`zvf.lifecycle.layout`) from ``extent`` (lo, hi, n) when known up front (a file
+    header) and the ``main`` field holds points; otherwise a first pass over the source measures the
+    ``main`` field (an array, or a list of arrays such as polylines: then also a sample of them, which
+    the chooser sizes object reads and bins on).  Memory stays one batch plus the writer's spill
+    buffer.  ``store.progress`` hears of the vertices read after each batch, out of ``total`` (or the
     extent's count) when known.
     """
-    from ..lifecycle.layout import choose_chunk_shape
+    from ..lifecycle import layout
 
     if write is None:
         from ..write.points import write_points as write
-    chunk_shape = store.chunk_shape
-    if isinstance(chunk_shape, str) and chunk_shape == "auto":
-        if extent is None:
-            extent = await anyio.to_thread.run_sync(_measure, batches, main)
+    chunk_shape, bin_shape = store.chunk_shape, store.bin_shape
+    if isinstance(chunk_shape, str) or isinstance(bin_shape, str):
+        layout.check_words(chunk_shape, bin_shape)  # before a pass over the source
+        sample = row_bytes = None
+        if extent is None or main != "positions":
+            *extent, sample, row_bytes = await anyio.to_thread.run_sync(_measure, batches, main)
         lo, hi, n = extent
         if n == 0:
             raise InvalidArgumentError(f"{dst}: the source holds no {'points' if main == 'positions' else main}")
-        chunk_shape = choose_chunk_shape(lo, hi, n)
+        chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, lo, hi, n, objects=sample,
+                                                row_bytes=row_bytes)
     if total is None and extent is not None:
         total = int(extent[2])
     source = batches() if store.progress is None else _reporting(batches(), main, total, store.progress)
-    return await write(dst, threaded(source), chunk_shape=chunk_shape, **kw, **store.writer_kw())
+    return await write(dst, threaded(source), chunk_shape=chunk_shape, **kw,
+                       **{**store.writer_kw(), "bin_shape": bin_shape})
 
 
 def _reporting(batches: Iterable[dict], main: str, total: int | None,
@@ -180,22 +187,41 @@ def _reporting(batches: Iterable[dict], main: str, total: int | None,
         yield batch
 
 
-def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, list, int]:
-    """Bounds and row count of a batch source (one pass, one batch's ``main`` rows held at a time)."""
+def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, list, int, Any, int | None]:
+    """Bounds, row count, a sample of the objects (when ``main`` is a list of arrays, else None) and the
+    bytes of a row with its attributes, of a batch source (one pass, one batch held at a time)."""
+    from ..lifecycle.layout import ObjectSampler
+
     lo = hi = None
     n = 0
+    sampler = ObjectSampler()
+    row_bytes = None
     for batch in batches():
         rows = batch[main]
+        if isinstance(rows, list):
+            sampler.add(rows)
         pos = np.concatenate(rows) if isinstance(rows, list) and rows else np.asarray(rows, dtype=np.float64)
         if not len(pos):
             continue
+        if row_bytes is None:
+            row_bytes = _row_bytes(pos, batch.get("attributes") or {})
         blo, bhi = pos.min(axis=0).astype(np.float64), pos.max(axis=0).astype(np.float64)
         lo = blo if lo is None else np.minimum(lo, blo)
         hi = bhi if hi is None else np.maximum(hi, bhi)
         n += len(pos)
     if lo is None:
-        return [0.0], [0.0], 0
-    return lo.tolist(), hi.tolist(), n
+        return [0.0], [0.0], 0, None, None
+    return lo.tolist(), hi.tolist(), n, sampler.sample(), row_bytes
+
+
+def _row_bytes(positions: np.ndarray, attributes: dict) -> int:
+    """Bytes of one vertex row with its attributes (per-vertex arrays, or lists of them per object)."""
+    total = positions.dtype.itemsize * positions.shape[-1]
+    for values in attributes.values():
+        arr = values[0] if isinstance(values, list) and values else values
+        arr = np.asarray(arr)
+        total += arr.dtype.itemsize * int(np.prod(arr.shape[1:]))
+    return total
 
 
 async def stamp(dst: str, store: StoreOptions, record: dict) -> None:
@@ -237,13 +263,44 @@ def _jsonable(value: Any) -> Any:
 OBJECT_BATCH = 4096  # objects per read when exporting
 
 
-async def object_batches(ds: Any, level: int, step: int = OBJECT_BATCH) -> AsyncIterator[tuple[int, Any]]:
+class Written:
+    """How much of a store level a conversion into a file has read, told to ``progress`` (``done``,
+    ``total``: the level's vertex count, known from the store; ``unit``) batch by batch."""
+
+    def __init__(self, ds: Any, progress: Callable[[dict], None] | None = None):
+        self.ds = ds
+        self.progress = progress
+        self.done = 0
+        self.total: int | None = None
+
+    async def start(self, level: int) -> None:
+        """Take the total from ``level`` (before its first batch)."""
+        if self.progress is not None:
+            self.total = int((await self.ds.level(level)).meta.vertex_count)
+            self.add(0)
+
+    def add(self, rows: int) -> None:
+        self.done += rows
+        if self.progress is not None:
+            self.progress({"done": self.done, "total": self.total, "unit": "vertices"})
+
+    async def each(self, batches: AsyncIterator[Any], level: int) -> AsyncIterator[Any]:
+        """``batches`` of ``level`` (Selections, or (index, Selection) pairs), each counted as it is read."""
+        await self.start(level)
+        async for item in batches:
+            self.add(len(item[1] if isinstance(item, tuple) else item))
+            yield item
+
+
+async def object_batches(ds: Any, level: int, written: Written, step: int = OBJECT_BATCH) -> AsyncIterator[
+        tuple[int, Any]]:
     """(index of the first object, one combined Selection) for every ``step`` objects in id order
-    (:func:`zvf.read.export.object_batches`: each cell read about once where the level fits its cache)."""
+    (:func:`zvf.read.export.object_batches`: each cell read about once where the level fits its cache),
+    counted by ``written``."""
     from ..read.export import object_batches as batches
 
     lo = 0
-    async for sel in batches(ds, level=level, batch=step):
+    async for sel in written.each(batches(ds, level=level, batch=step), level):
         yield lo, sel
         lo += len(sel.offsets) - 1
 
@@ -290,12 +347,15 @@ async def keep_order_of(ds: Any, level: int, wanted: bool | None) -> bool:
     return has and wanted is not False
 
 
-async def point_batches(ds: Any, level: int, keep_order: bool | None, batch_chunks: int = 16) -> AsyncIterator[Any]:
+async def point_batches(ds: Any, level: int, keep_order: bool | None, written: Written,
+                        batch_chunks: int = 16) -> AsyncIterator[Any]:
     """A point cloud's rows for a file: in the source's order where the store kept it (see
-    :func:`keep_order_of`), else chunk by chunk; ``SOURCE_ROW`` is never among the attributes."""
+    :func:`keep_order_of`), else chunk by chunk; ``SOURCE_ROW`` is never among the attributes.
+    ``written`` counts the rows as they are read."""
     ordered = await keep_order_of(ds, level, keep_order)
     names = [n for n in (await ds.level(level)).named("vertex_attributes") if ordered or n != SOURCE_ROW]
-    batches = ds.iter_chunks(level=level, attributes=names, batch_chunks=batch_chunks, prefetch=2)
+    batches = written.each(ds.iter_chunks(level=level, attributes=names, batch_chunks=batch_chunks, prefetch=2),
+                           level)
     return in_source_order(batches) if ordered else batches
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError
-from .base import StoreOptions, need, reading, source_record, stamp, take_options
+from .base import StoreOptions, Written, need, reading, source_record, stamp, take_options
 
 AXES = ("x", "y", "z")
 _TYPES = {"boolean": np.bool_, "int": np.int32, "long": np.int64, "float": np.float32, "double": np.float64}
@@ -82,7 +82,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "edges": len(edges), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0})
     nx = _nx()
     rec = source_record(ds, "graphml")
@@ -90,7 +90,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     g = nx.DiGraph() if rec.get("directed", False) else nx.Graph()
     base = 0
     several = len(await ds.object_ids(level=level)) > 1
-    async for sel in ds.iter_objects(level=level):
+    async for sel in written.each(ds.iter_objects(level=level), level):
         k = len(sel)
         if not k:
             continue

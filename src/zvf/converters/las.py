@@ -21,6 +21,7 @@ from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     BATCH_ROWS,
     StoreOptions,
+    Written,
     guarded,
     need,
     numbered,
@@ -123,7 +124,7 @@ def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, sca
     return header
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4,
                                        "point_format": None, "keep_order": None})
     point_format = None if opts["point_format"] is None else int(opts["point_format"])
@@ -135,7 +136,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     compress = dst.lower().endswith(".laz") if opts["compress"] is None else bool(opts["compress"])
     n, writer, header = 0, None, None
     try:
-        async for sel in await point_batches(ds, opts["level"], opts["keep_order"], int(opts["batch_chunks"])):
+        async for sel in await point_batches(ds, opts["level"], opts["keep_order"], written, int(opts["batch_chunks"])):
             if writer is None:
                 header = _header(laspy, source_record(ds, "las"), sel.attributes, ds.bounds[0], opts["scale"],
                                  point_format)

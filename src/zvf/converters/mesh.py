@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import StoreOptions, source_record, stamp, take_options
+from .base import StoreOptions, Written, source_record, stamp, take_options
 
 _STL_RECORD = np.dtype([("normal", "<f4", (3,)), ("v", "<f4", (3, 3)), ("attr", "<u2")])
 
@@ -159,7 +159,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "faces": len(faces), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0, "ascii": False})
     level = opts["level"]
     ids = await ds.object_ids(level=level)
@@ -168,14 +168,14 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
         out = ObjOut(dst)
         try:
             k = 0
-            async for sel in ds.iter_objects(level=level):
+            async for sel in written.each(ds.iter_objects(level=level), level):
                 out.write(int(ids[k]), sel, names.get(str(int(ids[k]))))
                 k += 1
         finally:
             out.close()
         return {"vertices": out.nv, "faces": out.nf, "objects": len(ids)}
     tris = []
-    async for sel in ds.iter_objects(level=level):
+    async for sel in written.each(ds.iter_objects(level=level), level):
         if sel.faces is not None and len(sel.faces):
             if sel.faces.shape[1] != 3:
                 raise InvalidArgumentError(f"{ds.url}: STL holds triangles, the mesh has {sel.faces.shape[1]}-gons")

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     StoreOptions,
+    Written,
     need,
     numbered,
     point_batches,
@@ -99,7 +100,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return out
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0, "ascii": None, "keep_order": None})
     plyfile = _plyfile()
     rec = source_record(ds, "ply")
@@ -107,12 +108,14 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     faces = None
     oids = None
     if ds.geometry_type == "mesh":
+        await written.start(level)
         sel = await ds.read_objects(await ds.object_ids(level=level), level=level, combined=True)
+        written.add(len(sel))
         faces = sel.faces
         if len(sel.objects) > 1:
             oids = np.repeat(sel.objects, np.diff(sel.offsets))
     else:
-        sel = _concat([s async for s in await point_batches(ds, level, opts["keep_order"])], ds.ndim)
+        sel = _concat([s async for s in await point_batches(ds, level, opts["keep_order"], written)], ds.ndim)
     axes = list(AXES[:ds.ndim])
     cols = dict(zip(axes, sel.positions.T))
     cols.update(sel.attributes)

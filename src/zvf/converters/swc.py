@@ -15,7 +15,7 @@ import anyio
 import numpy as np
 
 from ..errors import InputFileError
-from .base import StoreOptions, source_record, stamp, take_options
+from .base import StoreOptions, Written, source_record, stamp, take_options
 
 
 def read_swc(src: str) -> tuple[np.ndarray, list[str]]:
@@ -103,7 +103,7 @@ async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0})
     rec = source_record(ds, "swc")
     n = objects = 0
@@ -113,7 +113,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     shift = 0
     with open(dst, "w", encoding="utf-8") as fh:
         fh.writelines(f"#{line}\n" for line in rec.get("comments", ["written by zvf", "id type x y z radius parent"]))
-        async for sel in ds.iter_objects(level=opts["level"]):
+        async for sel in written.each(ds.iter_objects(level=opts["level"]), opts["level"]):
             k = len(sel)
             if not k:
                 continue

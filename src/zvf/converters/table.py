@@ -26,6 +26,7 @@ from .base import (
     BATCH_ROWS,
     OBJECT_BATCH,
     StoreOptions,
+    Written,
     guarded,
     need,
     numbered,
@@ -413,7 +414,7 @@ def _wkb_array(pos: np.ndarray):
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH, "keep_order": None})
     level = opts["level"]
     if fmt == "csv":
@@ -428,7 +429,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     n = objects = 0
     try:
         if ds.geometry_type == "point_cloud":
-            async for sel in await point_batches(ds, level, opts["keep_order"]):
+            async for sel in await point_batches(ds, level, opts["keep_order"], written):
                 if len(sel):
                     out.write(_rows(sel, None, {}))
                     n += len(sel)
@@ -437,7 +438,7 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
             src_ids = obj.pop(OBJECT_ID, None)
             if src_ids is None:
                 src_ids = await ds.object_ids(level=level)
-            async for lo, sel in object_batches(ds, level, int(opts["batch_objects"])):
+            async for lo, sel in object_batches(ds, level, written, int(opts["batch_objects"])):
                 lens = np.diff(sel.offsets)
                 rows = np.repeat(np.arange(lo, lo + len(lens)), lens)
                 out.write(_rows(sel, np.asarray(src_ids)[rows].astype(np.int64), {k: v[rows] for k, v in obj.items()}))

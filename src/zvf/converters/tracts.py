@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     StoreOptions,
+    Written,
     guarded,
     need,
     object_attributes,
@@ -166,7 +167,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
     opts = take_options(fmt, options, {"level": 0})
     level = opts["level"]
     if ds.ndim != 3:
@@ -176,11 +177,12 @@ async def from_store(fmt: str, ds, dst: str, **options: Any) -> dict:
     affine = np.asarray(rec.get("affine", np.eye(4)), dtype=np.float64)
     dims = rec.get("dimensions", [1, 1, 1])
     if fmt == "trx":
-        return await _save_trx(ds, dst, level, rec, dps, affine, dims)
-    return await _save_nibabel(fmt, ds, dst, level, rec, dps, affine, dims)
+        return await _save_trx(ds, dst, level, rec, dps, affine, dims, written)
+    return await _save_nibabel(fmt, ds, dst, level, rec, dps, affine, dims, written)
 
 
-async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict, affine, dims) -> dict:
+async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict, affine, dims,
+                        written: Written) -> dict:
     """TRK/TCK written as the store is read: nibabel saves a lazy tractogram in one pass, so only
     one batch of objects is held at a time (a worker thread pulls the batches from the event loop)."""
     import anyio.from_thread
@@ -189,7 +191,7 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict
     nib = _nib()
     from nibabel.streamlines import LazyTractogram
 
-    batches = object_batches(ds, level)
+    batches = object_batches(ds, level, written)
     counts = {"vertices": 0, "objects": 0}
     per_point = fmt == "trk"  # TCK holds positions only
     point_names = await vertex_attribute_names(ds, level) if per_point else []
@@ -240,13 +242,13 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict
     return counts
 
 
-async def _save_trx(ds, dst: str, level: int, rec: dict, dps: dict, affine, dims) -> dict:
+async def _save_trx(ds, dst: str, level: int, rec: dict, dps: dict, affine, dims, written: Written) -> dict:
     """TRX: trx-python builds its file from whole arrays, so the tractogram is assembled first."""
     from nibabel.streamlines import ArraySequence, Tractogram
 
     lines: list[np.ndarray] = []
     dpp: dict[str, list[np.ndarray]] = {}
-    async for _, sel in object_batches(ds, level):
+    async for _, sel in object_batches(ds, level, written):
         cuts = sel.offsets[1:-1]
         lines += np.split(sel.positions, cuts)
         for k, v in sel.attributes.items():

@@ -9,6 +9,14 @@ byte, ~50-100 MB/s per stream) and small enough that a box query reads
 little outside its box.  Bins aim at ``TARGET_BIN_POINTS`` vertices, the
 granularity at which a ranged read beats fetching the whole cell.
 
+Objects are read whole chunk by chunk: an object read fetches every chunk
+the object passes through, whole, other objects' rows included.  Given a
+sample of the objects (:class:`ObjectSample`), the chooser makes chunks
+smaller until reading a typical object fetches at most ``OBJECT_READ_BYTES``
+beyond its own rows (never below ``MIN_CHUNK_POINTS`` vertices a chunk), and
+``bin_shape="auto"`` gives objects bins about ``1 / OBJECT_BINS`` of their
+size, which is what a pyramid coarsens them by.
+
 Pure numpy, no I/O.
 """
 
@@ -16,6 +24,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,10 +37,115 @@ TARGET_BIN_POINTS = 2048
 # SPARSE_POINTS vertices on average: every cell costs one PUT per array.
 SPARSE_CELLS = 4096
 SPARSE_POINTS = 16
+# Past this many such cells a write is refused: hours of PUTs for nearly empty cells.
+MAX_SPARSE_CELLS = 1 << 20
+# Object reads: what reading one typical object may fetch beyond its own rows (its chunks are
+# fetched whole: ~15 ms at 75 MB/s, about one request's latency), the smallest chunks the chooser
+# makes for it, the objects it samples, and the bins across a typical object.
+OBJECT_READ_BYTES = 1 << 20
+MIN_CHUNK_POINTS = 4096
+SAMPLE_OBJECTS = 1024
+OBJECT_BINS = 32
+OBJECT_STEPS = 10  # 1-2-5 steps the chooser goes down at most for object reads (three decades)
+MAX_OBJECT_BINS = 1 << 18  # bins per chunk the object default stays within (readers refuse past 2**20)
 
 
 class LayoutWarning(UserWarning):
     """A given chunk_shape makes far more (and far smaller) cells than the data needs."""
+
+
+@dataclass(frozen=True)
+class ObjectSample:
+    """Some objects' vertices, ``positions[offsets[k]:offsets[k + 1]]`` for object k: what the
+    chooser measures object reads and sizes on (objects spread evenly over the input)."""
+
+    positions: np.ndarray  # (m, ndim) float64
+    offsets: np.ndarray  # (k + 1,) int64
+
+    @classmethod
+    def of(cls, positions, lengths, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
+        """Up to ``limit`` objects evenly spaced among those of ``lengths`` rows each (in order) in ``positions``."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        keep = np.unique(np.linspace(0, len(lengths) - 1, min(limit, len(lengths))).round().astype(np.int64)) \
+            if len(lengths) else np.zeros(0, np.int64)
+        keep = keep[lengths[keep] > 0]
+        rows = np.concatenate([np.arange(starts[k], starts[k + 1]) for k in keep]) if len(keep) else \
+            np.zeros(0, np.int64)
+        pos = np.asarray(positions)
+        return cls(pos[rows].astype(np.float64).reshape(len(rows), pos.shape[-1]),
+                   np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64))
+
+    @classmethod
+    def of_ids(cls, positions, object_ids, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
+        """:meth:`of` for vertices owned by ``object_ids`` (one per row, in any order)."""
+        order = np.argsort(np.asarray(object_ids), kind="stable")
+        _, lengths = np.unique(np.asarray(object_ids)[order], return_counts=True)
+        return cls.of(np.asarray(positions)[order], lengths, limit)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _owner(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self)), np.diff(self.offsets))
+
+    def read_overhead(self, edge: float, n: int) -> float:
+        """Mean rows of *other* objects that reading one object fetches with chunks of ``edge``, when
+        ``n`` vertices in all are spread like the sample's (its rows scaled up by ``n / rows``)."""
+        m = len(self.positions)
+        if not len(self):
+            return 0.0
+        cells = np.floor(self.positions / edge)
+        cells -= cells.min(axis=0)
+        spans = cells.max(axis=0) + 1
+        if np.prod(spans) < 2**52:  # each row's chunk as one number, exact in float64: a 1-D unique
+            key = np.zeros(m)
+            for axis in range(cells.shape[1]):
+                key = key * spans[axis] + cells[:, axis]
+            _, cell, count = np.unique(key, return_inverse=True, return_counts=True)
+        else:
+            _, cell, count = np.unique(cells, axis=0, return_inverse=True, return_counts=True)
+        span = len(count)
+        pairs, own = np.unique(self._owner() * span + cell.reshape(-1), return_counts=True)
+        others = count[pairs % span] - own
+        return float(others.sum()) * (n / m) / len(self)
+
+    def typical_size(self) -> float:
+        """The median object's largest extent along an axis (0 when every object is a point)."""
+        if not len(self):
+            return 0.0
+        lo = np.minimum.reduceat(self.positions, self.offsets[:-1], axis=0)
+        hi = np.maximum.reduceat(self.positions, self.offsets[:-1], axis=0)
+        return float(np.median((hi - lo).max(axis=1)))
+
+
+class ObjectSampler:
+    """An :class:`ObjectSample` of a stream of objects: every ``stride``-th object kept, the stride doubled
+    (and the sample halved) whenever it would pass twice ``limit`` objects; memory: the sample."""
+
+    def __init__(self, limit: int = SAMPLE_OBJECTS):
+        self.limit = limit
+        self.stride = 1
+        self.seen = 0
+        self.numbers: list[int] = []  # the kept objects' numbers in the stream
+        self.kept: list[np.ndarray] = []  # and their vertices
+
+    def add(self, objects: Sequence[np.ndarray]) -> None:
+        for obj in objects:
+            if self.seen % self.stride == 0 and len(obj):
+                self.numbers.append(self.seen)
+                self.kept.append(np.asarray(obj, dtype=np.float64))
+                if len(self.kept) > 2 * self.limit:
+                    self.stride *= 2
+                    pairs = [(k, o) for k, o in zip(self.numbers, self.kept) if k % self.stride == 0]
+                    self.numbers, self.kept = [k for k, _ in pairs], [o for _, o in pairs]
+            self.seen += 1
+
+    def sample(self) -> ObjectSample | None:
+        if not self.kept:
+            return None
+        return ObjectSample(np.concatenate(self.kept),
+                            np.concatenate([[0], np.cumsum([len(o) for o in self.kept])]).astype(np.int64))
 
 
 def _nice(x: float) -> float:
@@ -40,7 +155,19 @@ def _nice(x: float) -> float:
     return min(cands, key=lambda c: abs(math.log(c / x)))
 
 
-def choose_chunk_shape(lo, hi, n: int, *, target: int = TARGET_POINTS) -> list[float]:
+def _below(x: float) -> float:
+    """The 1-2-5 series value just below ``x`` (itself one)."""
+    e = math.floor(math.log10(x) + 1e-9)
+    return max(c for c in (m * 10.0 ** k for k in (e - 1, e) for m in (1.0, 2.0, 5.0)) if c < x * (1 - 1e-9))
+
+
+def _made(lo: np.ndarray, hi: np.ndarray, edge: float) -> float:
+    """Chunks of ``edge`` the grid anchored at 0 spans over ``[lo, hi]``."""
+    return float(np.prod(np.floor(hi / edge) - np.floor(lo / edge) + 1))
+
+
+def choose_chunk_shape(lo, hi, n: int, *, target: int = TARGET_POINTS, objects: ObjectSample | None = None,
+                       row_bytes: int | None = None) -> list[float]:
     """A cubic chunk edge for ``n`` vertices spread over the box ``[lo, hi]``.
 
     Assumes a uniform spread: the chunk count is ``n / target`` and the edge
@@ -48,6 +175,12 @@ def choose_chunk_shape(lo, hi, n: int, *, target: int = TARGET_POINTS) -> list[f
     flat or degenerate axis gets one chunk and is left out of the volume),
     rounded to the 1-2-5 series.  Clustered data fills fewer chunks, each
     fuller; the guard in :func:`check_cells` catches the opposite extreme.
+
+    With ``objects`` (a sample of the objects), the edge then steps down the
+    series while reading a sampled object fetches more than
+    ``OBJECT_READ_BYTES`` of other objects' rows (``row_bytes`` a vertex row
+    with its attributes; default float32 positions) and chunks keep at least
+    ``MIN_CHUNK_POINTS`` vertices.
     """
     extent = np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)
     if extent.ndim != 1 or extent.size == 0 or not np.all(np.isfinite(extent)) or np.any(extent < 0):
@@ -65,15 +198,37 @@ def choose_chunk_shape(lo, hi, n: int, *, target: int = TARGET_POINTS) -> list[f
         scale = float(np.max(np.abs(np.concatenate([np.asarray(lo, float), np.asarray(hi, float)]))))
         edge = max(scale, 1.0)
     # The grid is anchored at 0 (chunk = floor(p / edge)), so count the chunks each
-    # 1-2-5 candidate really makes over [lo, hi] and keep the one closest to the target.
+    # 1-2-5 candidate really makes over [lo, hi] and keep the one closest to the target
+    # (of those making as many, the one nearest the uniform estimate: data around 0 is
+    # cut at 0 by every edge, and a larger one only makes emptier chunks and coarser bins).
     lo64, hi64 = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 
     def misfit(c: float) -> float:
-        made = np.prod(np.floor(hi64 / c) - np.floor(lo64 / c) + 1)
-        return abs(math.log(made / count))
+        return abs(math.log(_made(lo64, hi64, c) / count))
 
-    nice = min((_nice(edge * f) for f in (0.3, 0.5, 1.0, 2.0, 3.0)), key=lambda c: (misfit(c), -c))
+    nice = min((_nice(edge * f) for f in (0.3, 0.5, 1.0, 2.0, 3.0)),
+               key=lambda c: (misfit(c), abs(math.log(c / edge)), -c))
+    if objects is not None and len(objects):
+        nice = _for_object_reads(nice, lo64, hi64, n, objects, 4 * extent.size if row_bytes is None else row_bytes)
     return [float(nice)] * extent.size
+
+
+def _for_object_reads(edge: float, lo: np.ndarray, hi: np.ndarray, n: int, objects: ObjectSample,
+                      row_bytes: int) -> float:
+    """The largest edge of the 1-2-5 series from ``edge`` down (at most ``OBJECT_STEPS`` steps, chunks of
+    at least ``MIN_CHUNK_POINTS`` vertices) at which reading a sampled object fetches at most
+    ``OBJECT_READ_BYTES`` of other rows; else the one fetching least (the largest of equals)."""
+    best, least = edge, math.inf
+    for _ in range(OBJECT_STEPS):
+        cost = objects.read_overhead(edge, n) * row_bytes
+        if cost <= OBJECT_READ_BYTES:
+            return edge
+        if cost < least:
+            best, least = edge, cost
+        edge = _below(edge)
+        if n / min(_made(lo, hi, edge), n) < MIN_CHUNK_POINTS:
+            break
+    return best
 
 
 def choose_bin_shape(chunk_shape, points_per_chunk: float, *, target: int = TARGET_BIN_POINTS) -> list[float] | None:
@@ -88,32 +243,63 @@ def choose_bin_shape(chunk_shape, points_per_chunk: float, *, target: int = TARG
     return None if k == 1 else [c / k for c in cs]
 
 
-def resolve(chunk_shape, bin_shape, lo, hi, n: int):
-    """Concrete (chunk_shape, bin_shape) for a writer: ``"auto"`` replaced from the data's extent and count.
+def object_bin_shape(chunk_shape, objects: ObjectSample) -> list[float] | None:
+    """Bins about ``1 / OBJECT_BINS`` of a typical object's size (None: one bin per chunk).
+
+    A pyramid level keeps one vertex per object and bin of the level below's
+    bin times its factor, so these bins keep a typical object ``OBJECT_BINS /
+    factor`` vertices a level up.  A power of two per axis (bins nest), at most
+    ``MAX_OBJECT_BINS`` a chunk.
+    """
+    cs = [float(c) for c in chunk_shape]
+    size = objects.typical_size()
+    if size <= 0:
+        return None
+    k = 2 ** max(0, round(math.log2(min(cs) * OBJECT_BINS / size)))
+    k = min(k, 2 ** (int(math.log2(MAX_OBJECT_BINS)) // len(cs)))
+    return None if k == 1 else [c / k for c in cs]
+
+
+def check_words(chunk_shape, bin_shape) -> None:
+    """The only word a shape may be is ``"auto"``."""
+    if isinstance(chunk_shape, str) and chunk_shape != "auto":
+        raise InvalidArgumentError(f"chunk_shape must be numbers or 'auto', got {chunk_shape!r}")
+    if isinstance(bin_shape, str) and bin_shape != "auto":
+        raise InvalidArgumentError(f"bin_shape must be numbers, None or 'auto', got {bin_shape!r}")
+
+
+def resolve(chunk_shape, bin_shape, lo, hi, n: int, *, objects: ObjectSample | None = None,
+            row_bytes: int | None = None):
+    """Concrete (chunk_shape, bin_shape) for a writer: ``"auto"`` replaced from the data's extent and count
+    (and, for objects, from ``objects``: see :func:`choose_chunk_shape`, :func:`object_bin_shape`).
 
     Shapes given explicitly come back unchanged (ints stay ints, as 0.9.2 records them).
     """
+    check_words(chunk_shape, bin_shape)
     if isinstance(chunk_shape, str):
-        if chunk_shape != "auto":
-            raise InvalidArgumentError(f"chunk_shape must be numbers or 'auto', got {chunk_shape!r}")
-        chunk_shape = choose_chunk_shape(lo, hi, n)
+        chunk_shape = choose_chunk_shape(lo, hi, n, objects=objects, row_bytes=row_bytes)
     if isinstance(bin_shape, str):
-        if bin_shape != "auto":
-            raise InvalidArgumentError(f"bin_shape must be numbers, None or 'auto', got {bin_shape!r}")
-        grid = np.floor(np.asarray(hi, float) / np.asarray(chunk_shape, float)) - np.floor(
-            np.asarray(lo, float) / np.asarray(chunk_shape, float)) + 1
-        bin_shape = choose_bin_shape(chunk_shape, n / float(np.prod(grid)))
+        if objects is not None and len(objects):
+            bin_shape = object_bin_shape(chunk_shape, objects)
+        else:
+            grid = np.floor(np.asarray(hi, float) / np.asarray(chunk_shape, float)) - np.floor(
+                np.asarray(lo, float) / np.asarray(chunk_shape, float)) + 1
+            bin_shape = choose_bin_shape(chunk_shape, n / float(np.prod(grid)))
     return chunk_shape, bin_shape
 
 
 def check_cells(n: int, occupied: int, chunk_shape, lo, hi) -> None:
-    """Warn (``LayoutWarning``) when ``n`` vertices fill ``occupied`` chunks that are many and nearly empty.
+    """Warn (``LayoutWarning``) when ``n`` vertices fill ``occupied`` chunks that are many and nearly empty;
+    refuse (InvalidArgumentError) past ``MAX_SPARSE_CELLS`` of them.  Writers call it before any upload.
 
-    Silence it with ``warnings.filterwarnings("ignore", category=LayoutWarning)``
+    Silence the warning with ``warnings.filterwarnings("ignore", category=LayoutWarning)``
     when such a layout is intended.
     """
-    if occupied > SPARSE_CELLS and n < occupied * SPARSE_POINTS:
-        warnings.warn(
-            f"chunk_shape={chunk_shape!r} puts {n} vertices in {occupied} chunks ({n / occupied:.1f} per chunk), "
-            f"one stored object per chunk and array; chunk_shape='auto' would choose "
-            f"{choose_chunk_shape(lo, hi, n)}", LayoutWarning, stacklevel=4)
+    if occupied <= SPARSE_CELLS or n >= occupied * SPARSE_POINTS:
+        return
+    what = (f"chunk_shape={chunk_shape!r} puts {n:,} vertices in {occupied:,} chunks ({n / occupied:.1f} per chunk), "
+            f"one stored object per chunk and array; chunk_shape='auto' would choose {choose_chunk_shape(lo, hi, n)}")
+    if occupied > MAX_SPARSE_CELLS:
+        raise InvalidArgumentError(f"{what}: refused (more than {MAX_SPARSE_CELLS:,} chunks averaging under "
+                                   f"{SPARSE_POINTS} vertices)")
+    warnings.warn(what, LayoutWarning, stacklevel=4)

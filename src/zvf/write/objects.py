@@ -111,11 +111,18 @@ class _Setup:
     bin_shape: list | None
 
     @classmethod
-    def of(cls, cfg: WriteConfig, pos: np.ndarray, name: str) -> _Setup:
-        """``pos``: the vertices the bounds are checked on (as given, as 0.9.2 does); ``name``: their argument."""
+    def of(cls, cfg: WriteConfig, pos: np.ndarray, name: str, *, lengths: np.ndarray | None = None,
+           object_ids: np.ndarray | None = None) -> _Setup:
+        """``pos``: the vertices the bounds are checked on (as given, as 0.9.2 does); ``name``: their argument;
+        ``lengths`` (rows of each object in turn) or ``object_ids`` (each row's): the objects an "auto" layout
+        sizes its chunks and bins for (:mod:`zvf.lifecycle.layout`)."""
         ndim = pos.shape[1]
         lo, hi = bounds = named_bounds(pos, cfg.bounds, ndim, name)
-        chunk_shape, bin_shape = layout.resolve(cfg.chunk_shape, cfg.bin_shape, lo, hi, len(pos))
+        sample = None
+        if isinstance(cfg.chunk_shape, str) or isinstance(cfg.bin_shape, str):
+            sample = layout.ObjectSample.of(pos, lengths) if lengths is not None else \
+                layout.ObjectSample.of_ids(pos, object_ids)
+        chunk_shape, bin_shape = layout.resolve(cfg.chunk_shape, cfg.bin_shape, lo, hi, len(pos), objects=sample)
         grid, codec = grid_and_codec(cfg.compression, cfg.shard_shape, ndim, chunk_shape, bin_shape)
         return cls(cfg, grid, codec, bounds, as_given(chunk_shape, "chunk_shape"),
                    None if bin_shape is None else as_given(bin_shape, "bin_shape"))
@@ -277,7 +284,7 @@ async def write_polylines(
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.write_config(chunk_shape, options)
     raw, pos, lens, attrs = polyline_input(polylines, attributes, cfg.dtype)
-    s = _Setup.of(cfg, raw, "polylines")
+    s = _Setup.of(cfg, raw, "polylines", lengths=lens)
     del raw
     return await _write_paths(
         target, s, pos, lens, geometry=geometry_type, attrs=attrs,
@@ -310,8 +317,9 @@ async def write_lines(
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.write_config(chunk_shape, options)
     pos, m, attrs = lines_input(endpoints, attributes, cfg.dtype)
+    lens = np.full(m, 2, dtype=np.int64)
     return await _write_paths(
-        target, _Setup.of(cfg, pos, "endpoints"), pos, np.full(m, 2, dtype=np.int64), geometry="line", attrs=attrs,
+        target, _Setup.of(cfg, pos, "endpoints", lengths=lens), pos, lens, geometry="line", attrs=attrs,
         tables=_Tables.of(np.arange(m, dtype=np.int64), cfg, frag_columns, pos.shape[1]),
         arrays_present=["vertices", "object_index"] + (["vertex_attributes"] if attrs else []),
         quirk_row_shape=False, fragment_index_links=quirks.active())
@@ -401,7 +409,7 @@ async def write_graph(
     pos, oids, e, attrs, link_attrs = graph_input(positions, edges, object_ids, attributes, link_attributes,
                                                   cfg.dtype, skeleton=skeleton, reference=quirks.active())
     return await _write_connected(
-        target, _Setup.of(cfg, pos, "positions"), pos, oids, e, geometry=geometry_type, attrs=attrs,
+        target, _Setup.of(cfg, pos, "positions", object_ids=oids), pos, oids, e, geometry=geometry_type, attrs=attrs,
         link_attrs=link_attrs, tables=_Tables.of(oids, cfg, frag_columns, pos.shape[1]),
         quirk_row_shape=quirks.active(), skeleton=skeleton)
 
@@ -437,5 +445,6 @@ async def write_mesh(
     cfg = inputs.write_config(chunk_shape, options)
     pos, oids, f, attrs = mesh_input(positions, faces, object_ids, attributes, cfg.dtype)
     return await _write_connected(
-        target, _Setup.of(cfg, pos, "positions"), pos, oids, f, geometry="mesh", attrs=attrs, link_attrs={},
+        target, _Setup.of(cfg, pos, "positions", object_ids=oids), pos, oids, f, geometry="mesh", attrs=attrs,
+        link_attrs={},
         tables=_Tables.of(oids, cfg, frag_columns, pos.shape[1]), quirk_row_shape=quirks.active(), skeleton=False)

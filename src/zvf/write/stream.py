@@ -39,6 +39,7 @@ from ..format.grid import Grid, dense_ids, extremes
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.store import open_store
+from ..lifecycle import layout
 from . import inputs
 from .engine import StoreWriter, empty_group
 from .fragment_attributes import FragmentAttributes
@@ -444,6 +445,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
                 lo, hi = spill.lo.astype(np.float64).tolist(), spill.hi.astype(np.float64).tolist()
             else:
                 lo, hi = inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
+            layout.check_cells(n, len(spill.chunks), chunk_shape, lo, hi)  # after the spill, before any upload
             origin, grid_shape = grid.layout(lo, hi, by_bin=not spill.with_ids)
             attr_schema = spill.attr_schema or {}
             uniq = spill.object_ids() if spill.with_ids else None
