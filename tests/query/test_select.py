@@ -203,7 +203,7 @@ def test_objects_spanning_many_chunks_read_only_their_chunks(stores):
         rec.clear()
         sel = ds.select(objects=ids).read()
         lvl = ds.aio.context.levels[0]
-        chunks = {tuple(c) for c in lvl.grid.chunk_of(st.pos[st.lines[ids[0]]]).tolist()}
+        chunks = {tuple(c) for c in lvl.layout.chunk_of(st.pos[st.lines[ids[0]]]).tolist()}
         assert len(chunks) > 2
         vkeys = {k for k in rec.requested() if "/vertices/" in k}
         assert len(vkeys) == len(chunks)

@@ -197,7 +197,7 @@ async def test_walk_objects_exact(own, name):
     t = own[1][name]
     ds = await open_own(own, name)
     lvl = await ds.level(0)
-    assert lvl.grid.bins_in_chunk == (8 if name == "walk5" else 1)
+    assert lvl.layout.bins_in_chunk == (8 if name == "walk5" else 1)
     _, table = await ds.manifests(0)
     n_chunks = [len(np.unique(table.coords[table.object_row == k], axis=0)) for k in range(len(t["pls"]))]
     assert max(n_chunks) >= 10 and min(n_chunks) == 1  # many-chunk and one-chunk objects

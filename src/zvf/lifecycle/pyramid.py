@@ -64,6 +64,7 @@ from ..format.fragments import (
     encode_fragment_index,
 )
 from ..format.keys import format_offsets_name, parse_offsets_name
+from ..format.layout import LevelLayout
 from ..format.links import decode_ragged_links, encode_ragged_links
 from ..io.executor import Executor
 from ..io.store import open_store
@@ -115,10 +116,18 @@ class LevelPlan:
     chunk_units: tuple[int, ...]
     bin_units: tuple[int, ...]
     chunk_override: tuple[float, ...] | None  # level chunk_shape when it differs from the root's
+    root_chunk: tuple[float, ...]
+    root_bin: tuple[float, ...]  # level 0's bin: a point level's rows are filed and fragmented by it
 
     @property
     def target(self) -> int:
         return self.source + 1
+
+    def target_layout(self, objects: bool) -> LevelLayout:
+        """Where the target level files its vertices: metavertices by chunk, points by level 0's bins."""
+        if objects:
+            return LevelLayout.for_objects(self.target, self.chunk, self.root_chunk)
+        return LevelLayout.for_points(self.target, self.chunk, self.root_chunk, self.root_bin)
 
     @property
     def ndim(self) -> int:
@@ -193,7 +202,8 @@ def plan_level(root: md.RootMeta, source: int, src_chunk, src_bin, coarsen, spar
     return LevelPlan(source, tuple(coarsen), float(sparsity), tuple(float(c) for c in src_chunk),
                      tuple(float(b) for b in src_bin), chunk, binv, src_scale, tscale, block,
                      tuple(int(v) for v in src_units), tuple(int(v) for v in chunk_units),
-                     tuple(int(v) for v in bin_units), override)
+                     tuple(int(v) for v in bin_units), override, tuple(float(c) for c in root.chunk_shape),
+                     tuple(float(b) for b in root.bin_shape))
 
 
 def kept_rows(n: int, sparsity: float, seed) -> np.ndarray:
@@ -299,7 +309,6 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
     if n == 0:
         return out
     bin_arr = np.asarray(plan.bin, np.float64)
-    chunk_arr = np.asarray(plan.chunk, np.float64)
     blk = np.asarray(data.block, np.int64) * np.asarray(plan.block)  # block origin in root bins
     bins_per_block = np.asarray(plan.block) // np.asarray(plan.bin_units)
     chunks_per_block = np.asarray(plan.block) // np.asarray(plan.chunk_units)
@@ -330,8 +339,9 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
         cent = np.empty((n_mv, nd), np.float32)
         for d in range(nd):
             cent[:, d] = np.bincount(inv, weights=weight * pos64[:, d], minlength=len(uniq))[live] / wsum[live]
-        mv_chunk = np.clip(np.floor(cent.astype(np.float64) / chunk_arr).astype(np.int64),
-                           c0, c0 + chunks_per_block - 1)
+        # the chunk holding each metavertex; one that rounded onto its block's far face is moved back by
+        # an ulp, into the chunk its block owns
+        cent, mv_chunk = plan.target_layout(objects=True).settle(cent, c0, c0 + chunks_per_block - 1)
         mv_key = uniq[live]
         order = np.lexsort((mv_key, *mv_chunk.T[::-1]))  # chunk C-order, then bin
         rank = np.empty(n_mv, np.int64)
@@ -394,15 +404,15 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
         rank = np.arange(n) - np.repeat(starts, counts)
         kept = np.sort(order[rank < np.repeat(want, counts)])
         first_kept_of_bin = order[starts]  # rank 0 of each bin is always kept
-        kbins = bins[kept]
-        units = np.asarray(plan.chunk_units)
-        kchunk = np.floor_divide(kbins * np.asarray(plan.bin_units), units)
-        # rows sorted by, and one range fragment per, *root* bin of the chunk: the layout readers of
-        # point levels (0.9.2's included) expect at every level
-        root_bin = np.asarray(plan.bin, np.float64) / np.asarray(plan.bin_units)
-        rbins = np.clip(np.floor(pos64[kept] / root_bin).astype(np.int64), kchunk * units, kchunk * units + units - 1)
-        key = np.ravel_multi_index(tuple((rbins - kchunk * units).T), tuple(units))
-        part = partition(kchunk, key, all_keys=int(np.prod(units)))
+        # each kept row in the chunk that holds it, rows sorted by, and one range fragment per, level-0 bin
+        # of the chunk: the target's layout, which readers of point levels (0.9.2's included) expect
+        layout = plan.target_layout(objects=False)
+        kchunk, key = layout.bin_of(data.positions[kept])
+        stray = np.any((kchunk < c0) | (kchunk >= c0 + chunks_per_block), axis=1)
+        if stray.any():  # its source chunk is in this block, so its bin is unless the source is misfiled
+            raise FormatError(f"{plan.source}/vertices: {int(stray.sum())} point(s) of block {list(data.block)} "
+                              "lie outside the chunk they are filed under (zvf validate --level 5 names them)")
+        part = partition(kchunk, key, all_keys=layout.bins_in_chunk)
         where = np.empty(len(kept), np.int64)  # sorted row of each kept row
         where[part.order] = np.arange(len(kept))
         kpos = data.positions[kept][part.order]
@@ -881,7 +891,8 @@ async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, write
         level=plan.target, vertex_count=int(n_mv), arrays_present=arrays_present,
         object_sparsity=1.0 / plan.sparsity, coarsening_method="per_object" if objects else "random_subsample",
         parent_level=plan.source, chunk_shape=plan.chunk_override, preserves_object_ids=objects,
-        inherited_num_objects=int(table.num_objects) if objects else 0, shared_fragments=objects)
+        inherited_num_objects=int(table.num_objects) if objects else 0, shared_fragments=objects,
+        fragments_tile=not objects and n_mv > 0)
     writer.add_document(f"{plan.target}/zarr.json", doc, stage=1)
     return info
 

@@ -71,7 +71,7 @@ class _View:
         self.chunk_index = {tuple(c): i for i, c in enumerate(chunks.tolist())}
         self.origin = chunks.min(axis=0) if len(chunks) else np.zeros(ds.ndim, np.int64)
         grid = (chunks.max(axis=0) - self.origin + 1) if len(chunks) else np.ones(ds.ndim, np.int64)
-        self.cs = np.asarray(self.lvl.meta.chunk_shape or ds.chunk_shape, dtype=np.float64)
+        self.cs = np.asarray(self.lvl.layout.chunk_shape, dtype=np.float64)
         lo, hi = ds.bounds
         self.offset = resolve_offset(self.offset_spec, lo, hi, self.cs)
         self.lower = self.origin * self.cs - self.offset  # of the index, in shifted coordinates

@@ -45,9 +45,7 @@ async def query_sequential(rc: ReadContext, lo, hi, *, level: int, attributes, c
     if hit_frags:
         hc = np.concatenate(hit_coords)
         hf = np.concatenate(hit_frags)
-        clo, chi = lvl.grid.chunk_range(lo, hi)
-        spatial = lvl.spatial(table.coords)
-        cand = np.flatnonzero(np.all((spatial >= clo) & (spatial <= chi), axis=1))
+        cand = np.flatnonzero(lvl.layout.in_box(table.coords, lo, hi))
         keys = np.concatenate((hc, hf[:, None]), axis=1)
         qkeys = np.concatenate((table.coords[cand], table.fragment[cand, None]), axis=1)
         hit = match_rows(np.unique(keys, axis=0), qkeys) >= 0

@@ -42,7 +42,7 @@ def is_draco(lvl) -> bool:
     enc = "raw" if vert is None else vert.meta.attributes.get("encoding", "raw")
     if enc == "raw":
         return False
-    if enc != DRACO or lvl.grid.ndim != 3:
+    if enc != DRACO or lvl.layout.ndim != 3:
         raise FormatError(f"{lvl.index}/vertices/zarr.json: vertex encoding {enc!r} is not supported "
                           f"(only 'raw', and 'draco' in 3-D)")
     return True

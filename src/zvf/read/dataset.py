@@ -23,7 +23,7 @@ from ..io.store import StorageOptions, Target, open_store
 from . import box, load, objects
 from .context import Owners, ReadContext, RootFacts
 from .dense import dense_attribute, read_groups
-from .points import chunks_in_box, pick_attributes, read_chunks
+from .points import pick_attributes, read_chunks
 from .selection import FragmentRows, Selection
 
 if TYPE_CHECKING:
@@ -230,14 +230,18 @@ class AsyncDataset(RootFacts):
         if categories is not None or box.needs_chunkset(lvl):
             return await box.read_rows(self._ctx, level, attributes, box=(lo, hi), categories=categories)
         names = pick_attributes(lvl, attributes)
-        chunks = chunks_in_box(lvl, lo, hi)
+        chunks = lvl.chunks_in(lo, hi)
         return await read_chunks(self._ctx, lvl, chunks, names, box=(lo, hi))
 
     @_refreshing
     async def read_all(self, *, level: int = 0, attributes: AttributeNames = None,
                        categories: Categories = None) -> Selection:
-        """Every vertex of a level (of the chosen ``categories`` on an attribute-chunked level)."""
+        """Every vertex of a level (of the chosen ``categories`` on an attribute-chunked level), labelled
+        with its object.  On a level whose polylines share vertices (a pyramid's coarse levels), each
+        object's vertices, a shared one once per object through it: what ``select(level=).read()`` returns."""
         lvl = await self.level(level)
+        if categories is None and lvl.meta.shared_fragments and self.geometry_type in objects.SEQUENTIAL:
+            return await self.select(level=level, attributes=attributes).read()
         if categories is not None or box.needs_chunkset(lvl):
             return await box.read_rows(self._ctx, level, attributes, categories=categories)
         names = pick_attributes(lvl, attributes)
@@ -378,7 +382,7 @@ class AsyncDataset(RootFacts):
             "dtype": None if vertices is None else str(np.dtype(vertices.meta.attributes.get("dtype", "float32"))),
             "bounds": [lo.tolist(), hi.tolist()],
             "chunk_shape": list(self.chunk_shape),
-            "bin_shape": None if lvl.grid.bin_shape is None else list(lvl.grid.bin_shape),
+            "bin_shape": None if lvl.layout.bin_shape is None else list(lvl.layout.bin_shape),
             "shard_shape": None if codec is None or codec.shard is None else list(codec.shard),
             "compression": None if codec is None else ("+".join(name for name, _ in codec.compressors) or None),
             "levels": self.levels,

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..format import metadata as md
 from ..format import parse
-from ..format.grid import Grid
+from ..format.layout import LevelLayout
 from ..format.versions import Record
 from ..io.executor import Executor
 from .cells import CellArray
@@ -78,10 +78,10 @@ def check_capabilities(root_doc: dict, url: str) -> None:
 
 @dataclass
 class Level(LevelNodes[CellArray]):
-    """One resolution level: its metadata, grid and arrays (by path under the level)."""
+    """One resolution level: its metadata, layout and arrays (by path under the level)."""
 
     meta: md.LevelMeta
-    grid: Grid
+    layout: LevelLayout
     loaded: set[str] = field(default_factory=set)  # families whose documents are in
     object_index: ObjectIndex | None = None
 
@@ -106,11 +106,7 @@ class Level(LevelNodes[CellArray]):
     @property
     def key_ndim(self) -> int:
         """Rank of chunk coordinates (cell keys, manifests): ndim, plus one for a categorical axis."""
-        return self.grid.ndim + (self.categories is not None)
-
-    def spatial(self, coords: np.ndarray) -> np.ndarray:
-        """The spatial columns of chunk coordinates (drops a leading category axis)."""
-        return coords[:, self.key_ndim - self.grid.ndim:]
+        return self.layout.key_ndim
 
     def category_index(self, categories) -> np.ndarray:
         """Positions on the category axis of the given category values (InvalidArgumentError if unknown)."""
@@ -136,9 +132,7 @@ class Level(LevelNodes[CellArray]):
         if categories is not None:
             keep &= np.isin(chunks[:, 0], self.category_index(categories))
         if lo is not None and len(chunks):
-            clo, chi = self.grid.chunk_range(lo, hi)
-            spatial = self.spatial(chunks)
-            keep &= np.all((spatial >= clo) & (spatial <= chi), axis=1)
+            keep &= self.layout.in_box(chunks, lo, hi)
         return chunks[keep]
 
 
@@ -195,13 +189,15 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
     return StoreNotFoundError(f"{url}: no store here (no zarr.json)")
 
 
-def make_level(root: md.RootMeta, index: int, level_doc: dict) -> Level:
-    meta = parse.parse_level(level_doc, key=f"{index}/zarr.json")
-    parse.check_level_grid(root, meta, key=f"{index}/zarr.json")
-    chunk_shape = meta.chunk_shape or root.chunk_shape
-    bin_shape = meta.bin_shape if meta.bin_shape is not None else (root.base_bin_shape if index == 0 else None)
-    grid = Grid(tuple(float(c) for c in chunk_shape), None if bin_shape is None else tuple(float(b) for b in bin_shape))
-    return Level(index, meta, grid)
+def make_level(root: md.RootMeta, index: int, level_doc: dict, vertices_doc: dict | None) -> Level:
+    """A level from its document and its ``vertices`` array's (which place its grid)."""
+    key = f"{index}/zarr.json"
+    meta = parse.parse_level(level_doc, key=key)
+    parse.check_level_grid(root, meta, key=key)
+    vertices = None
+    if vertices_doc is not None and vertices_doc.get("node_type") == "array":
+        vertices = parse.parse_array(vertices_doc, key=f"{index}/vertices/zarr.json")
+    return Level(index, meta, LevelLayout.of_level(root, meta, vertices, key=key))
 
 
 async def family_paths(ex: Executor, level: int, family: str) -> list[str]:
@@ -285,7 +281,7 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, f
     prefetch.  Other families (cross-level links, object attributes, ...) load on first use."""
     if level_doc is None:
         raise FormatError(f"{ex.handle.url}/{index}/zarr.json: level {index} is listed by the root but missing")
-    level = make_level(root, index, level_doc)
+    level = make_level(root, index, level_doc, fixed_docs.get("vertices"))
     _add_docs(level, ex, list(fixed_docs), list(fixed_docs.values()))
     vert = level.array("vertices")
     if vert is None:

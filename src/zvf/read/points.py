@@ -75,16 +75,6 @@ def pick_attributes(level, attributes) -> list[str]:
     return list(attributes)
 
 
-def chunks_in_box(level, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Stored chunks a closed box can hold vertices of."""
-    chunks = level.nonempty_chunks
-    if chunks.size == 0:
-        return chunks
-    clo, chi = level.grid.chunk_range(lo, hi)
-    keep = np.all((chunks >= clo) & (chunks <= chi), axis=1)
-    return chunks[keep]
-
-
 # Decoding more than this many payload bytes runs in a worker thread, not on the event loop.
 OFFLOAD_BYTES = 4 << 20
 # A whole-level read sizes its outputs from the level's vertex count, a metadata field (the read ends in an
@@ -196,7 +186,7 @@ def size_concurrency(level, n_requests: int, n_attributes: int) -> None:
     vert = level.array("vertices")
     if vert is None or not n_requests:
         return
-    row = np.dtype(vert.meta.attributes.get("dtype", "float32")).itemsize * level.grid.ndim
+    row = np.dtype(vert.meta.attributes.get("dtype", "float32")).itemsize * level.layout.ndim
     vert.executor.widen(n_requests, max(1, level.meta.vertex_count) * row * (1 + n_attributes))
 
 
@@ -223,7 +213,7 @@ class LevelRows:
         self.arrays, self.chunk_list, self.names = arrays, chunk_list, names
         vert = arrays["vertices"]
         self.dtype = np.dtype(vert.meta.attributes.get("dtype", "float32")).newbyteorder("<")
-        self.ndim = level.grid.ndim
+        self.ndim = level.layout.ndim
         self.cap = max(0, int(capacity))
         self.labelled = labelled
         self.pos: np.ndarray | None = None  # set by take(allocate()): chunks wait in ``pending`` till then
@@ -407,10 +397,11 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
     costs a second round trip unless the index is cached; the cost model
     (latency x bandwidth) decides whether fewer bytes are worth it.
     """
-    grid = level.grid
-    if not level.meta.fragments_tile or grid.bins_in_chunk < 2 or not all(a.partial_rows_ok for a in arrays.values()):
+    layout = level.layout
+    if not layout.fragments_are_bins or layout.bins_in_chunk < 2 or \
+            not all(a.partial_rows_ok for a in arrays.values()):
         return None
-    mask = grid.bins_touching(chunks, *box)
+    mask = layout.bins_touching(chunks, *box)
     partial = np.flatnonzero(~mask.all(axis=1))
     frag_arr = level.array("vertex_fragments")
     if not len(partial) or frag_arr is None:
@@ -429,7 +420,7 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
     cached = await fragment_indexes(frag_arr, [tuple(chunks[i]) for i in partial])
     out = {}
     for i, fi in zip(partial, cached):
-        if fi.num_fragments != grid.bins_in_chunk:
+        if fi.num_fragments != layout.bins_in_chunk:
             return None  # fragments do not line up with bins: read whole cells
         starts, stops = fi.spans(np.flatnonzero(mask[i]))
         out[int(i)] = np.stack([starts, stops], axis=1)
@@ -454,7 +445,7 @@ def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: 
     """Decode fetched payloads into one Selection (pure CPU work)."""
     vert = arrays["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
-    ndim = level.grid.ndim
+    ndim = level.layout.ndim
     pos_parts, attr_parts, oid_parts, channels = [], {n: [] for n in names}, [], {}
     keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
     for i, chunk in enumerate(chunk_list):

@@ -284,9 +284,9 @@ async def _point_job(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = Non
     bins = None
     if obj_frags is not None and frag is not None:
         first = np.arange(len(cand))
-    elif (box is not None and ranged and frag is not None and owners is None and lvl.meta.fragments_tile
-          and lvl.grid.bins_in_chunk > 1):  # with object ids, fragments are per object, not per bin
-        mask = lvl.grid.bins_touching(cand, *box)
+    elif (box is not None and ranged and frag is not None and owners is None and lvl.layout.fragments_are_bins
+          and lvl.layout.bins_in_chunk > 1):  # with object ids, fragments are per object, not per bin
+        mask = lvl.layout.bins_touching(cand, *box)
         partial = np.flatnonzero(~mask.all(axis=1))
         if len(partial) and _narrow_pays(rc, lvl, cand, partial, mask, {**final, **where}):
             first, bins = partial, mask
@@ -365,7 +365,7 @@ async def _point_wave(rc: ReadContext, ctx: _Ctx, job: _PointJob, idx: np.ndarra
         if job.obj_frags is not None:
             frags = [f for f in job.obj_frags[chunks[k]] if f < fi.num_fragments]
         else:
-            if fi.num_fragments != lvl.grid.bins_in_chunk:
+            if fi.num_fragments != lvl.layout.bins_in_chunk:
                 continue  # fragments do not line up with bins: whole cell
             frags = np.flatnonzero(job.bins[idx[k]])
         s, e = fi.spans(np.asarray(frags, dtype=np.int64))
@@ -437,7 +437,7 @@ def _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_va
     lvl = ctx.level
     vert = job.final["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
-    ndim = lvl.grid.ndim
+    ndim = lvl.layout.ndim
     pos_parts, oid_parts = [], []
     attr_parts = {n: [] for n in ctx.names}
     channels: dict = {}
@@ -718,28 +718,21 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
         counts = [int(fis[tuple(c)].counts[f]) if f < fis[tuple(c)].num_fragments else 0
                   for c, f in zip(sub.coords.tolist(), sub.fragment.tolist())]
         return cap(int(sum(counts)))
-    if g != "point_cloud" or ctx.allowed is not None or not lvl.meta.fragments_tile or needs_chunkset(lvl):
+    layout = lvl.layout
+    if g != "point_cloud" or ctx.allowed is not None or not layout.fragments_are_bins or needs_chunkset(lvl):
         return None
     lo, hi = spec.box()
     cand = lvl.chunks_in(lo, hi)
-    bs = np.asarray(lvl.grid.effective_bin_shape)
-    bpc = np.asarray(lvl.grid.bins_per_chunk, dtype=np.int64)
-    local = np.indices(lvl.grid.bins_per_chunk).reshape(lvl.grid.ndim, -1).T
-    absolute = cand[:, None, :] * bpc + local[None, :, :]
-    # a bin holds points in [edge, next edge): the box covers it when its top reaches the last
-    # representable coordinate below the next edge
     vdt = np.dtype(lvl.array("vertices").meta.attributes.get("dtype", "float32"))
-    top = (absolute + 1) * bs
-    last = np.nextafter(top.astype(vdt), np.asarray(-np.inf, vdt)).astype(np.float64) if vdt.kind == "f" else top - 1
-    covered = np.all((absolute * bs >= lo) & (last <= hi), axis=2)
-    touched = lvl.grid.bins_touching(cand, lo, hi)
-    if np.any(touched & ~covered):
-        return None  # some bin is cut by the box: its vertices decide
+    covered = layout.bins_covered(cand, lo, hi, vdt)
+    cut = layout.bins_touching(cand, lo, hi) & ~covered
     fis = await fragment_indexes(lvl.array("vertex_fragments"), [tuple(c) for c in cand.tolist()])
     total = 0
-    for fi, cov in zip(fis, covered):
+    for fi, cov, part in zip(fis, covered, cut):
         if fi.num_fragments != len(cov):
             return None
+        if np.any(fi.counts[part] > 0):
+            return None  # a bin the box cuts holds points: their positions decide
         total += int(fi.counts[cov].sum())
     return cap(total)
 

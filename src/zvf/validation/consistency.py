@@ -11,8 +11,8 @@ import numpy as np
 
 from ..errors import FormatError, ZvfError
 from ..format.fragments import FragmentIndex, decode_fragment_index
-from ..format.grid import Grid
 from ..format.keys import format_chunk_id
+from ..format.layout import LevelLayout
 from ..format.shard import decode_shard_index, index_nbytes
 from .link_pass import LinkChecks
 from .model import FAILED, ArrayInfo, LevelInfo, strip_key
@@ -156,12 +156,12 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
         if not vert.usable or vert.present is None:
             lv.vertex_total_known = False
             return
-        bins = self._bin_rule(lv)
+        layout = lv.layout if self.max_level >= 4 else None
 
         async def one(chunk: tuple[int, ...]) -> None:
             pay = await self.ex.gather([self._payload(a, chunk) for a in group])
             self._check_vertex_chunk(lv, chunk, dict(zip([a.path for a in group], pay)), vert, frag, attrs,
-                                     fattrs, bins)
+                                     fattrs, layout)
 
         await self.ex.map(one, sorted(chunks))
         self.counts["chunks"] += len(chunks)
@@ -170,16 +170,7 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
             self.error(3, key, f"vertex_count is {lv.meta.vertex_count} but the cells hold {lv.vertex_total} "
                                "vertices")
 
-    def _bin_rule(self, lv: LevelInfo) -> Grid | None:
-        """The level's grid when level-0 point-cloud fragments must tile bins."""
-        if (self.max_level < 4 or self.geometry != "point_cloud" or lv.index != 0 or lv.meta.chunk_dims
-                or "object_index" in lv.groups or not lv.meta.fragments_tile):
-            return None
-        cs = lv.chunk_shape or self.root.chunk_shape
-        bs = self.root.bin_shape
-        return Grid(tuple(float(c) for c in cs), None if bs is None else tuple(float(b) for b in bs))
-
-    def _check_vertex_chunk(self, lv, chunk, pay, vert, frag, attrs, fattrs, bins) -> None:
+    def _check_vertex_chunk(self, lv, chunk, pay, vert, frag, attrs, fattrs, layout) -> None:
         cid = format_chunk_id(chunk)
         vp = pay[vert.path]
         if vp is FAILED:
@@ -210,6 +201,8 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
             positions = np.frombuffer(vp, dtype=dt).reshape(n, width)
             if n and not np.isfinite(positions).all():
                 self.warn(3, vert.cell_key(chunk), "vertices include NaN or infinite coordinates", kind="nan")
+            if n and layout is not None and width == layout.ndim:
+                self._check_place(vert.cell_key(chunk), chunk, positions, layout)
         lv.n_rows[chunk] = n
         lv.vertex_total += n
         self.counts["vertices"] += n
@@ -233,8 +226,9 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
             if lv.meta.fragments_tile and not fi.tiles(n):
                 self.error(3, frag.cell_key(chunk), f"fragments_tile is set on {lv.doc_key} but the fragments of "
                                                     f"chunk {cid} do not tile its {n} rows", kind="tile")
-            if bins is not None and positions is not None:
-                self._check_bins(frag.cell_key(chunk), chunk, positions, fi, bins)
+            if (layout is not None and layout.fragments_are_bins and "object_index" not in lv.groups
+                    and positions is not None and width == layout.ndim):
+                self._check_bins(frag.cell_key(chunk), chunk, positions, fi, layout)
 
         for a in attrs:
             if not a.usable:
@@ -272,22 +266,39 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                 self.error(3, a.cell_key(chunk), f"{nb / (adt.itemsize * aw):g} fragment-attribute rows for "
                                                  f"{fi.num_fragments} fragments", kind="fattr-rows")
 
-    def _check_bins(self, key: str, chunk, positions: np.ndarray, fi: FragmentIndex, grid: Grid) -> None:
+    def _check_place(self, key: str, chunk, positions: np.ndarray, layout: LevelLayout) -> None:
+        """Level 4: every vertex lies in the chunk it is filed under, by either placement rule of the
+        level's layout -- exactly the rows a box query finds there."""
+        spatial = np.asarray(chunk[len(chunk) - layout.ndim:], dtype=np.int64)
+        bad = np.flatnonzero(layout.misfiled(spatial, positions))
+        if len(bad):
+            row = int(bad[0])
+            where = layout.chunk_of(positions[row:row + 1])[0].tolist()
+            self.error(4, key, f"{len(bad)} vertex row(s) lie outside chunk {format_chunk_id(chunk)}, which they "
+                               f"are filed under (row {row} at {positions[row].tolist()} belongs in chunk "
+                               f"{format_chunk_id(where)} of edge {list(layout.chunk_shape)}): box queries miss "
+                               "them", kind="placement")
+
+    def _check_bins(self, key: str, chunk, positions: np.ndarray, fi: FragmentIndex, layout: LevelLayout) -> None:
         """Level 4: a point cloud's fragment f holds exactly the rows of bin f (C order), placed by
-        the writers' own rule (:meth:`Grid.bin_of`)."""
-        nb = grid.bins_in_chunk
+        the level's layout (bin-narrowed reads and counts read only the bins a box touches)."""
+        nb = layout.bins_in_chunk
         if fi.num_fragments != nb:
             self.error(4, key, f"{fi.num_fragments} fragments but a chunk has {nb} bins "
                                "(one range fragment per bin, empty ones included)", kind="bins")
             return
         if not len(positions):
             return
-        chunks, flat = grid.bin_of(positions)
-        local = chunks - np.asarray(chunk, dtype=np.int64)  # zero when the row's bin is in this chunk
+        chunks, flat = layout.bin_of(positions)
+        spatial = np.asarray(chunk[len(chunk) - layout.ndim:], dtype=np.int64)
+        local = chunks - spatial  # zero when the row's bin is in this chunk
         rows, lengths = fi.gather(np.arange(nb))
         want = np.repeat(np.arange(nb), lengths)
         got = np.full(len(positions), -1, dtype=np.int64)
         got[rows] = want
-        bad = int(np.count_nonzero((got != flat) | np.any(local != 0, axis=1)))
+        finite = np.all(np.isfinite(positions), axis=1)
+        bad = int(np.count_nonzero(((got != flat) | np.any(local != 0, axis=1)) & finite))
         if bad:
-            self.warn(4, key, f"{bad} vertex row(s) are not in the fragment of their bin", kind="bins")
+            self.error(4, key, f"{bad} vertex row(s) are not in the fragment of their bin (bins of edge "
+                               f"{list(layout.grid.effective_bin_shape)}): reads narrowed to the bins a box "
+                               "touches miss them", kind="bins")

@@ -20,8 +20,7 @@ class LinkChecks(ValidatorBase):
     """Level 3, link cells checks of :class:`zvf.validation.checks.Validator`."""
 
     def _scale(self, lv: LevelInfo) -> np.ndarray:
-        cs = np.asarray(lv.chunk_shape or self.root.chunk_shape, dtype=np.float64)
-        r = np.rint(cs / np.asarray(self.root.chunk_shape, dtype=np.float64)).astype(np.int64)
+        r = np.asarray(lv.layout.chunk_scale if lv.layout is not None else (1,) * self.ndim, dtype=np.int64)
         if lv.meta is not None and lv.meta.chunk_dims:
             r = np.concatenate(([1], r))
         return np.maximum(r, 1)

@@ -10,6 +10,7 @@ from ..errors import FormatError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.keys import format_chunk_id, parse_delta, parse_offsets_name
+from ..format.layout import LevelLayout
 from .model import DENSE_ZV, MAX_SIMILAR, SPATIAL_ZV, ArrayInfo, LevelInfo, ValidatorBase, as_offsets, strip_key
 
 
@@ -32,11 +33,13 @@ class MetadataChecks(ValidatorBase):
                 self.error(2, lv.doc_key, f"zarr_vectors_level.level is {m.level} but the group is level {n}")
             if n == 0 and m.parent_level is not None:
                 self.error(2, lv.doc_key, f"level 0 names parent_level {m.parent_level}")
+            vert = lv.array("vertices")
             try:
-                lv.chunk_shape = root.level_chunk_shape(m, key=lv.doc_key)
+                grid = vert.meta if vert is not None and vert.origin is not None else None  # else reported
+                lv.layout = LevelLayout.of_level(root, m, grid, key=lv.doc_key)
             except FormatError as e:
                 self.error(2, lv.doc_key, strip_key(str(e), lv.doc_key))
-                lv.chunk_shape = None
+                lv.layout = None
             self._level_arrays(lv)
 
     def _level_arrays(self, lv: LevelInfo) -> None:
@@ -104,7 +107,7 @@ class MetadataChecks(ValidatorBase):
                 self.error(2, key, f"must be a 1-D variable_length_bytes array, got {meta.data_type!r} "
                                    f"shape {list(meta.shape)}")
                 info.usable = False
-        if vert is not None and vert.usable and lv.chunk_shape is not None and ref_shape is not None:
+        if vert is not None and vert.usable and lv.layout is not None and ref_shape is not None:
             self._grid_vs_bounds(lv, vert)
         self._links_meta(lv)
         self._objects_meta(lv)
@@ -140,7 +143,7 @@ class MetadataChecks(ValidatorBase):
         if lv.meta.chunk_dims:
             return
         lo, hi = (np.asarray(b, dtype=np.float64) for b in self.root.bounds)
-        cs = np.asarray(lv.chunk_shape, dtype=np.float64)
+        cs = np.asarray(lv.layout.chunk_shape, dtype=np.float64)
         need_lo = np.floor(lo / cs).astype(np.int64)
         need_hi = np.ceil(hi / cs).astype(np.int64)  # exclusive: cells with points strictly inside
         org = vert.origin

@@ -19,6 +19,7 @@ from ..errors import ZvfError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
+from ..format.layout import LevelLayout
 from ..format.versions import Record
 from ..io.executor import Executor
 from ..read.levels import LevelNodes
@@ -91,7 +92,7 @@ class LevelInfo(LevelNodes[ArrayInfo]):
 
     doc_key: str
     meta: md.LevelMeta | None = None
-    chunk_shape: tuple[float, ...] | None = None
+    layout: LevelLayout | None = None  # None when its documents are too broken to place vertices
     n_rows: dict[tuple[int, ...], int] = field(default_factory=dict)  # chunk -> vertex rows (decoded ok)
     bad_chunks: set[tuple[int, ...]] = field(default_factory=set)  # vertices cell failed to decode
     n_frags: dict[tuple[int, ...], int] = field(default_factory=dict)

@@ -34,11 +34,11 @@ class MultiresChecks(ValidatorBase):
                     if m.vertex_count > prev.meta.vertex_count:
                         self.error(5, lv.doc_key, f"vertex_count {m.vertex_count} exceeds level {n - 1}'s "
                                                   f"{prev.meta.vertex_count}: coarser levels must not grow")
-                    if prev.chunk_shape and lv.chunk_shape:
-                        q = np.asarray(lv.chunk_shape) / np.asarray(prev.chunk_shape)
+                    if prev.layout is not None and lv.layout is not None:
+                        q = np.asarray(lv.layout.chunk_shape) / np.asarray(prev.layout.chunk_shape)
                         if np.any(np.abs(q - np.rint(q)) > 1e-9 * np.maximum(q, 1)) or np.any(np.rint(q) < 1):
-                            self.error(5, lv.doc_key, f"chunk_shape {list(lv.chunk_shape)} does not nest in level "
-                                                      f"{n - 1}'s {list(prev.chunk_shape)}")
+                            self.error(5, lv.doc_key, f"chunk_shape {list(lv.layout.chunk_shape)} does not nest in "
+                                                      f"level {n - 1}'s {list(prev.layout.chunk_shape)}")
                     po = prev.num_objects
                     if m.inherited_num_objects is not None and po is not None and m.inherited_num_objects != po \
                             and po:
