@@ -38,8 +38,6 @@ def test_append_refuses_object_values_the_stored_dtype_cannot_hold(tmp_path):
         assert ds.object_attribute("n").tolist() == [1]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: a coarse level whose bins do not tile its chunks files "
-                                       "vertices in the wrong chunk; boxes miss them")
 def test_level_with_bins_straddling_chunks_answers_boxes(tmp_path):
     """Chunk scale 3 and coarsen 2 on 5-unit chunks: level 1 has 15-unit chunks and 10-unit bins."""
     url = str(tmp_path / "s")
