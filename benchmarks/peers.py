@@ -45,7 +45,8 @@ Workloads, each at every ``--latency`` (ms added per request by the proxy):
 * ``small`` / ``medium`` / ``large``: one box holding about 0.1 % / 3 % / 30 % of the points,
   around a random point; a fresh handle is opened untimed before each (no data cached).
 * ``full``: every point, every attribute.
-* ``service``: ``--service-boxes`` small boxes at once (handles opened untimed).
+* ``service``: ``--service-boxes`` boxes at once, each of one size holding about 0.01 % of the
+  points around a random point (so fewer in sparse places), handles opened untimed.
 * ``cold``: a fresh interpreter: import, open, one small box, exit (wall time from spawn).
 
 Box edges lie a quarter of a millimetre off the data grid, so float32, float64 and COPC's
@@ -71,6 +72,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -85,6 +87,7 @@ SYSTEMS = ("zvf", "tiledb", "copc", "duckdb", "pyarrow")
 WRITERS = {"zvf": "zvf", "tiledb": "tiledb", "copc": "copc", "duckdb": "parquet", "pyarrow": "parquet"}
 WORKLOADS = ("ingest", "small", "medium", "large", "full", "service", "cold")
 FRACTIONS = {"small": 0.001, "medium": 0.03, "large": 0.30}
+SERVICE_FRACTION = 0.0001  # each box of the service load: a viewport or pick query
 BUCKET = "zvf-peers"
 SCALE = 0.001  # metres per stored unit: the data grid and COPC's scale
 COPC_CELLS = 128  # grid cells per node axis of a COPC level of detail
@@ -185,7 +188,7 @@ def make_boxes(name: str, data: dict, n_service: int, seed: int) -> dict[str, li
     """Boxes around random points, sized (on a sample) to hold the workloads' fractions of the points."""
     pos = data["positions"]
     rng = np.random.default_rng([seed, 3])
-    sample = pos[rng.choice(len(pos), min(len(pos), 100_000), replace=False)]
+    sample = pos[rng.choice(len(pos), min(len(pos), 400_000), replace=False)]
     lo_all, hi_all = pos.min(0).astype(np.float64), pos.max(0).astype(np.float64)
     flat = name == "terrain"  # lidar users ask for a footprint: every z
 
@@ -209,7 +212,7 @@ def make_boxes(name: str, data: dict, n_service: int, seed: int) -> dict[str, li
     for wl, frac in FRACTIONS.items():
         lo, hi = box(centres[list(FRACTIONS).index(wl)].copy(), sized(frac, centres[list(FRACTIONS).index(wl)]))
         out[wl] = [[[_edge(x, low=True) for x in lo], [_edge(x, low=False) for x in hi]]]
-    half = statistics.median(sized(FRACTIONS["small"], c) for c in centres[3:8])
+    half = statistics.median(sized(SERVICE_FRACTION, c) for c in centres[3:8])
     svc = pos[rng.choice(len(pos), n_service)].astype(np.float64)
     out["service"] = []
     for c in svc:
@@ -849,7 +852,8 @@ def main(argv: list[str] | None = None) -> int:
     import workloads as w  # the counting proxy
     import write as wb  # the SeaweedFS server
 
-    started, load0 = time.time(), os.getloadavg()
+    started, load0, source0 = time.time(), os.getloadavg(), zvf_source()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the servers below are stopped
     root = Path(tempfile.mkdtemp(prefix="zvf-peers-"))
     weed = proxy = None
     workers: dict[str, Worker] = {}
@@ -967,6 +971,7 @@ def main(argv: list[str] | None = None) -> int:
             weed.stop()
         shutil.rmtree(root, ignore_errors=True)
     head = header(args, datasets, systems, missing, load0, os.getloadavg(), time.time() - started)
+    head[2] += f" (at start: {source0})"
     if args.json:
         stored = {f"{d}/{s}": b for (d, s), b in sizes.items()}
         Path(args.json).write_text(json.dumps({"records": records, "sizes": stored, "header": head}, indent=1))
@@ -997,13 +1002,24 @@ def versions(systems: list[str]) -> str:
     return ", ".join(out)
 
 
+def zvf_source() -> str:
+    """The checkout's commit and how many files under src/ differ from it (others may be editing)."""
+    def git(*a: str) -> str:
+        out = subprocess.run(["git", *a], cwd=HERE.parent, capture_output=True, text=True, check=False)
+        return out.stdout.strip()
+
+    changed = len(git("status", "--porcelain", "--", "src").splitlines())
+    dirty = f" + {changed} changed files in src/" if changed else ""
+    return f"commit {git('rev-parse', '--short', 'HEAD') or '?'}{dirty}"
+
+
 def header(args, datasets, systems, missing, load0, load1, secs) -> list[str]:
     head = [f"zvf vs peers -- {time.strftime('%Y-%m-%d %H:%M')}, {secs:.0f} s total; "
             f"{os.cpu_count()} cores; load average (1/5/15 min) {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f} "
             f"at start, {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} at end",
             f"data: {args.points:,} points per distribution ({', '.join(datasets)}); medians of {args.reps}; "
             f"service: {args.service_boxes} boxes at once ({args.threads} threads for peers)",
-            f"versions: {versions(systems)}"]
+            f"versions: {versions(systems)}; zvf source: {zvf_source()}"]
     if missing:
         head.append("skipped: " + "; ".join(f"{s} ({why})" for s, why in missing.items()))
     return head
