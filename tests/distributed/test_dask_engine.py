@@ -16,10 +16,11 @@ import pyarrow.parquet as pq
 
 import zvf
 import zvf.dask as zd
+from tests.support.store_tree import tree
 from zvf.errors import InvalidArgumentError
 from zvf.read.export import export as serial_export
 
-from .conftest import FailOnce, KillOnce, tree
+from .conftest import FailOnce, KillOnce
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests package
 

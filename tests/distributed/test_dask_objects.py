@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.store_tree import tree
 from tests.write.test_fragment_attributes import fragment_counts, fragment_table
 from tests.write.test_stream_objects import OPTS, graph_batches, kw_of
 from zvf.errors import InvalidArgumentError
 
-from .conftest import FailOnce, KillOnce, tree
+from .conftest import FailOnce, KillOnce
 
 zvf_dask = pytest.importorskip("zvf.dask")  # needs the dask extra
 

@@ -14,9 +14,8 @@ import cloudpickle
 
 import zvf
 import zvf.dask as zd
+from tests.support.store_tree import tree
 from zvf.errors import InvalidArgumentError
-
-from .conftest import tree
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests package
 

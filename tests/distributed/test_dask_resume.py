@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.store_tree import tree
 from tests.write.test_stream_objects import OPTS, graph_batches, kw_of
-
-from .conftest import tree
 
 zvf_dask = pytest.importorskip("zvf.dask")
 

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.store_tree import tree
 from zvf.errors import InvalidArgumentError
 from zvf.write import objects as serial_objects
 from zvf.write import points as serial_points
 from zvf.write import types
-
-from .conftest import tree
 
 da = pytest.importorskip("dask.array")
 zd = pytest.importorskip("zvf.dask")

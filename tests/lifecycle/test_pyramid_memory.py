@@ -10,11 +10,8 @@ from pathlib import Path
 import numpy as np
 
 import zvf.aio as za
+from tests.support.store_tree import tree
 from zvf.lifecycle import pyramid
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 async def _store(path: Path) -> None:
@@ -59,4 +56,4 @@ async def test_blocks_in_flight_stay_within_the_budget(tmp_path, monkeypatch):
     await _store(one)
     await za.build_pyramid(str(one), [(2, 1), (2, 1)])
     assert running["most"] == 1
-    assert _files(one) == _files(big)
+    assert tree(one) == tree(big)
