@@ -451,6 +451,21 @@ def check_level0(ds, m: Model, rng: np.random.Generator) -> None:
                     f"group attribute {a.name}: {got!r}, expected {m.gattrs[a.name]!r}"
         for oid in m.ids:
             check_object(ds, m, int(oid), names)
+        if len(m.ids):  # all objects at once: the same rows, grouped by offsets in the order asked
+            order = m.ids[::-1]
+            both = ds.read_objects(order, combined=True)
+            assert both.objects is not None and np.array_equal(both.objects, order), \
+                f"read_objects(combined=True): objects {both.objects}, asked {order}"
+            for k, oid in enumerate(order):
+                rows = m.rows_of(int(oid))
+                part = slice(both.offsets[k], both.offsets[k + 1])
+                have = table(both.positions[part], {n: v[part] for n, v in both.attributes.items()}, names)
+                want = table(m.positions[rows], {n: v[rows] for n, v in m.attrs.items()}, names)
+                if m.kind in SEQUENTIAL:
+                    assert np.array_equal(have, want), f"read_objects(combined=True), object {oid}: rows or order"
+                else:
+                    diff = same_rows(have, want)
+                    assert diff is None, f"read_objects(combined=True), object {oid}: {diff}"
     for lo, hi in boxes(rng, m, ds):
         check_box0(ds, m, lo, hi, names)
 
