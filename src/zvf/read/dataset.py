@@ -100,7 +100,6 @@ class AsyncDataset(RootFacts):
         """The id of the version of the store this dataset reads (the root's ``zvf_publication`` record)."""
         return self._ctx.version
 
-
     def __repr__(self) -> str:
         return f"AsyncDataset({self.url!r}, {', '.join(f'{k}={v!r}' for k, v in self._summary().items())})"
 
