@@ -111,7 +111,7 @@ def _frame(sel, table: str):
     """The pandas table of one batch, columns as the serial export names them."""
     import pandas as pd
 
-    from ..read.writers import flat_columns, link_arrays, vertex_arrays
+    from ..read.columns import flat_columns, link_arrays, vertex_arrays
 
     arrays = vertex_arrays(sel) if table == "vertices" else link_arrays(sel, table)
     return pd.DataFrame(dict(flat_columns(arrays)))

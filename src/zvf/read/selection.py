@@ -51,7 +51,7 @@ class Selection:
         C-channel attribute as one fixed-size list column.  Edges and faces are not in it (``edges``,
         ``faces``)."""
         pa = _optional("pyarrow", "parquet", "Selection.to_arrow")
-        from .writers import flat_columns, vertex_arrays
+        from .columns import flat_columns, vertex_arrays
 
         columns: dict[str, Any] = {}
         for key, values in vertex_arrays(self).items():
@@ -66,7 +66,7 @@ class Selection:
         """The vertex table as a ``pandas.DataFrame`` (``pip install 'zvf[pandas]'``): the columns of
         ``zvf export``, a C-channel attribute as ``name_0 .. name_{C-1}``, dtypes kept."""
         pd = _optional("pandas", "pandas", "Selection.to_pandas")
-        from .writers import flat_columns, vertex_arrays
+        from .columns import flat_columns, vertex_arrays
 
         return pd.DataFrame(dict(flat_columns(vertex_arrays(self))))
 
