@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import warnings
 
+from . import _args
 from .progress import ProgressBar
 
 
@@ -24,8 +25,6 @@ def cmd_convert(args) -> int:
     import zvf
 
     from ..converters.base import STORE_OPTIONS
-    from .main import _options
-    from .rechunk import _shape, cells
 
     extra = {}
     for pair in args.set or []:
@@ -39,7 +38,7 @@ def cmd_convert(args) -> int:
         extra[key] = _value(value)
     kw = {}
     if args.shard_shape is not None:
-        kw["shard_shape"] = cells(args.shard_shape)
+        kw["shard_shape"] = _args.cells(args.shard_shape)
     if args.keep_order:
         extra["keep_order"] = True
 
@@ -56,9 +55,9 @@ def cmd_convert(args) -> int:
         warnings.showwarning = warn
 
         src = args.src[0] if len(args.src) == 1 else args.src
-        s = zvf.convert(src, args.dst, from_=args.from_, to=args.to, chunk_shape=_shape(args.chunk_shape),
-                        bin_shape=_shape(args.bin_shape), compression=args.compression, overwrite=args.overwrite,
-                        storage_options=_options(args.option), progress=progress, **kw, **extra)
+        s = zvf.convert(src, args.dst, from_=args.from_, to=args.to, chunk_shape=_args.shape(args.chunk_shape),
+                        bin_shape=_args.shape(args.bin_shape), compression=args.compression, overwrite=args.overwrite,
+                        storage_options=_args.options(args.option), progress=progress, **kw, **extra)
     counts = ", ".join(f"{s[k]:,} {k}" for k in ("files", "vertices", "objects", "faces", "edges") if k in s)
     print(f"{s['src']} ({s['from']}) -> {s['dst']} ({s['to']}): {counts} in {s['seconds']:.2f} s")
     return 0

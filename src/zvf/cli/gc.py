@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from . import _args
 from .progress import ProgressBar
 
 
@@ -20,10 +21,9 @@ def _seconds(text: str) -> float:
 def cmd_gc(args) -> int:
     import zvf
 
-    from .main import _options
 
     with ProgressBar("gc", quiet=args.quiet) as bar, bar.ticking():
-        summary = zvf.gc(args.target, retention=args.retention, storage_options=_options(args.option))
+        summary = zvf.gc(args.target, retention=args.retention, storage_options=_args.options(args.option))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from . import _args
 from .progress import ProgressBar
 
 
@@ -20,32 +21,23 @@ def bar_progress(bar: ProgressBar):
 def cmd_ingest(args) -> int:
     import zvf.dask as zd
 
-    from .main import _options
-    from .rechunk import _shape, cells
 
     kw = {}
     if args.shard_shape is not None:
-        kw["shard_shape"] = cells(args.shard_shape)
+        kw["shard_shape"] = _args.cells(args.shard_shape)
     from ..distributed.run import client_for
 
     workers = args.workers or os.cpu_count() or 1
     with ProgressBar("ingest", quiet=args.quiet) as bar, client_for(workers, args.scheduler) as client:
-        s = zd.write_points(args.target, args.sources, chunk_shape=_shape(args.chunk_shape),
-                            bin_shape=_shape(args.bin_shape), compression=args.compression, dtype=args.dtype,
-                            overwrite=args.overwrite, job=args.job, storage_options=_options(args.option),
+        s = zd.write_points(args.target, args.sources, chunk_shape=_args.shape(args.chunk_shape),
+                            bin_shape=_args.shape(args.bin_shape), compression=args.compression, dtype=args.dtype,
+                            overwrite=args.overwrite, job=args.job, storage_options=_args.options(args.option),
                             client=client, progress=bar_progress(bar), **kw)
     print(f"{len(args.sources)} sources -> {s.url}: {s.vertex_count:,} points, {s.chunk_count:,} chunks, "
           f"{s.object_count:,} objects, {s.cells_written:,} cells")
     return 0
 
 
-def add_cluster_flags(p) -> None:
-    """``--workers N`` / ``--scheduler ADDRESS``: run the command on Dask (``pip install 'zvf[dask]'``)."""
-    from .main import _positive
-
-    p.add_argument("--workers", type=_positive, help="run on a local Dask cluster of N worker processes "
-                                                    "(ingest: default one per core)")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="run on the Dask scheduler at ADDRESS (tcp://host:8786)")
 
 
 def register(sub, target) -> None:
@@ -61,7 +53,7 @@ def register(sub, target) -> None:
     p.add_argument("--dtype", help="stored position dtype (default: the files')")
     p.add_argument("--job", help="job name: run again with the same name to resume a job that died")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    add_cluster_flags(p)
+    _args.add_cluster_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_ingest)
 
@@ -71,12 +63,11 @@ def cmd_export_dask(args) -> int:
     import zvf.dask as zd
 
     from ..distributed.run import client_for
-    from .main import _options
 
     with ProgressBar("export", quiet=args.quiet) as bar, client_for(args.workers, args.scheduler) as client:
         s = zd.export(args.target, args.out, format=args.format or "parquet", level=args.level,
                       batch_chunks=args.batch_chunks, batch_objects=args.batch_objects,
-                      storage_options=_options(args.option), client=client, progress=bar_progress(bar))
+                      storage_options=_args.options(args.option), client=client, progress=bar_progress(bar))
     print(f"exported {s['vertices']:,} vertices in {s['partitions']} partitions -> {args.out}/part.*.{s['format']} "
           f"in {s['seconds']:.2f} s")
     return 0

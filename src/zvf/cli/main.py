@@ -7,37 +7,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
 
 from ..errors import FormatError, IncompleteStoreError, InputFileError, ZvfError
+from . import _args
 from .progress import ProgressBar
-
-
-def key_values(items: list[str], usage: str) -> Iterator[tuple[str, str]]:
-    """``KEY=VALUE`` flag arguments split at their first ``=``; one without a key or ``=`` exits
-    with ``zvf: {usage} (got ...)``."""
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"zvf: {usage} (got {item!r})")
-        yield key, value
-
-
-def _options(pairs: list[str] | None) -> dict | None:
-    """``-o key=value`` pairs as storage_options (numbers and booleans parsed)."""
-    if not pairs:
-        return None
-    out: dict = {}
-    for key, value in key_values(pairs, "-o expects key=value"):
-        low = value.lower()
-        if low in ("true", "false"):
-            out[key] = low == "true"
-        else:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                out[key] = value
-    return out
 
 
 def cmd_info(args) -> int:
@@ -47,7 +20,7 @@ def cmd_info(args) -> int:
     import zvf
 
     async def run() -> dict:
-        async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
+        async with await zvf.aio.open(args.target, storage_options=_args.options(args.option)) as ds:
             info = await ds.info()
             rows = []
             for index in ds.levels:
@@ -84,7 +57,7 @@ def cmd_validate(args) -> int:
     import zvf
 
     with ProgressBar("validate", quiet=args.quiet) as bar, bar.ticking():
-        report = zvf.validate(args.target, level=args.level, storage_options=_options(args.option))
+        report = zvf.validate(args.target, level=args.level, storage_options=_args.options(args.option))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -114,7 +87,7 @@ def cmd_export(args) -> int:
         bar.update(s["done"], s["total"], f"{s['vertices']:,} vertices {s['mb_per_s']:.1f} MB/s")
 
     async def run() -> dict:
-        async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
+        async with await zvf.aio.open(args.target, storage_options=_args.options(args.option)) as ds:
             return await export(ds, args.out, level=args.level, fmt=fmt, prefetch=args.prefetch,
                                 batch_chunks=args.batch_chunks, batch_objects=args.batch_objects or 1024,
                                 progress=progress)
@@ -132,25 +105,11 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
 
     return run_demo(args.target, n_points=args.points, n_objects=args.objects, quiet=args.quiet,
-                    storage_options=_options(args.option))
+                    storage_options=_args.options(args.option))
 
 
-def _at_least(low: int):
-    """An argparse type: an integer >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {n}")
-        return n
-
-    return parse
 
 
-_count, _positive = _at_least(0), _at_least(1)
 
 
 # Values such as ``-1,-1,-1`` or ``-10,20,5`` are values, not options (argparse only knows plain negative numbers).
@@ -203,24 +162,24 @@ def build_parser() -> argparse.ArgumentParser:
     target(p)
     p.add_argument("out", help="output file (only a regular file there is replaced), or - for stdout; its "
                                "suffix picks the format unless --format is given")
-    p.add_argument("--level", type=_count, default=0)
+    p.add_argument("--level", type=_args.count, default=0)
     p.add_argument("--format", choices=("npz", "csv", "parquet", "json"),
                    help="default: from OUT's suffix (json: JSON Lines, one object per row)")
-    p.add_argument("--prefetch", type=_positive, default=4, help="batches fetched ahead (default 4)")
-    p.add_argument("--batch-chunks", type=_positive, default=16, help="chunks per batch, point clouds (default 16)")
-    p.add_argument("--batch-objects", type=_positive, help="objects per batch, object geometries (default 1024; "
+    p.add_argument("--prefetch", type=_args.positive, default=4, help="batches fetched ahead (default 4)")
+    p.add_argument("--batch-chunks", type=_args.positive, default=16,
+                   help="chunks per batch, point clouds (default 16)")
+    p.add_argument("--batch-objects", type=_args.positive, help="objects per batch, object geometries (default 1024; "
                                                           "with --workers: a chunk window's objects each)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    from .ingest import add_cluster_flags
 
-    add_cluster_flags(p)
+    _args.add_cluster_flags(p)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("demo", help="write a demo point cloud and streamlines, query and read them "
                                     "(in-process S3 when no target)")
     target(p, optional=True)
-    p.add_argument("--points", type=_positive, default=1_000_000, help="points in the cloud (default 1,000,000)")
-    p.add_argument("--objects", type=_positive, default=2_000, help="streamlines (default 2,000)")
+    p.add_argument("--points", type=_args.positive, default=1_000_000, help="points in the cloud (default 1,000,000)")
+    p.add_argument("--objects", type=_args.positive, default=2_000, help="streamlines (default 2,000)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_demo)
 

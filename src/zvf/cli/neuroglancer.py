@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 
+from . import _args
 from .progress import ProgressBar
 
 
@@ -69,7 +70,6 @@ def cmd_export(args) -> int:
 
     from ..neuroglancer.export import export
     from ..neuroglancer.state import ready
-    from .main import _options
 
     if args.serve:
         _aiohttp()
@@ -77,7 +77,7 @@ def cmd_export(args) -> int:
     bar = ProgressBar("neuroglancer export", unit="chunks or objects", quiet=args.quiet or args.json)
 
     async def run() -> None:
-        ds = await zvf.aio.open(args.target, storage_options=_options(args.option))
+        ds = await zvf.aio.open(args.target, storage_options=_args.options(args.option))
         try:
             with bar:
                 summary = await export(ds, args.out, level=args.level, unit=args.unit, limit=args.limit,
@@ -117,12 +117,11 @@ def cmd_serve(args) -> int:
     from ..neuroglancer.http import start
     from ..neuroglancer.serve import LAYERS, VIEW, make_app
     from ..neuroglancer.state import MAX_SEGMENTS, ready
-    from .main import _options
 
     access = _access(args)
 
     async def run() -> None:
-        ds = await zvf.aio.open(args.target, storage_options=_options(args.option))
+        ds = await zvf.aio.open(args.target, storage_options=_args.options(args.option))
         try:
             app = make_app(ds, level=args.level, unit=args.unit, limit=args.limit, offset=args.offset,
                            label=args.label, access=access)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .ingest import add_cluster_flags
+from . import _args
 from .progress import ProgressBar
 
 
@@ -20,7 +20,6 @@ def parse_factor(text: str) -> tuple[int, float]:
 def cmd_pyramid(args) -> int:
     import zvf
 
-    from .main import _options
 
     bar = ProgressBar("pyramid", unit="blocks", quiet=args.quiet)
 
@@ -32,7 +31,7 @@ def cmd_pyramid(args) -> int:
             raise SystemExit("zvf: give --chunk-scale once per --factor, or not at all")
         scales = args.chunk_scale
     kw = dict(chunk_scale_factors=scales, cross_level_depth=0 if args.links == "none" else args.depth,
-              cross_level_storage=args.links, seed=args.seed, storage_options=_options(args.option),
+              cross_level_storage=args.links, seed=args.seed, storage_options=_args.options(args.option),
               progress=progress)
     factors = [parse_factor(f) for f in args.factor]
     if args.workers is None and args.scheduler is None:
@@ -67,6 +66,6 @@ def register(sub, target) -> None:
                    help="cross-level links up to N levels apart (default 1; -1: every pair of levels)")
     p.add_argument("--seed", type=int, default=0, help="seed of the object/point sampling (default 0)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_cluster_flags(p)
+    _args.add_cluster_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_pyramid)

@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+from . import _args
+
 
 def _numbers(text: str, what: str) -> list[float]:
     try:
@@ -33,12 +35,11 @@ def _value(text: str, what: str) -> float | int:
 
 def parse_where(items: list[str] | None) -> dict | None:
     """``NAME=LO:HI`` (closed; a side may be empty), ``NAME=V`` or ``NAME=V1,V2,...``; NAME may be ``rgb[1]``."""
-    from .main import key_values
 
     if not items:
         return None
     out: dict = {}
-    for name, cond in key_values(items, "--where expects NAME=LO:HI, NAME=VALUE or NAME=V1,V2"):
+    for name, cond in _args.key_values(items, "--where expects NAME=LO:HI, NAME=VALUE or NAME=V1,V2"):
         what = f"--where {name}"
         if ":" in cond:
             lo, _, hi = cond.partition(":")
@@ -88,7 +89,6 @@ def cmd_query(args) -> int:
 
     from ..read.export import object_tables
     from ..read.writers import STDOUT, check_out, format_of, link_table, open_writer
-    from .main import _options
 
     kw = selection_args(args)
     out = args.out if args.out is not None else (STDOUT if args.format else None)
@@ -101,7 +101,7 @@ def cmd_query(args) -> int:
     t0 = time.perf_counter()
 
     async def run() -> tuple:
-        async with await zvf.aio.open(args.target, storage_options=_options(args.option)) as ds:
+        async with await zvf.aio.open(args.target, storage_options=_args.options(args.option)) as ds:
             q = ds.select(**kw)
             if args.explain:
                 return "explain", (json.dumps((await q.plan()).to_dict(), indent=2, default=str) if args.json

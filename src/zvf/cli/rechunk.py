@@ -2,49 +2,26 @@
 
 from __future__ import annotations
 
+from . import _args
 from .progress import ProgressBar
-
-
-def _shape(text: str | None):
-    """``auto``, ``none`` or comma-separated numbers (``10,10,5``)."""
-    if text is None or text in ("auto", "none"):
-        return None if text == "none" else text
-    try:
-        sizes = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"zvf: a shape must be 'auto' or numbers like 10,10,5, got {text!r}") from None
-    if not all(s > 0 for s in sizes):  # nan too
-        raise SystemExit(f"zvf: a shape's sizes must be positive numbers like 10,10,5, got {text!r}")
-    return sizes
-
-
-def cells(text: str) -> list[int]:
-    """``--shard-shape``: cells per shard per axis, whole numbers >= 1 (``4,4,4``)."""
-    try:
-        counts = [int(v) for v in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"zvf: --shard-shape must be whole numbers >= 1 like 4,4,4, got {text!r}")
-    return counts
 
 
 def cmd_rechunk(args) -> int:
     import zvf
 
-    from .main import _options
 
     kw = {}
     if args.compression is not None:
         kw["compression"] = None if args.compression == "none" else args.compression
     if args.shard_shape is not None:
-        kw["shard_shape"] = None if args.shard_shape == "none" else cells(args.shard_shape)
+        kw["shard_shape"] = None if args.shard_shape == "none" else _args.cells(args.shard_shape)
     if args.by_attribute is not None:
         kw["by_attribute"] = args.by_attribute
     with ProgressBar("rechunk", quiet=args.quiet) as bar, bar.ticking():
-        summary = zvf.rechunk(args.target, args.dst, chunk_shape=_shape(args.chunk_shape),
-                              bin_shape=_shape(args.bin_shape), overwrite=args.overwrite,
-                              storage_options=_options(args.option), target_storage_options=_options(args.dst_option),
+        summary = zvf.rechunk(args.target, args.dst, chunk_shape=_args.shape(args.chunk_shape),
+                              bin_shape=_args.shape(args.bin_shape), overwrite=args.overwrite,
+                              storage_options=_args.options(args.option),
+                              target_storage_options=_args.options(args.dst_option),
                               **kw)
     print(f"{args.dst}: {summary.vertex_count} vertices in {summary.chunk_count} chunks")
     return 0
