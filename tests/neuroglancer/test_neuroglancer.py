@@ -348,10 +348,10 @@ async def test_serve_refuses_malformed_ids_and_foreign_pages(served):
 
 async def _memory(path):
     """``path`` opened from memory, with the transport's request log."""
+    from zvf.aio import AsyncDataset
     from zvf.io.executor import Executor
     from zvf.io.store import StoreHandle
     from zvf.read import load
-    from zvf.read.dataset import AsyncDataset
     from zvf.testing import MemoryTransport
 
     tr = MemoryTransport({p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()})

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 import zvf
+from zvf.aio import AsyncDataset
 from zvf.cli.main import main
 from zvf.format.grid import inside
 from zvf.io.executor import Executor
 from zvf.io.store import StoreHandle
 from zvf.read import load
-from zvf.read.dataset import AsyncDataset
 from zvf.testing import MemoryTransport
 
 BOX = (np.array([1.66, 26.97, 4.1]), np.array([63.7, 81.31, 91.26]))

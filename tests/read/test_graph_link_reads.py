@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import zvf
+from zvf.aio import AsyncDataset
 from zvf.io.executor import Executor
 from zvf.io.store import StoreHandle
 from zvf.read import load
-from zvf.read.dataset import AsyncDataset
 from zvf.read.links import level_links
 from zvf.testing import MemoryTransport
 

@@ -13,13 +13,13 @@ import pytest
 
 import zvf
 import zvf.aio
+from zvf.aio import AsyncDataset
 from zvf.errors import FormatError
 from zvf.format.codecs import CellCodec, zstd_decompress, zstd_decompress_many
 from zvf.format.vlen import decode_vlen_frames, decode_vlen_spans, encode_vlen
 from zvf.io.executor import MAX_WIDTH, Executor
 from zvf.io.store import StoreHandle, open_store
 from zvf.read import load
-from zvf.read.dataset import AsyncDataset
 from zvf.testing import MemoryTransport
 
 RNG = np.random.default_rng(1311)

@@ -216,10 +216,10 @@ def _guard_dense(monkeypatch) -> None:
 
 async def _open_and_read(data: dict[str, bytes]):
     """Open a store held by a MemoryTransport the way zvf.open does, then read from it."""
+    from zvf.aio import AsyncDataset
     from zvf.io.executor import Executor
     from zvf.io.store import StoreHandle
     from zvf.read import load
-    from zvf.read.dataset import AsyncDataset
     from zvf.testing import MemoryTransport
     from zvf.validation.checks import Validator
 

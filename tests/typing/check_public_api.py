@@ -81,7 +81,7 @@ async def asynchronous() -> None:
     assert_type(await zvf.aio.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     await zvf.aio.write_polylines("p", [pos], chunk_shape=(5, 5, 5), overwirte=True)  # E: misspelled writer keyword
-    reveal_type(zvf.aio.open)  # R: -> typing.Coroutine[Any, Any, zvf.read.dataset.AsyncDataset]
+    reveal_type(zvf.aio.open)  # R: -> typing.Coroutine[Any, Any, zvf.api.dataset.AsyncDataset]
 
 
 def rejected(ds: zvf.Dataset) -> None:

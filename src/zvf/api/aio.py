@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..io.store import StorageOptions, Target
-from ..read.dataset import AsyncDataset, Refresh
+from ..read.dataset import Refresh
 from ..read.query import AsyncQuery
 from ..read.selection import Selection
 from ..validation import validate
+from .dataset import AsyncDataset
 
 if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checkers see the real functions
     from ..converters import convert

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, Ty
 from ..errors import CallTimeoutError, InvalidArgumentError
 from ..io import fork
 from ..read.context import RootFacts
-from ..read.dataset import AsyncDataset
 from ..read.query import AsyncQuery
 from . import aio
+from .dataset import AsyncDataset
 
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal

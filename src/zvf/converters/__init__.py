@@ -145,9 +145,9 @@ async def convert(
         if os.path.exists(dst) and not overwrite:
             raise InvalidArgumentError(f"dst {dst!r} exists; pass overwrite=True (--overwrite) to replace it")
         mod = importlib.import_module(f".{fmt.module}", __name__)
-        from ..read.dataset import AsyncDataset
+        from ..read.dataset import DatasetReader
 
-        ds = await AsyncDataset.open(src, storage_options=storage_options)
+        ds = await DatasetReader.open(src, storage_options=storage_options)
         try:
             if ds.geometry_type not in fmt.geometries:
                 raise InvalidArgumentError(

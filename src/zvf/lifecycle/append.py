@@ -39,12 +39,16 @@ import numpy as np
 from ..errors import InvalidArgumentError, ReadOnlyError
 from ..format.keys import format_chunk_id
 from ..io.executor import Executor
+from ..read.dataset import DatasetReader
 from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
 from ..write.lock import LEASE, StoreLock
+from ..write.points import write_points
 from ..write.publish import CONSOLIDATED, Publication
+from . import rechunk
 from .carry import carry_root
 from .pyramid import build_locked, pyramid_spec, seed_section
+from .rechunk import Writer
 
 _SLASH = re.compile(r"^(.*)/c/(\d+(?:/\d+)*)$")
 SPATIAL = ("0/vertices/", "0/vertex_fragments/", "0/vertex_attributes/")
@@ -205,8 +209,9 @@ def _carried_root(old_root: dict, root: dict) -> dict:
     return carry_root(old_root, root, same_store=True)
 
 
-async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
-    """Append to the store under ``ds`` (opened with mode="a") and refresh ``ds``.
+async def append(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict) -> dict:
+    """Append to the store under ``ds`` (opened with mode="a") through the streaming side of ``write`` (the
+    writer of the store's geometry) and refresh ``ds``.
 
     Returns a dict: geometry_type, vertex_count (after), appended (new vertices), object_count,
     chunks_rewritten, chunks_copied (untouched cells copied server-side; 0 when level 0 was rewritten).
@@ -215,7 +220,6 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
     presumes a holder dead) in ``kwargs`` tune the store lock; ``retention`` (seconds) how long the store as
     it was stays readable for readers that opened it (default: the store's, see zvf.write.publish).
     """
-    from . import rechunk
 
     if ds.context.handle.read_only:
         raise ReadOnlyError(f"{ds.url}: open the dataset with mode='a' to append")
@@ -233,19 +237,19 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
         pub = await Publication(ex, lock, retention=retention).begin()
         seed_section(ex, pub.base_docs)  # the version being appended to (the documents on disk may lag it)
         ds_now = type(ds)(ds.context.handle, ex, *(await _load(ex, ds.url)))
-        if writer != rechunk.WRITERS.get(ds_now.geometry_type, writer):
+        if write is not rechunk.WRITERS.get(ds_now.geometry_type, write):
             raise InvalidArgumentError(f"{ds.url} holds {ds_now.geometry_type}; use append_"
-                                       f"{rechunk.WRITERS[ds_now.geometry_type][6:]}")
+                                       f"{rechunk.WRITERS[ds_now.geometry_type].__name__[6:]}")
         opts = await rechunk.store_options(ds_now)
         level = await ds_now.level(0)
         try:
             with tempfile.TemporaryDirectory(prefix="zvf-append-") as scratch:
-                if writer == "write_points" and ds_now.levels == [0] and opts["shard_shape"] is None \
+                if write is write_points and ds_now.levels == [0] and opts["shard_shape"] is None \
                         and level.meta.chunk_dims is None and len(np.asarray(args[0])):
                     summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch,
                                                                                    bool(cast))
                 else:
-                    summary, uploads, copies, docs = await _rewrite(ds_now, writer, args, kwargs, opts, scratch,
+                    summary, uploads, copies, docs = await _rewrite(ds_now, write, args, kwargs, opts, scratch,
                                                                     bool(cast))
                 spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
                 root = _carried_root(pub.base_doc, docs.pop(""))
@@ -262,12 +266,12 @@ async def append(ds, writer: str, args: tuple, kwargs: dict) -> dict:
     return summary
 
 
-async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scratch: str, cast: bool):
+async def _rewrite(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict, opts: dict, scratch: str,
+                   cast: bool):
     """Level 0 rewritten whole into ``scratch``: the store's own batches, then the appended one, through
     the streaming writer (memory bounded by a batch; the bytes of one write of the concatenation)."""
-    from ..api import aio
-    from . import rechunk
 
+    writer = write.__name__
     kwargs = dict(kwargs)
     level = await ds.level(0)
     old_tables = await rechunk.level_tables(ds)
@@ -293,8 +297,8 @@ async def _rewrite(ds, writer: str, args: tuple, kwargs: dict, opts: dict, scrat
     geometry = ds.geometry_type
     extra = {"geometry_type": geometry} if geometry in ("polyline", "streamline", "graph", "skeleton") else {}
     tables = _merge_tables(old_tables, new_tables, shift, cast)
-    wrote = await getattr(aio, writer)(scratch, batches(), **extra, **tables, **opts,
-                                       bounds=(lo.tolist(), hi.tolist()), overwrite=True)
+    wrote = await write(scratch, batches(), **extra, **tables, **opts,
+                        bounds=(lo.tolist(), hi.tolist()), overwrite=True)
     uploads, docs = _scratch_plan(scratch)
     summary = {"geometry_type": geometry, "vertex_count": int(wrote["vertex_count"]),
                "appended": len(pos), "object_count": int(wrote["object_count"] or 0),
@@ -308,8 +312,6 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
     from ..io.store import open_store
     from ..read.points import read_chunks
     from ..write.point_level import PointExtras, publish_level
-    from ..write.points import write_points
-    from . import rechunk
 
     level = await ds.level(0)
     dtype = np.dtype(opts["dtype"])
@@ -414,10 +416,8 @@ class _TablesWriter(StoreWriter):
         """Nothing to claim."""
 
 
-async def _open_scratch(path: str):
-    from ..api import aio
-
-    return await aio.open(path)
+async def _open_scratch(path: str) -> DatasetReader:
+    return await DatasetReader.open(path)
 
 
 async def _load(ex, url: str):

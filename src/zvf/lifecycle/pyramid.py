@@ -70,7 +70,7 @@ from ..io.executor import Executor
 from ..io.store import open_store
 from ..read import load
 from ..read.cells import CellArray, rows_from_payload
-from ..read.dataset import AsyncDataset
+from ..read.dataset import DatasetReader
 from ..read.points import attribute_layout, attribute_rows
 from ..write.engine import ByteBudget, StoreWriter, empty_group
 from ..write.level import LevelWriter
@@ -777,7 +777,7 @@ async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_le
     pub = await Publication(ex, lock, retention=retention).begin()
     seed_section(ex, pub.base_docs)  # the version being extended: never the documents on disk (they may lag)
     root, level0 = await load.load_root(ex, handle.url)
-    base = AsyncDataset(handle, ex, root, level0)
+    base = DatasetReader(handle, ex, root, level0)
     if base.levels != [0]:
         raise InvalidArgumentError(f"{handle.url}: the store already has levels {base.levels}; "
                                    "a pyramid is built on a store with level 0 only")
@@ -801,7 +801,7 @@ async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, link
     written so far away (no version uses their families); a kill leaves them to the next change or gc."""
     async with _PyramidWriter(ex, pub, max_inflight_bytes=max_inflight_bytes) as writer:
         plans: list[LevelPlan] = []
-        ds, src = AsyncDataset(handle, ex, root, level0), level0
+        ds, src = DatasetReader(handle, ex, root, level0), level0
         src_chunk, src_bin = root.chunk_shape, root.bin_shape
         grids: dict[int, tuple] = {}  # level -> (scale, chunk units, grid origin, grid shape)
         for coarsen, sparsity, scale in steps:
@@ -818,7 +818,7 @@ async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, link
             summary["levels"].append(info)
             # the next step reads the level just written (not yet listed by the published root)
             doc = _root_with_levels(root.raw, root, plans, objects=objects, depth=depth, storage=storage)
-            ds = AsyncDataset(handle, ex, parse.parse_root(doc), level0)
+            ds = DatasetReader(handle, ex, parse.parse_root(doc), level0)
             _, parts = await load.open_level(ex, None, plan.target)
             src = ds.context.levels[plan.target] = await load.finish_level(ex, ds.root, plan.target,
                                                                      writer.level_doc(plan.target), *parts[1:])
@@ -827,7 +827,7 @@ async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, link
     return doc
 
 
-async def _build_level(ds: AsyncDataset, src: load.Level, plan: LevelPlan, writer: _PyramidWriter, *,
+async def _build_level(ds: DatasetReader, src: load.Level, plan: LevelPlan, writer: _PyramidWriter, *,
                        objects: bool, links: bool, explicit: bool, seed: int, progress,
                        map_blocks: BlockMapper | None, depth: int = 1, grids: dict | None = None) -> dict:
     """Plan one step's blocks, map them, then its small commit (array documents, object index, level)."""
@@ -1284,7 +1284,7 @@ def _deep_steps(nodes: dict[str, dict], plan: LevelPlan, grids: dict, depth: int
     return tuple(out)
 
 
-async def _carry_object_data(ds: AsyncDataset, src: load.Level, writer: _PyramidWriter, plan: LevelPlan,
+async def _carry_object_data(ds: DatasetReader, src: load.Level, writer: _PyramidWriter, plan: LevelPlan,
                              kept: np.ndarray, n: int) -> None:
     """Object attributes (dropped objects = absent) and groups of the source level, at the target."""
     lvl = await ds.family(src.index, "object_attributes")

@@ -11,6 +11,7 @@ whole objects at a time (:func:`object_batches`) -- see docs/LIFECYCLE.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
@@ -18,14 +19,22 @@ from ..errors import InvalidArgumentError, StoreExistsError
 from ..format import builders
 from ..io.executor import Executor
 from ..io.store import open_store
+from ..read.dataset import DatasetReader
 from ..write.lock import StoreLock, read_document, replace_document
+from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
+from ..write.points import write_points
 from ..write.publish import holding
 from ..write.types import WriteSummary
 from . import layout
 from .carry import carry_root
 
-WRITERS = {"point_cloud": "write_points", "polyline": "write_polylines", "streamline": "write_polylines",
-           "line": "write_lines", "graph": "write_graph", "skeleton": "write_graph", "mesh": "write_mesh"}
+Writer = Callable[..., Awaitable[WriteSummary]]
+"""One of the writers (``write_points``, ``write_polylines``, ...): target and input first, then its keywords."""
+
+WRITERS: dict[str, Writer] = {
+    "point_cloud": write_points, "polyline": write_polylines, "streamline": write_polylines, "line": write_lines,
+    "graph": write_graph, "skeleton": write_graph, "mesh": write_mesh}
+"""The writer of each geometry (appends and rechunks rewrite a store through it)."""
 
 
 async def store_options(ds) -> dict:
@@ -103,19 +112,18 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
     lock from its first read to its commit, and readers of the old layout keep reading it for ``retention``
     seconds (default: the store's; :mod:`zvf.write.publish`).
     """
-    from ..api import aio
-
     kw = dict(chunk_shape=chunk_shape, bin_shape=bin_shape, by_attribute=by_attribute, compression=compression,
               shard_shape=shard_shape, object_index_layout=object_index_layout, overwrite=overwrite,
               target_storage_options=target_storage_options, batch_chunks=batch_chunks)
     here = open_store(target, mode="a", storage_options=target_storage_options)
     if here.url != open_store(source, storage_options=storage_options).url:
-        return await _rechunk(await aio.open(source, storage_options=storage_options), target, **kw)
+        return await _rechunk(await DatasetReader.open(source, storage_options=storage_options), target, **kw)
     if not overwrite:
         raise StoreExistsError(f"{here.url}: rechunking a store in place replaces it; pass overwrite=True")
     ex = Executor(here)
     async with StoreLock(ex, here.url, purpose="rechunk in place") as lock:
-        ds = await aio.open(source, storage_options=storage_options)  # under the lock: the version it rewrites
+        # under the lock: the version it rewrites
+        ds = await DatasetReader.open(source, storage_options=storage_options)
         with holding(lock, ds.version, retention):
             return await _rechunk(ds, target, **kw)
 
@@ -162,8 +170,6 @@ async def _carry_root(source_root: dict, target, storage_options) -> None:
 
 async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
     """An object store through its streaming writer, whole objects a batch at a time."""
-    from ..api import aio
-
     geometry = ds.geometry_type
     if geometry not in WRITERS:
         raise InvalidArgumentError(f"geometry {geometry!r} of {ds.url} cannot be rewritten")
@@ -174,9 +180,8 @@ async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
     if geometry in ("polyline", "streamline", "graph", "skeleton"):
         kw["geometry_type"] = geometry
     lo, hi = ds.bounds
-    return await getattr(aio, WRITERS[geometry])(target, object_batches(ds, OBJECT_BATCH),
-                                                 bounds=(lo.tolist(), hi.tolist()),
-                                                 **kw, **write_kw)
+    return await WRITERS[geometry](target, object_batches(ds, OBJECT_BATCH), bounds=(lo.tolist(), hi.tolist()),
+                                   **kw, **write_kw)
 
 
 async def point_batches(ds, *, batch_chunks: int):
@@ -210,8 +215,6 @@ async def _in_memory(batches) -> tuple[np.ndarray, dict, np.ndarray | None]:
 async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int, by_attribute) -> WriteSummary:
     """A point cloud through the spilling writer, one batch of source chunks (or categories) at a time;
     into an attribute-chunked target through the in-memory writer."""
-    from ..write.points import write_points
-
     tables = await level_tables(ds)
     lo, hi = ds.bounds
     kw = dict(bounds=(lo.tolist(), hi.tolist()), **tables, **write_kw)

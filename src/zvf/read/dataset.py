@@ -1,4 +1,7 @@
-"""``AsyncDataset``: an opened store and every read it answers.
+"""``DatasetReader``: an opened store and every read it answers.
+
+``zvf.aio.AsyncDataset`` (api/dataset.py) is this reader with the appends of ``zvf.lifecycle``;
+the lifecycle operations open stores through the reader itself (lower layers never import api/).
 
 All requests of one dataset run through its ``Executor`` -- one
 concurrency limit, one set of caches -- so concurrent queries from one
@@ -49,18 +52,18 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _refreshing(read: Callable[Concatenate[AsyncDataset, _P], Awaitable[_R]]
-                ) -> Callable[Concatenate[AsyncDataset, _P], Awaitable[_R]]:
+def _refreshing(read: Callable[Concatenate[DatasetReader, _P], Awaitable[_R]]
+                ) -> Callable[Concatenate[DatasetReader, _P], Awaitable[_R]]:
     """A read that, on a dataset opened with ``refresh="auto"``, survives its version being reclaimed: it
     moves to the newest version and runs once more (``ReadContext.retrying``)."""
     @functools.wraps(read)
-    async def run(self: AsyncDataset, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    async def run(self: DatasetReader, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return await self._ctx.retrying(lambda: read(self, *args, **kwargs))
     return run
 
 
-class AsyncDataset(RootFacts):
-    """A ZVF store opened for reading (``await zvf.aio.open(target)``)."""
+class DatasetReader(RootFacts):
+    """A ZVF store opened for reading; ``zvf.aio.AsyncDataset`` adds the appends."""
 
     def __init__(self, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level):
         self._ctx = ReadContext.create(handle, executor, root, level0)
@@ -70,7 +73,7 @@ class AsyncDataset(RootFacts):
 
     @classmethod
     async def open(cls, target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None,
-                   refresh: Refresh = None) -> AsyncDataset:
+                   refresh: Refresh = None) -> Self:
         if mode not in ("r", "a"):  # a store is made by a writer (zvf.write_*, convert), not by open
             raise InvalidArgumentError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}; "
                                        f"stores are created by zvf.write_points/... or zvf.convert")
@@ -101,7 +104,7 @@ class AsyncDataset(RootFacts):
         return self._ctx.version
 
     def __repr__(self) -> str:
-        return f"AsyncDataset({self.url!r}, {', '.join(f'{k}={v!r}' for k, v in self._summary().items())})"
+        return f"{type(self).__name__}({self.url!r}, {', '.join(f'{k}={v!r}' for k, v in self._summary().items())})"
 
     def _summary(self) -> dict[str, Any]:
         """What ``repr`` shows, from what opening loaded (level 0): no request."""
@@ -329,42 +332,6 @@ class AsyncDataset(RootFacts):
     async def group_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-group attribute, row g = group g."""
         return await dense_attribute(self._ctx, "group_attributes", name, level)
-
-    # ------------------------------------------------------------- appends (mode="a"; see zvf.lifecycle.append)
-    async def append_points(self, positions: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> Any:
-        """Append points (``attributes``, ``object_ids``, ``object_attributes``, ``groups``, ...
-        as for ``write_points``); the store then reads as one write of the concatenated input.
-
-        Every append_* refuses a position or attribute value the store's dtype cannot hold exactly
-        (``InvalidArgumentError`` naming it, the dtype and the values) unless ``cast=True``."""
-        from ..lifecycle.append import append
-
-        return await append(self, "write_points", (positions,), {**kwargs, "cast": cast})
-
-    async def append_polylines(self, polylines: Sequence[ArrayLike], /, *, cast: bool = False, **kwargs: Any) -> Any:
-        """Append polylines/streamlines; they get the next object ids."""
-        from ..lifecycle.append import append
-
-        return await append(self, "write_polylines", (polylines,), {**kwargs, "cast": cast})
-
-    async def append_lines(self, endpoints: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> Any:
-        """Append line segments (M, 2, ndim); they get the next object ids."""
-        from ..lifecycle.append import append
-
-        return await append(self, "write_lines", (endpoints,), {**kwargs, "cast": cast})
-
-    async def append_graph(self, positions: ArrayLike, edges: ArrayLike, /, *, cast: bool = False,
-                           **kwargs: Any) -> Any:
-        """Append a graph or skeleton; its ``object_ids`` (default 0) are shifted past the store's."""
-        from ..lifecycle.append import append
-
-        return await append(self, "write_graph", (positions, edges), {**kwargs, "cast": cast})
-
-    async def append_mesh(self, vertices: ArrayLike, faces: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> Any:
-        """Append a mesh; its ``object_ids`` (default 0) are shifted past the store's."""
-        from ..lifecycle.append import append
-
-        return await append(self, "write_mesh", (vertices, faces), {**kwargs, "cast": cast})
 
     @_refreshing
     async def info(self) -> dict[str, Any]:
