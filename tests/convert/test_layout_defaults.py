@@ -12,8 +12,8 @@ import pytest
 import zvf
 from zvf.cli.main import main
 from zvf.errors import InvalidArgumentError
-from zvf.lifecycle import layout
-from zvf.lifecycle.layout import LayoutWarning
+from zvf.write import layout
+from zvf.write.layout import LayoutWarning
 
 from ..lifecycle.test_layout import _paths as paths
 

@@ -10,7 +10,7 @@ import pytest
 
 import zvf.aio as za
 from zvf.errors import InvalidArgumentError
-from zvf.lifecycle.layout import (
+from zvf.write.layout import (
     MAX_OBJECT_BINS,
     MIN_CHUNK_POINTS,
     OBJECT_BINS,

@@ -50,7 +50,7 @@ class StoreOptions:
     """The ZVF side of a conversion: where the store lives and how it is laid out."""
 
     chunk_shape: Any = "auto"
-    bin_shape: Any = "auto"  # converted stores get bins: a pyramid coarsens by them (see zvf.lifecycle.layout)
+    bin_shape: Any = "auto"  # converted stores get bins: a pyramid coarsens by them (see zvf.write.layout)
     compression: str | None = None
     shard_shape: Any = None
     overwrite: bool = False
@@ -147,14 +147,14 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: 
     """Stream batches into ``dst`` through a spilling writer (``write_points`` unless ``write`` is given).
 
     ``batches`` makes a fresh iterator each call.  An ``"auto"`` chunk or bin shape is resolved before
-    the write (:mod:`zvf.lifecycle.layout`) from ``extent`` (lo, hi, n) when known up front (a file
+    the write (:mod:`zvf.write.layout`) from ``extent`` (lo, hi, n) when known up front (a file
     header) and the ``main`` field holds points; otherwise a first pass over the source measures the
     ``main`` field (an array, or a list of arrays such as polylines: then also a sample of them, which
     the chooser sizes object reads and bins on).  Memory stays one batch plus the writer's spill
     buffer.  ``store.progress`` hears of the vertices read after each batch, out of ``total`` (or the
     extent's count) when known.
     """
-    from ..lifecycle import layout
+    from ..write import layout
 
     if write is None:
         from ..write.points import write_points as write
@@ -190,7 +190,7 @@ def _reporting(batches: Iterable[dict], main: str, total: int | None,
 def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, list, int, Any, int | None]:
     """Bounds, row count, a sample of the objects (when ``main`` is a list of arrays, else None) and the
     bytes of a row with its attributes, of a batch source (one pass, one batch held at a time)."""
-    from ..lifecycle.layout import ObjectSampler
+    from ..write.layout import ObjectSampler
 
     lo = hi = None
     n = 0

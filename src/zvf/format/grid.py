@@ -345,6 +345,18 @@ class Grid:
         return mask
 
 
+def row_positions(haystack: NDArray[np.int64], needles: NDArray[np.int64]) -> NDArray[np.intp]:
+    """Position in ``haystack`` (unique rows of chunk coordinates) of each row of ``needles`` (all present)."""
+    order = np.lexsort(haystack.T[::-1])
+    dt = np.dtype((np.void, 8 * haystack.shape[1]))
+
+    def packed(a: NDArray[np.int64]) -> NDArray[np.void]:
+        return np.ascontiguousarray((a + (1 << 62)).astype(">u8")).view(dt).ravel()
+
+    found = np.searchsorted(packed(haystack[order]), packed(needles))
+    return order[np.minimum(found, len(order) - 1)]
+
+
 def check_bbox(bbox: tuple[ArrayLike, ArrayLike], ndim: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Validate a ``(lo, hi)`` box against the store's dimension."""
     try:

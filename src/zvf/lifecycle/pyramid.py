@@ -63,6 +63,7 @@ from ..format.fragments import (
     decode_fragment_index,
     encode_fragment_index,
 )
+from ..format.grid import row_positions
 from ..format.keys import format_offsets_name, parse_offsets_name
 from ..format.layout import LevelLayout
 from ..format.links import decode_ragged_links, encode_ragged_links
@@ -442,7 +443,7 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
     _link_cells(plan, out, data.chunks[row_chunk], row_local, parent_chunk, parent_local)
     for step, (fc, fl, mc, ml) in zip(deep, data.deep):
         # a fine vertex's parent here is the parent of its ancestor at the source level (same block)
-        k = _rows_in(data.chunks, mc) if len(mc) else np.zeros(0, np.int64)
+        k = row_positions(data.chunks, mc) if len(mc) else np.zeros(0, np.int64)
         bad = (np.any(data.chunks[k] != mc, axis=1) | (ml >= np.diff(data.starts)[k])) if len(mc) else k.astype(bool)
         if bad.any():
             raise FormatError(f"{step.level}/links/+{step.delta - 1}: a link names a vertex that "
@@ -1036,14 +1037,14 @@ def plan_blocks(plan: LevelPlan, chunks: np.ndarray, table=None, kept: np.ndarra
     rstarts, rcounts = _runs(rblock[rorder])
     block_arr = np.asarray([t.block for t in tasks], np.int64)
     firsts = rblock[rorder[rstarts]]
-    which = _rows_in(block_arr, firsts) if len(block_arr) else empty
+    which = row_positions(block_arr, firsts) if len(block_arr) else empty
     if not len(block_arr) or np.any(block_arr[np.minimum(which, len(block_arr) - 1)] != firsts):
         raise FormatError(f"{plan.source}/object_index: a manifest names a chunk that "
                           f"{plan.source}/vertices does not list as non-empty")
     for j, (s, c) in enumerate(zip(rstarts.tolist(), rcounts.tolist())):
         t = tasks[int(which[j])]
         idx = rorder[s:s + c]
-        t.ref_chunk = _rows_in(t.chunks, rkeys[idx, :nd])
+        t.ref_chunk = row_positions(t.chunks, rkeys[idx, :nd])
         t.ref_fragment, t.ref_count = rkeys[idx, nd], rcount[idx]
     return tasks
 
@@ -1172,7 +1173,7 @@ def assign_deep(plan: LevelPlan, tasks: list[BlockTask], deep: tuple[DeepStep, .
             if not len(chunks):
                 continue
             blocks = np.floor_divide(chunks * np.asarray(d.chunk_units), np.asarray(plan.block))
-            which = _rows_in(block_arr, blocks)
+            which = row_positions(block_arr, blocks)
             if np.any(block_arr[which] != blocks):
                 raise FormatError(f"{d.level}/{name}: links from chunks with no vertex of {plan.source}/vertices "
                                   "in their block")
@@ -1207,17 +1208,6 @@ async def _fetch_deep(plan: LevelPlan, step: DeepStep, arrays: dict[str, CellArr
             mc.append(np.repeat((np.floor_divide(ch * s, t) + off)[None, :], len(rows), axis=0))
             ml.append(rows[:, 1])
     return np.concatenate(fc), np.concatenate(fl), np.concatenate(mc), np.concatenate(ml)
-
-
-def _rows_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
-    """Position in ``haystack`` (unique rows) of each row of ``needles`` (all present)."""
-    order = np.lexsort(haystack.T[::-1])
-    dt = np.dtype((np.void, 8 * haystack.shape[1]))
-
-    def packed(a):
-        return np.ascontiguousarray((a + (1 << 62)).astype(">u8")).view(dt).ravel()
-
-    return order[np.minimum(np.searchsorted(packed(haystack[order]), packed(needles)), len(order) - 1)]
 
 
 async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, low: dict[int, LevelWriter], *,

@@ -20,12 +20,12 @@ from ..format import builders
 from ..io.executor import Executor
 from ..io.store import open_store
 from ..read.dataset import DatasetReader
+from ..write import layout
 from ..write.lock import StoreLock, read_document, replace_document
 from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
 from ..write.points import write_points
 from ..write.publish import holding
 from ..write.types import WriteSummary
-from . import layout
 from .carry import carry_root
 
 Writer = Callable[..., Awaitable[WriteSummary]]

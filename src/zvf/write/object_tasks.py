@@ -45,9 +45,8 @@ import anyio
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError
-from ..lifecycle import layout
-from ..lifecycle.pyramid import _rows_in
-from . import inputs
+from ..format.grid import row_positions
+from . import inputs, layout
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
 from .level import fragment_shard
@@ -205,7 +204,8 @@ def _check_alike(summaries: list[dict], dtype, schemas: tuple[tuple[str, str], .
 
 def _located(chunks: np.ndarray, summaries: list[dict], key: str, ndim: int) -> list[np.ndarray]:
     """Per source, the row in ``chunks`` of each chunk its ``key`` lists."""
-    return [_rows_in(chunks, s[key].reshape(-1, ndim)) if len(s[key]) else np.zeros(0, np.int64) for s in summaries]
+    return [row_positions(chunks, s[key].reshape(-1, ndim)) if len(s[key]) else np.zeros(0, np.int64)
+            for s in summaries]
 
 
 def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
@@ -239,7 +239,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
     if linked:
         _plan_links(plan, job, summaries)
         return plan
-    at = [_rows_in(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk id -> row
+    at = [row_positions(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk id -> row
     plan.num = int(sum(s["objects"] for s in summaries))
     plan.runs = PathRuns.build(np.concatenate([a[s["run_gid"]] for a, s in zip(at, summaries)]),
                                np.concatenate([s["run_count"] for s in summaries]),

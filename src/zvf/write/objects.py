@@ -48,8 +48,7 @@ from ..format.codecs import CellCodec
 from ..format.grid import Grid
 from ..io.executor import Executor
 from ..io.store import open_store
-from ..lifecycle import layout
-from . import inputs, quirks
+from . import inputs, layout, quirks
 from .engine import (
     StoreWriter,
     add_level0_documents,
@@ -115,7 +114,7 @@ class _Setup:
            object_ids: np.ndarray | None = None) -> _Setup:
         """``pos``: the vertices the bounds are checked on (as given, as 0.9.2 does); ``name``: their argument;
         ``lengths`` (rows of each object in turn) or ``object_ids`` (each row's): the objects an "auto" layout
-        sizes its chunks and bins for (:mod:`zvf.lifecycle.layout`)."""
+        sizes its chunks and bins for (:mod:`zvf.write.layout`)."""
         ndim = pos.shape[1]
         lo, hi = bounds = named_bounds(pos, cfg.bounds, ndim, name)
         sample = None

@@ -17,8 +17,7 @@ from ..format.fragments import FragmentIndex
 from ..format.grid import Grid
 from ..io.executor import Executor
 from ..io.store import open_store
-from ..lifecycle import layout
-from . import inputs
+from . import inputs, layout
 from .categories import CategoryAxis
 from .fragment_attributes import FragmentAttributes
 from .level import put_rows, shard_tuple

@@ -39,8 +39,7 @@ from ..format.grid import Grid, dense_ids, extremes
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.store import open_store
-from ..lifecycle import layout
-from . import inputs
+from . import inputs, layout
 from .engine import StoreWriter, empty_group
 from .fragment_attributes import FragmentAttributes
 from .level import LevelWriter, put_rows, shard_tuple

@@ -33,8 +33,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format.grid import Grid, extremes
-from ..lifecycle import layout
-from . import inputs
+from . import inputs, layout
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
 from .level import fragment_shard, run_starts

@@ -48,12 +48,11 @@ from ..errors import FormatError, InvalidArgumentError, StoreExistsError
 from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
-from ..format.grid import Grid
+from ..format.grid import Grid, row_positions
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.plan import ByteRange
 from ..io.store import open_store
-from ..lifecycle.pyramid import _rows_in
 from . import inputs
 from .engine import CLAIM_KEY, StoreWriter, empty_group
 from .level import LevelWriter, put_rows, shard_tuple
@@ -282,7 +281,7 @@ def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROW
     origin, grid_shape = grid.layout(lo, hi, by_bin=not with_ids)
     every = [s["chunks"].reshape(-1, ndim) for s in summaries]
     chunks = np.unique(np.concatenate(every), axis=0) if n else np.zeros((0, ndim), np.int64)  # C order
-    at = [_rows_in(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk -> chunks row
+    at = [row_positions(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk -> chunks row
     rows = np.zeros(len(chunks), np.int64)
     for s, idx in zip(summaries, at):
         rows[idx] += s["counts"]
