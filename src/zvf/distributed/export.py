@@ -21,6 +21,7 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..read.dataset import DatasetReader
 from .run import compute, need_dask, spec_of
 
 TABLES = ("vertices", "edges", "faces")
@@ -29,12 +30,10 @@ TABLES = ("vertices", "edges", "faces")
 async def _object_tables(url: str, opts, level: int, out: str, fmt: str) -> list[str]:
     """``out/objects.<fmt>`` and ``out/groups.<fmt>``: the serial export's companion tables (written by the
     driver: dense arrays, small beside the vertices)."""
-    import zvf
-
     from ..read.export import object_tables
     from ..read.writers import write_whole_table
 
-    async with await zvf.aio.open(url, storage_options=opts) as ds:
+    async with await DatasetReader.open(url, storage_options=opts) as ds:
         tables = await object_tables(ds, level) if ds.has_objects(level) else {}
     return [write_whole_table(os.path.join(out, f"{table}.{fmt}"), fmt, arrays)
             for table, arrays in tables.items()]
@@ -42,8 +41,6 @@ async def _object_tables(url: str, opts, level: int, out: str, fmt: str) -> list
 
 async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int, batch_objects: int | None) -> dict:
     """Batches (chunk coords or object ids), attribute names and an empty Selection of the right shape."""
-    import zvf
-
     from ..format.grid import check_bbox
     from ..read.load import LINKED
     from ..read.objects import SEQUENTIAL
@@ -55,7 +52,7 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
             continue
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise InvalidArgumentError(f"{name} must be an integer >= 1, got {v!r}")
-    async with await zvf.aio.open(url, storage_options=opts) as ds:
+    async with await DatasetReader.open(url, storage_options=opts) as ds:
         lvl = await ds.level(level)
         names = pick_attributes(lvl, attributes)
         by_object = ds.geometry_type in SEQUENTIAL | LINKED and ds.has_objects(lvl.index)
@@ -97,11 +94,9 @@ def object_parts(oids: np.ndarray, table, chunks: np.ndarray, batch_chunks: int,
 
 
 async def _read(url: str, opts, level: int, kind: str, part: np.ndarray, names: list[str], box):
-    import zvf
-
     from ..read.points import read_chunks
 
-    async with await zvf.aio.open(url, storage_options=opts) as ds:
+    async with await DatasetReader.open(url, storage_options=opts) as ds:
         if kind == "objects":
             return await ds.read_objects(part, level=level, attributes=names, combined=True)
         return await read_chunks(ds.context, await ds.level(level), part, names, box=box)
