@@ -21,8 +21,11 @@ LAYERS: dict[str, int] = {
 }
 
 # Modules of one layer that must not import each other, (importer, imported): readers never load the
-# writers (nor the writers the readers: they share format/ and io/), errors.py imports nothing of zvf.
-APART = {("read", "write"), ("write", "read"), ("errors", "format")}
+# writers (nor the writers the readers: they share format/ and io/), errors.py imports nothing of zvf,
+# and the layer-4 packages stand beside each other (a user of one never loads another).
+_BESIDE = ("distributed", "converters", "neuroglancer", "validation")
+APART = {("read", "write"), ("write", "read"), ("errors", "format")} | {
+    (a, b) for a in _BESIDE for b in _BESIDE if a != b}
 
 
 def _modules() -> dict[str, Path]:
