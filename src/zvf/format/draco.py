@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
 from ..errors import FormatError, MissingDependencyError
 
@@ -58,18 +58,3 @@ def decode_cell(payload: BytesLike, *, key: str) -> tuple[NDArray[np.float32], N
     if faces.size and (faces.min() < 0 or faces.max() >= len(points)):
         raise FormatError(f"{key}: Draco faces index past the chunk's {len(points)} vertices")
     return points, faces
-
-
-def encode_cell(positions: ArrayLike, faces: ArrayLike, *, quantization_bits: int = 11,
-                compression_level: int = 7) -> bytes:
-    """One chunk as a Draco bitstream (a point cloud when it has no face), vertex order preserved.
-
-    Keeping the order (DracoPy's ``preserve_order``) costs compression but
-    keeps cross-chunk faces and vertex attributes aligned with the decoded
-    vertices, which the reference's default order-changing encoding loses.
-    """
-    dracopy = _dracopy()
-    pts = np.ascontiguousarray(positions, dtype=np.float32).reshape(-1, 3)
-    f = np.ascontiguousarray(faces, dtype=np.uint32).reshape(-1, 3)
-    return bytes(dracopy.encode(pts, f if len(f) else None, quantization_bits=quantization_bits,
-                                compression_level=compression_level, preserve_order=True))

@@ -235,10 +235,6 @@ class FragmentIndex:
     def num_range(self) -> int:
         return int(self.is_range.sum())
 
-    @property
-    def num_explicit(self) -> int:
-        return self.num_fragments - self.num_range
-
     def __len__(self) -> int:
         return self.num_fragments
 

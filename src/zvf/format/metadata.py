@@ -330,11 +330,6 @@ class LevelMeta:
     chunk_attribute_values: tuple[Any, ...] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
-    def is_coarsened(self) -> bool:
-        return self.parent_level is not None
-
-
 @dataclass(frozen=True)
 class ArrayMeta:
     """A Zarr v3 array node (``zarr.json`` with ``node_type: array``)."""

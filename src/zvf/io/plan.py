@@ -69,10 +69,6 @@ class ByteRange:
         return self.start < 0
 
     @property
-    def is_bounded(self) -> bool:
-        return self.end is not None
-
-    @property
     def length(self) -> int | None:
         """Requested length when known before the fetch (bounded and suffix ranges)."""
         if self.end is not None:
@@ -101,10 +97,6 @@ class Request:
         if self.end is not None:
             return self.end - self.start
         return -self.start if self.start < 0 else None
-
-    def as_range(self) -> ByteRange:
-        return ByteRange(self.key, self.start, self.end)
-
 
 def coalesce(ranges: Sequence[ByteRange], *, max_gap: int, max_size: int) -> list[Request]:
     """Plan the GETs that serve ``ranges``.

@@ -89,10 +89,6 @@ class Schema:
             fields.append(("pad", "u1", (4 - size % 4,)))
         self.dtype = np.dtype(fields)
 
-    @property
-    def geometry_width(self) -> int:
-        return self.dtype["geometry"].shape[0]
-
     def records(self, geometry: np.ndarray, attributes: dict[str, np.ndarray]) -> np.ndarray:
         """Records for ``geometry`` (n, width) and the source attribute rows."""
         out = np.zeros(len(geometry), dtype=self.dtype)

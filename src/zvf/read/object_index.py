@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from ..errors import FormatError, InvalidArgumentError, MissingDataError
+from ..errors import FormatError, MissingDataError
 from ..format.manifest import ManifestTable, decode_manifests_packed
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
@@ -47,7 +47,6 @@ class ObjectIndex:
         self.ids_array = level.array("object_index/object_ids")
         self.count = int(self.manifests.meta.shape[0])
         self._ids: np.ndarray | None = None
-        self._order: np.ndarray | None = None  # rows in ascending id order
         self.rows_per_chunk = int(self.manifests.meta.chunk_shape[0])  # a shard when sharded
         codec = self.manifests.codec
         self.inner = None if codec.shard is None else (codec.inner_rows or 1)
@@ -82,28 +81,6 @@ class ObjectIndex:
         if len(ids) != self.count:
             raise FormatError(f"{self.ids_array.path}: {len(ids)} object ids for {self.count} manifests")
         return ids
-
-    async def rows_of(self, object_ids) -> np.ndarray:
-        """Manifest rows of the given object ids; unknown ids are an error naming them."""
-        want = np.asarray(object_ids)
-        if want.dtype.kind not in "iu" or want.ndim != 1:
-            raise InvalidArgumentError(f"object ids must be a 1-D sequence of integers, got {object_ids!r}")
-        ids = await self.ids()
-        if self._order is None:
-            self._order = np.arange(len(ids)) if np.all(ids[1:] > ids[:-1]) else np.argsort(ids, kind="stable")
-        keys = ids[self._order]
-        if len(keys):
-            pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
-            ok = keys[pos] == want
-        else:
-            pos, ok = np.zeros(len(want), np.int64), np.zeros(len(want), bool)
-        rows = self._order[pos]
-        if not np.all(ok):
-            bad = want[~ok][:5].tolist()
-            lo_hi = f"{int(ids.min())}..{int(ids.max())}" if len(ids) else "none"
-            raise InvalidArgumentError(
-                f"object id(s) {bad} not in level {self.level_index} ({self.count} objects, ids {lo_hi})")
-        return rows.astype(np.int64)
 
     # ------------------------------------------------------------- manifests
     async def table(self, rows: np.ndarray) -> ManifestTable:
