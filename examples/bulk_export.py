@@ -54,8 +54,8 @@ def run() -> None:
         target = f"s3://{s3.create_bucket()}/scan.zarrvectors"
         summary = zvf.write_points(target, batches(), chunk_shape=(25, 25, 25), bin_shape=(12.5, 12.5, 12.5),
                                    bounds=([0, 0, 0], [100, 100, 100]), compression="zstd", storage_options=opts)
-        assert summary["vertex_count"] == N
-        print(f"streamed {N:,} points in batches of {BATCH:,} into {summary['chunk_count']} chunks")
+        assert summary.vertex_count == N
+        print(f"streamed {N:,} points in batches of {BATCH:,} into {summary.chunk_count} chunks")
 
         rows = asyncio.run(export_csv(target, opts, "scan.csv"))
         with open("scan.csv") as fh:

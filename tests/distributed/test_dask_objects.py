@@ -148,7 +148,7 @@ def test_graphs_skeletons_meshes_cells_and_links_on_workers(client, tmp_path, ge
     assert tree(tmp_path / "d" / "store") == tree(tmp_path / "s" / "store")
     for k in ("object_count", "vertex_count", "link_count", "stored_link_count", "fragment_count", "chunk_count",
               "cells_written", "bytes_written"):
-        assert got[k] == serial[k], k
+        assert getattr(got, k) == getattr(serial, k), k
     links = [p for p in progress if p["stage"] == "links"]
     assert links[-1]["total"] > 1  # link cells spread over several tasks too
 

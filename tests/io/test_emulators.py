@@ -67,7 +67,7 @@ def test_points_write_bytes_and_reads(cloud_target, cloud, layout, tmp_path):
     url, opts = cloud_target
     pos, kw = cloud["positions"], {**cloud["kwargs"], **layout}
     summary = zvf.write_points(url, pos, storage_options=opts, **kw)
-    assert summary["vertex_count"] == len(pos) and summary["requests"]["puts"] > 0
+    assert summary.vertex_count == len(pos) and summary.requests["puts"] > 0
     local = tmp_path / "data"  # the root records the store name: the same last path part
     zvf.write_points(local, pos, **kw)
     remote, want = _remote_files(url, opts), store_files(local)

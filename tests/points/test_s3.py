@@ -83,8 +83,8 @@ def _same_selection(a, b, what: str) -> None:
 def test_sharded_zstd_round_trip_equals_local(s3_target, s3_endpoint, cloud, local_store):
     url, opts = s3_target
     summary = zvf.write_points(url, cloud["positions"], storage_options=opts, **cloud["kwargs"])
-    assert summary["vertex_count"] == len(cloud["positions"])
-    assert summary["requests"]["puts"] > 0
+    assert summary.vertex_count == len(cloud["positions"])
+    assert summary.requests["puts"] > 0
 
     # the bytes on S3 are the bytes of the same store written locally
     remote = _bucket_objects(s3_endpoint, url)

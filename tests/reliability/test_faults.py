@@ -98,21 +98,21 @@ def op_write(bucket, opts, direct):
     url = f"s3://{bucket}/w-{uuid.uuid4().hex[:8]}"
     out = zvf.write_points(url, POINTS[:300], chunk_shape=(50,) * 3, attributes={"intensity": INTENSITY[:300]},
                            storage_options=opts)
-    return _readback(url, direct), out["requests"]["retries"]
+    return _readback(url, direct), out.requests["retries"]
 
 
 def op_write_sharded(bucket, opts, direct):
     url = f"s3://{bucket}/s-{uuid.uuid4().hex[:8]}"
     out = zvf.write_points(url, POINTS[:600], chunk_shape=(25,) * 3, bin_shape=(12.5,) * 3, compression="zstd",
                            shard_shape=2, attributes={"intensity": INTENSITY[:600]}, storage_options=opts)
-    return _readback(url, direct), out["requests"]["retries"]
+    return _readback(url, direct), out.requests["retries"]
 
 
 def op_create(bucket, opts, direct):
     url = f"s3://{bucket}/c-{uuid.uuid4().hex[:8]}"
     out = zvf.write_points(url, POINTS[:100], chunk_shape=(50,) * 3, attributes={"intensity": INTENSITY[:100]},
                            storage_options=opts)
-    return _readback(url, direct), out["requests"]["retries"]
+    return _readback(url, direct), out.requests["retries"]
 
 
 OPERATIONS = [

@@ -395,8 +395,8 @@ def test_polylines_crossing_many_chunks(tmp_path):
     assert array_meta(mine, "")["attributes"]["zarr_vectors"]["chunk_shape"] == [20, 20, 20]
     chunks = [np.floor(np.asarray(p, np.float32) / 20.0) for p in polys]
     runs = sum(1 + int(np.any(c[1:] != c[:-1], axis=1).sum()) for c in chunks)
-    assert summary["fragment_count"] == runs
-    assert summary["cross_chunk_link_count"] == runs - len(polys)
+    assert summary.fragment_count == runs
+    assert summary.cross_chunk_link_count == runs - len(polys)
     names = [p.name for p in (mine / "0/links/0").iterdir() if p.is_dir()]
     assert "+9.+9.+9" in names  # polyline 2 jumps from chunk (0, 0, 0) straight to (9, 9, 9)
     table = decode_manifests(cell_manifests(mine, 3), 3)
@@ -419,7 +419,7 @@ def test_objects_inside_one_chunk(tmp_path):
     case = Case("polyline", (polys,), {"chunk_shape": (50.0, 50.0), "bounds": ([0.0, 0.0], [100.0, 100.0])})
     _same, mine, summary = _pair(tmp_path, case, "p.zarrvectors")
     assert not (mine / "0/links").exists()  # no bridge: implicit sequential needs nothing
-    assert summary["chunk_count"] == 1 and summary["fragment_count"] == 2
+    assert summary.chunk_count == 1 and summary.fragment_count == 2
     pos = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 1.0]], np.float32)
     gcase = Case("graph", (pos, np.array([[0, 1], [1, 2], [2, 0]])), {"chunk_shape": (50.0, 50.0)})
     (tmp_path / "g").mkdir()
@@ -446,7 +446,7 @@ def test_empty_objects(tmp_path):
         (tmp_path / geometry).mkdir()
         _, mine, summary = _pair(tmp_path / geometry, Case(geometry, args, {
             "chunk_shape": (50.0, 50.0), "bounds": ([0.0, 0.0], [10.0, 10.0])}))
-        assert summary["object_count"] == 0 and summary["vertex_count"] == 0
+        assert summary.object_count == 0 and summary.vertex_count == 0
 
 
 @pytest.mark.parametrize("bins", ["finer", "one-per-chunk"])
@@ -481,7 +481,7 @@ def test_skeleton_edge_cases(tmp_path):
     pos = np.linspace(1.0, 20.0, 10)[:, None].repeat(3, 1).astype(np.float32)
     chain = np.stack([np.arange(1, 10), np.arange(9)], axis=1)
     _same, mine, summary = _pair(tmp_path, Case("skeleton", (pos, chain), {"chunk_shape": (30.0,) * 3}))
-    assert summary["stored_link_count"] == 0 and nonempty(mine, "0/links/0/0.0.0") == []
+    assert summary.stored_link_count == 0 and nonempty(mine, "0/links/0/0.0.0") == []
     # root last, children listed before parents, tree split over chunks: DFS order and branch rows
     rng = np.random.default_rng(9)
     edges, _, _ = _forest(rng, [25])
@@ -532,7 +532,7 @@ def test_async_api_and_summary(tmp_path):
                                         geometry_type="streamline")
 
     s = anyio.run(main)
-    assert (s["geometry"], s["object_count"], s["vertex_count"], s["cross_chunk_link_count"]) == ("streamline", 1, 2, 1)
+    assert (s.geometry, s.object_count, s.vertex_count, s.cross_chunk_link_count) == ("streamline", 1, 2, 1)
     root = array_meta(tmp_path / "a.zarrvectors", "")["attributes"]["zarr_vectors"]
     assert root["geometry_types"] == ["streamline"] and root["links_convention"] == "implicit_sequential"
     codec = CellCodec.from_array_metadata(array_meta(tmp_path / "a.zarrvectors", "0/object_index/manifests"))
@@ -598,7 +598,7 @@ async def test_groups_on_geometries_0_9_2_cannot_group(tmp_path):
     }
     for geometry, summary in stores.items():
         path = tmp_path / f"{geometry[0]}.zarrvectors"
-        assert summary["group_count"] == 3
+        assert summary.group_count == 3
         assert validate(str(path), level=3).ok
         assert len(zv.open(str(path)).level(0).groups) == 3
         ds = await za.open(str(path))

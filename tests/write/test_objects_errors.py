@@ -116,7 +116,7 @@ def test_existing_store_needs_overwrite(tmp_path):
     with pytest.raises(StoreExistsError):
         zvf.write_polylines(target, P2, **KW)
     s = zvf.write_mesh(target, POS, np.array([[0, 1, 2]]), overwrite=True, **KW)
-    assert s["geometry"] == "mesh"
+    assert s.geometry == "mesh"
 
 
 def test_argument_errors_are_value_errors(tmp_path):

@@ -300,9 +300,9 @@ async def _rewrite(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict, 
     wrote = await write(scratch, batches(), **extra, **tables, **opts,
                         bounds=(lo.tolist(), hi.tolist()), overwrite=True)
     uploads, docs = _scratch_plan(scratch)
-    summary = {"geometry_type": geometry, "vertex_count": int(wrote["vertex_count"]),
-               "appended": len(pos), "object_count": int(wrote["object_count"] or 0),
-               "chunks_rewritten": int(wrote["chunk_count"]), "chunks_copied": 0}
+    summary = {"geometry_type": geometry, "vertex_count": wrote.vertex_count,
+               "appended": len(pos), "object_count": wrote.object_count or 0,
+               "chunks_rewritten": wrote.chunk_count, "chunks_copied": 0}
     return summary, uploads, [], docs
 
 

@@ -35,11 +35,9 @@ sharded in zvf's layout (:func:`.level.fragment_shard`), one cell per chunk in 0
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Unpack
 
 import numpy as np
 
@@ -84,7 +82,6 @@ if TYPE_CHECKING:
 
 __all__ = ["write_graph", "write_lines", "write_mesh", "write_polylines"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 # ---------------------------------------------------------------------------
@@ -219,26 +216,6 @@ async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, 
         group_count=len(tables.group_rows))
 
 
-def _renamed(**old_to_new: str) -> Callable[[F], F]:
-    """Keep a writer's old keyword names working (with a DeprecationWarning) after one name per concept."""
-
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            for old, new in old_to_new.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise InvalidArgumentError(f"pass {new}= only ({old}= is its deprecated name)")
-                    warnings.warn(f"{fn.__name__}({old}=...) is deprecated; use {new}=", DeprecationWarning,
-                                  stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return await fn(*args, **kwargs)
-
-        return cast("F", call)
-
-    return wrap
-
-
 def _streamed(what: str, given: dict) -> None:
     """Refuse whole-input arguments next to batches (they belong inside each batch)."""
     bad = [k for k, v in given.items() if v is not None]
@@ -367,7 +344,6 @@ async def _write_connected(target, s: _Setup, pos: np.ndarray, oids: np.ndarray,
         group_count=len(tables.group_rows))
 
 
-@_renamed(kind="geometry_type")
 @inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_graph(
     target: Target, positions: ArrayLike | ObjectBatches, edges: ArrayLike | None = None,
@@ -413,7 +389,6 @@ async def write_graph(
         quirk_row_shape=quirks.active(), skeleton=skeleton)
 
 
-@_renamed(vertices="positions")
 @inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
 async def write_mesh(
     target: Target, positions: ArrayLike | ObjectBatches, faces: ArrayLike | None = None,

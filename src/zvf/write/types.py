@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 if TYPE_CHECKING:
@@ -131,8 +131,3 @@ class WriteSummary:
         return cls(url=writer.ex.handle.url, geometry=geometry, cells_written=writer.cells_written,
                    bytes_written=writer.bytes_written, requests=writer.ex.stats.snapshot(), **counts)
 
-    def __getitem__(self, name: str) -> Any:
-        """``summary["vertex_count"]``: writers used to return plain dicts, and their callers keep working."""
-        if name not in {f.name for f in fields(self)}:
-            raise KeyError(name)
-        return getattr(self, name)
