@@ -3,7 +3,37 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from ..io.store import StorageOptions
+
+# Values such as ``-1,-1,-1`` or ``-10,20,5`` are values, not options (argparse only knows plain negative numbers).
+_NEGATIVE = re.compile(r"^-(\d|\.\d)[\d.,eE+-]*$")
+
+
+class Parser(argparse.ArgumentParser):
+    """Argument errors as one line on stderr and exit 2 (no usage block, no traceback); negative
+    coordinate lists are values (``--chunk-shape -1,-1,-1`` reaches its own check)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"
+"""What ``add_subparsers`` returns: each command module's ``register`` adds its parser to it."""
+
+
+class AddTarget(Protocol):
+    """Adds the ``target`` positional and the ``-o KEY=VALUE`` storage options to a subcommand's parser."""
+
+    def __call__(self, p: argparse.ArgumentParser, optional: bool = False) -> None: ...
 
 
 def key_values(items: list[str], usage: str) -> Iterator[tuple[str, str]]:
@@ -16,11 +46,11 @@ def key_values(items: list[str], usage: str) -> Iterator[tuple[str, str]]:
         yield key, value
 
 
-def options(pairs: list[str] | None) -> dict | None:
+def options(pairs: list[str] | None) -> StorageOptions | None:
     """``-o key=value`` pairs as storage_options (numbers and booleans parsed)."""
     if not pairs:
         return None
-    out: dict = {}
+    out: dict[str, Any] = {}
     for key, value in key_values(pairs, "-o expects key=value"):
         low = value.lower()
         if low in ("true", "false"):
@@ -30,10 +60,11 @@ def options(pairs: list[str] | None) -> dict | None:
                 out[key] = int(value)
             except ValueError:
                 out[key] = value
-    return out
+    # the keys are the user's: open_store checks them at run time (an unknown one is InvalidArgumentError)
+    return cast("StorageOptions", out)
 
 
-def at_least(low: int):
+def at_least(low: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``low``."""
 
     def parse(text: str) -> int:
@@ -51,7 +82,7 @@ def at_least(low: int):
 count, positive = at_least(0), at_least(1)
 
 
-def shape(text: str | None):
+def shape(text: str | None) -> str | list[float] | None:
     """``auto``, ``none`` or comma-separated numbers (``10,10,5``)."""
     if text is None or text in ("auto", "none"):
         return None if text == "none" else text
@@ -75,7 +106,7 @@ def cells(text: str) -> list[int]:
     return counts
 
 
-def add_cluster_flags(p) -> None:
+def add_cluster_flags(p: argparse.ArgumentParser) -> None:
     """``--workers N`` / ``--scheduler ADDRESS``: run the command on Dask (``pip install 'zvf[dask]'``)."""
     p.add_argument("--workers", type=positive, help="run on a local Dask cluster of N worker processes "
                                                     "(ingest: default one per core)")

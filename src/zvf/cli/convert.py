@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
+from typing import Any, TextIO
 
 from . import _args
 from .progress import ProgressBar
 
 
-def _value(text: str):
+def _value(text: str) -> bool | int | float | list[int | float] | str:
     """A ``--set`` value: a number, a boolean, comma-separated numbers, or the text itself."""
     low = text.lower()
     if low in ("true", "false"):
@@ -21,12 +23,12 @@ def _value(text: str):
     return parts if "," in text else parts[0]
 
 
-def cmd_convert(args) -> int:
+def cmd_convert(args: argparse.Namespace) -> int:
     import zvf
 
     from ..converters.base import STORE_OPTIONS
 
-    extra = {}
+    extra: dict[str, Any] = {}
     for pair in args.set or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
@@ -36,18 +38,19 @@ def cmd_convert(args) -> int:
             flag = "-o/--option" if key == "storage_options" else f"--{key.replace('_', '-')}"
             raise SystemExit(f"zvf: --set {key}: a store option, given as {flag}")
         extra[key] = _value(value)
-    kw = {}
+    kw: dict[str, Any] = {}
     if args.shard_shape is not None:
         kw["shard_shape"] = _args.cells(args.shard_shape)
     if args.keep_order:
         extra["keep_order"] = True
 
     with ProgressBar("convert", quiet=args.quiet) as bar, bar.ticking(), warnings.catch_warnings():
-        def progress(p: dict) -> None:
+        def progress(p: dict[str, Any]) -> None:
             bar.unit = p["unit"]
             bar.update(p["done"], p["total"])
 
-        def warn(message, category, filename, lineno, file=None, line=None) -> None:
+        def warn(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
             """A warning (a LayoutWarning comes before the upload) on a line of its own, as it happens."""
             bar.close()
             print(f"zvf: warning: {message}", file=sys.stderr, flush=True)
@@ -63,7 +66,7 @@ def cmd_convert(args) -> int:
     return 0
 
 
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     from ..converters import FORMATS
 
     names = [*sorted(FORMATS), "zvf"]

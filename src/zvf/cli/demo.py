@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, cast
 
 import numpy as np
 
 from .progress import ProgressBar
 
+if TYPE_CHECKING:
+    from ..api.sync import Dataset
+    from ..io.store import StorageOptions
+    from ..write.types import WriteSummary
+
+P = ParamSpec("P")
+
 BOUNDS = ([0.0, 0.0, 0.0], [1000.0, 1000.0, 1000.0])
 
 
-def demo_cloud(n: int, seed: int = 7) -> tuple[np.ndarray, dict]:
+def demo_cloud(n: int, seed: int = 7) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Clustered points in a 1000^3 box with an intensity and a class label."""
     rng = np.random.default_rng(seed)
     centers = rng.uniform(100, 900, (64, 3))
@@ -42,19 +51,20 @@ def demo_streamlines(n: int, seed: int = 11) -> list[np.ndarray]:
             zip(np.split(starts, cuts), walks)]
 
 
-def _cost(ds, before: dict) -> str:
+def _cost(ds: Dataset, before: dict[str, int]) -> str:
     after = ds.stats.snapshot()
     return f"{after['requests'] - before['requests']} GETs, {after['bytes'] - before['bytes']:,} bytes"
 
 
-def _write(label: str, quiet: bool, fn, *args, **kwargs):
+def _write(label: str, quiet: bool, fn: Callable[P, WriteSummary], *args: P.args,
+           **kwargs: P.kwargs) -> tuple[WriteSummary, float]:
     t0 = time.perf_counter()
     with ProgressBar(f"write {label}", quiet=quiet) as bar, bar.ticking():
         summary = fn(*args, **kwargs)
     return summary, time.perf_counter() - t0
 
 
-def _points(target: str, n: int, quiet: bool, opts) -> bool:
+def _points(target: str, n: int, quiet: bool, opts: StorageOptions | None) -> bool:
     import zvf
 
     pos, attrs = demo_cloud(n)
@@ -83,7 +93,7 @@ def _points(target: str, n: int, quiet: bool, opts) -> bool:
     return True
 
 
-def _streamlines(target: str, n: int, quiet: bool, opts) -> bool:
+def _streamlines(target: str, n: int, quiet: bool, opts: StorageOptions | None) -> bool:
     import zvf
 
     lines = demo_streamlines(n)
@@ -115,7 +125,7 @@ def _streamlines(target: str, n: int, quiet: bool, opts) -> bool:
 
 
 def run_demo(target: str | None, *, n_points: int, n_objects: int = 2000, quiet: bool = False,
-             storage_options=None) -> int:
+             storage_options: StorageOptions | None = None) -> int:
     server = None
     if target is None:
         try:
@@ -123,7 +133,8 @@ def run_demo(target: str | None, *, n_points: int, n_objects: int = 2000, quiet:
 
             server = EmbeddedS3.start()
             target = f"s3://{server.create_bucket('zvf-demo')}/demo"
-            storage_options = {**server.storage_options(), **(storage_options or {})}
+            # EmbeddedS3 gives its endpoint and credentials as a plain dict of StorageOptions keys
+            storage_options = cast("StorageOptions", {**server.storage_options(), **(storage_options or {})})
             print(f"started an in-process S3 server at {server.endpoint}")
         except RuntimeError as exc:
             target = tempfile.mkdtemp(prefix="zvf-demo-")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from . import _args
@@ -18,9 +19,8 @@ def _seconds(text: str) -> float:
     return value
 
 
-def cmd_gc(args) -> int:
+def cmd_gc(args: argparse.Namespace) -> int:
     import zvf
-
 
     with ProgressBar("gc", quiet=args.quiet) as bar, bar.ticking():
         summary = zvf.gc(args.target, retention=args.retention, storage_options=_args.options(args.option))
@@ -33,7 +33,7 @@ def cmd_gc(args) -> int:
     return 0
 
 
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p = sub.add_parser("gc", help="delete what no kept version of a store uses (superseded versions past their "
                                   "retention, leftovers of failed changes)")
     target(p)

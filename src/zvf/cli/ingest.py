@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from . import _args
 from .progress import ProgressBar
 
 
-def bar_progress(bar: ProgressBar):
+def bar_progress(bar: ProgressBar) -> Callable[[dict[str, Any]], None]:
     """A ``progress(dict)`` callback of the Dask engine drawing on ``bar`` (one stage at a time)."""
 
-    def progress(p: dict) -> None:
+    def progress(p: dict[str, Any]) -> None:
         bar.unit = f"{p['stage']} tasks"
         bar.update(p["done"], p["total"])
 
     return progress
 
 
-def cmd_ingest(args) -> int:
+def cmd_ingest(args: argparse.Namespace) -> int:
     import zvf.dask as zd
 
-
-    kw = {}
+    kw: dict[str, Any] = {}
     if args.shard_shape is not None:
         kw["shard_shape"] = _args.cells(args.shard_shape)
     from ..distributed.run import client_for
@@ -38,9 +40,7 @@ def cmd_ingest(args) -> int:
     return 0
 
 
-
-
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p = sub.add_parser("ingest", help="write a point cloud from many .npy/.npz files on Dask workers "
                                       "(same store as one write of their concatenation)")
     target(p)
@@ -58,7 +58,7 @@ def register(sub, target) -> None:
     p.set_defaults(func=cmd_ingest)
 
 
-def cmd_export_dask(args) -> int:
+def cmd_export_dask(args: argparse.Namespace) -> int:
     """``zvf export --workers N|--scheduler ADDR``: OUT is a directory of one file per partition."""
     import zvf.dask as zd
 

@@ -5,21 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import FormatError, IncompleteStoreError, InputFileError, ZvfError
 from . import _args
 from .progress import ProgressBar
 
 
-def cmd_info(args) -> int:
+def cmd_info(args: argparse.Namespace) -> int:
     """The store summary plus one line per level: vertices, stored chunks and objects."""
     import anyio
 
     import zvf
 
-    async def run() -> dict:
+    async def run() -> dict[str, Any]:
         async with await zvf.aio.open(args.target, storage_options=_args.options(args.option)) as ds:
             info = await ds.info()
             rows = []
@@ -53,7 +54,7 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     import zvf
 
     with ProgressBar("validate", quiet=args.quiet) as bar, bar.ticking():
@@ -65,7 +66,7 @@ def cmd_validate(args) -> int:
     return 0 if report.ok else 1
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     """A level to npz/csv/parquet, streamed batch by batch (objects with their order and links)."""
     import anyio
 
@@ -82,11 +83,11 @@ def cmd_export(args) -> int:
     check_out(args.out, fmt)
     bar = ProgressBar("export", quiet=args.quiet)
 
-    def progress(s: dict) -> None:
+    def progress(s: dict[str, Any]) -> None:
         bar.unit = s["unit"]
         bar.update(s["done"], s["total"], f"{s['vertices']:,} vertices {s['mb_per_s']:.1f} MB/s")
 
-    async def run() -> dict:
+    async def run() -> dict[str, Any]:
         async with await zvf.aio.open(args.target, storage_options=_args.options(args.option)) as ds:
             return await export(ds, args.out, level=args.level, fmt=fmt, prefetch=args.prefetch,
                                 batch_chunks=args.batch_chunks, batch_objects=args.batch_objects or 1024,
@@ -101,41 +102,21 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(args.target, n_points=args.points, n_objects=args.objects, quiet=args.quiet,
                     storage_options=_args.options(args.option))
 
 
-
-
-
-
-# Values such as ``-1,-1,-1`` or ``-10,20,5`` are values, not options (argparse only knows plain negative numbers).
-_NEGATIVE = re.compile(r"^-(\d|\.\d)[\d.,eE+-]*$")
-
-
-class _Parser(argparse.ArgumentParser):
-    """Argument errors as one line on stderr and exit 2 (no usage block, no traceback); negative
-    coordinate lists are values (``--chunk-shape -1,-1,-1`` reaches its own check)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._negative_number_matcher = _NEGATIVE
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = _Parser(prog="zvf", description="Read, write and check Zarr Vectors (ZVF) stores.")
+    parser = _args.Parser(prog="zvf", description="Read, write and check Zarr Vectors (ZVF) stores.")
     parser.add_argument("--version", action="version", version=f"zvf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def target(p, optional=False):
+    def target(p: argparse.ArgumentParser, optional: bool = False) -> None:
         p.add_argument("target", nargs="?" if optional else None,
                        help="store: path, file://, memory://, s3://bucket/prefix, gs://, az://, http(s)://")
         p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE",
@@ -214,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     a local I/O error), 130 on Ctrl-C; a reader that goes away (``zvf info | head``) ends it quietly."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        command: Callable[[argparse.Namespace], int] = args.func
+        return command(args)
     except BrokenPipeError:
         # stdout's reader is gone: later writes (and the flush at exit) go nowhere instead of failing again
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -7,12 +7,19 @@ directory on 127.0.0.1 until interrupted, as ``serve`` does the store.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
+from typing import TYPE_CHECKING, Any
 
 from . import _args
 from .progress import ProgressBar
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from ..neuroglancer.http import Access
 
 
 def _aiohttp() -> None:
@@ -24,7 +31,7 @@ def _aiohttp() -> None:
         raise MissingDependencyError("serving needs aiohttp: pip install 'zvf[neuroglancer]'") from None
 
 
-def _access(args):
+def _access(args: argparse.Namespace) -> Access:
     from urllib.parse import urlsplit
 
     from ..neuroglancer.http import Access
@@ -33,7 +40,7 @@ def _access(args):
     return Access.create(args.host, [f"{viewer.scheme}://{viewer.netloc}", *args.allow_origin], args.allow_host)
 
 
-def _print(doc: dict, args, head: str) -> None:
+def _print(doc: dict[str, Any], args: argparse.Namespace, head: str) -> None:
     if args.json:
         print(json.dumps(doc), flush=True)
         return
@@ -44,7 +51,7 @@ def _print(doc: dict, args, head: str) -> None:
         print(f"open in Neuroglancer:\n  {doc['url']}", flush=True)
 
 
-def _log_requests(args) -> bool:
+def _log_requests(args: argparse.Namespace) -> bool:
     """``--log-requests``: each request's line and status on stderr."""
     if args.log_requests:
         import logging
@@ -55,17 +62,17 @@ def _log_requests(args) -> bool:
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-    return args.log_requests
+    return bool(args.log_requests)
 
 
-async def _forever(runner) -> None:
+async def _forever(runner: web.AppRunner) -> None:
     try:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
 
 
-def cmd_export(args) -> int:
+def cmd_export(args: argparse.Namespace) -> int:
     import zvf
 
     from ..neuroglancer.export import export
@@ -85,7 +92,7 @@ def cmd_export(args) -> int:
         finally:
             await ds.close()
         runner, base = None, args.url_base
-        if args.serve:
+        if access is not None:  # --serve
             from ..neuroglancer.http import directory_app, start
 
             runner, base = await start(directory_app(summary["out"], access), args.host, args.port,
@@ -109,7 +116,7 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     _aiohttp()
     import zvf
 
@@ -129,7 +136,8 @@ def cmd_serve(args) -> int:
             view = app[VIEW]
             lo, hi = ds.bounds
             segments = view.oids[:MAX_SEGMENTS].tolist() if ds.geometry_type in ("skeleton", "mesh") else []
-            doc = ready(geometry=ds.geometry_type, base=base, layers=app[LAYERS], axes=axis_names(ds),
+            layers: list[str] = app[LAYERS]
+            doc = ready(geometry=ds.geometry_type, base=base, layers=layers, axes=axis_names(ds),
                         unit=args.unit, bounds=[lo.tolist(), hi.tolist()], offset=view.offset.tolist(),
                         segments=segments, viewer=args.viewer)
             _print(doc, args, f"serving {args.target} on {base} (Ctrl-C stops)")
@@ -142,13 +150,13 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     from ..neuroglancer.state import DEFAULT_VIEWER
 
     p = sub.add_parser("neuroglancer", help="view a store in Neuroglancer: export precomputed files, or serve them")
     ng = p.add_subparsers(dest="ng_command", required=True)
 
-    def common(q) -> None:
+    def common(q: argparse.ArgumentParser) -> None:
         target(q)
         q.add_argument("--level", type=int, default=0)
         q.add_argument("--unit", default="nm", help="the store's coordinate unit: nm (default), um, mm, m, ...")

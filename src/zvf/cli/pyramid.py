@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Any
 
 from . import _args
 from .progress import ProgressBar
@@ -17,13 +19,12 @@ def parse_factor(text: str) -> tuple[int, float]:
         raise SystemExit(f"zvf: --factor must look like 2:1 (coarsen:sparsity), got {text!r}") from None
 
 
-def cmd_pyramid(args) -> int:
+def cmd_pyramid(args: argparse.Namespace) -> int:
     import zvf
-
 
     bar = ProgressBar("pyramid", unit="blocks", quiet=args.quiet)
 
-    def progress(s: dict) -> None:
+    def progress(s: dict[str, Any]) -> None:
         bar.update(s["blocks"], s["total_blocks"], f"level {s['level']}: {s['vertices']:,} vertices")
     scales = None
     if args.chunk_scale:
@@ -53,7 +54,7 @@ def cmd_pyramid(args) -> int:
     return 0
 
 
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p = sub.add_parser("pyramid", help="build coarser levels (a multi-resolution pyramid) in place")
     target(p)
     p.add_argument("--factor", action="append", required=True, metavar="COARSEN:SPARSITY",

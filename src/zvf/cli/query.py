@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _args
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+
+    from ..read.selection import Selection
+
+Tables = dict[str, dict[str, "np.ndarray"]]
+"""The objects/groups tables of a level, name -> column -> values (:func:`zvf.read.export.object_tables`)."""
+Explained = tuple[Literal["explain"], str]
+Counted = tuple[Literal["count"], int, dict[str, int]]
+Read = tuple[Literal["read"], "Selection", Tables, dict[str, int], str]
 
 
 def _numbers(text: str, what: str) -> list[float]:
@@ -33,12 +47,12 @@ def _value(text: str, what: str) -> float | int:
             raise SystemExit(f"zvf: {what}: {text!r} is not a number") from None
 
 
-def parse_where(items: list[str] | None) -> dict | None:
+def parse_where(items: list[str] | None) -> dict[str, Any] | None:
     """``NAME=LO:HI`` (closed; a side may be empty), ``NAME=V`` or ``NAME=V1,V2,...``; NAME may be ``rgb[1]``."""
 
     if not items:
         return None
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, cond in _args.key_values(items, "--where expects NAME=LO:HI, NAME=VALUE or NAME=V1,V2"):
         what = f"--where {name}"
         if ":" in cond:
@@ -51,9 +65,9 @@ def parse_where(items: list[str] | None) -> dict | None:
     return out
 
 
-def selection_args(args) -> dict:
+def selection_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ``select(...)`` keywords the flags ask for."""
-    kw: dict = {"level": "auto" if args.max_vertices is not None else args.level, "clip": args.clip,
+    kw: dict[str, Any] = {"level": "auto" if args.max_vertices is not None else args.level, "clip": args.clip,
                 "limit": args.limit, "max_vertices": args.max_vertices, "where": parse_where(args.where)}
     if args.bbox:
         kw["bbox"] = (_numbers(args.bbox[0], "--bbox LO"), _numbers(args.bbox[1], "--bbox HI"))
@@ -66,20 +80,20 @@ def selection_args(args) -> dict:
     return kw
 
 
-def selected_tables(tables: dict, ids) -> dict:
+def selected_tables(tables: Tables, ids: ArrayLike) -> Tables:
     """The objects/groups tables of a level (:func:`zvf.read.export.object_tables`) cut to the rows of the
     objects ``ids`` (a group's memberships of other objects, and its -1 row when it has none, left out)."""
     import numpy as np
 
     key = {"objects": "objects_object_ids", "groups": "groups_object_ids"}
-    out = {}
+    out: Tables = {}
     for table, arrays in tables.items():
         keep = np.isin(arrays[key[table]], ids)
         out[table] = {name: values[keep] for name, values in arrays.items()}
     return out
 
 
-def cmd_query(args) -> int:
+def cmd_query(args: argparse.Namespace) -> int:
     """Count, explain or read a selection; rows go to ``--out`` FILE, or to stdout with ``--format``
     (or ``--out -``), the summary to stdout unless the rows are there (then stderr).  A result with
     objects adds the objects/groups tables ``zvf export`` writes, cut to its objects."""
@@ -100,7 +114,7 @@ def cmd_query(args) -> int:
         check_out(out, fmt)
     t0 = time.perf_counter()
 
-    async def run() -> tuple:
+    async def run() -> Explained | Counted | Read:
         async with await zvf.aio.open(args.target, storage_options=_args.options(args.option)) as ds:
             q = ds.select(**kw)
             if args.explain:
@@ -109,7 +123,7 @@ def cmd_query(args) -> int:
             if args.count:
                 return "count", await q.count(), ds.stats.snapshot()
             sel = await q.read()
-            tables: dict = {}
+            tables: Tables = {}
             owners = sel.objects if sel.objects is not None else sel.object_ids
             if out is not None and owners is not None and (out != STDOUT or fmt == "npz"):  # stdout: one table
                 level = kw["level"] if kw["level"] != "auto" else (await q.plan()).level
@@ -136,6 +150,7 @@ def cmd_query(args) -> int:
     if out is not None:
         links = link_table(geometry, clip=args.clip)
         check_out(out, fmt, [t for t in (links, *tables) if t])
+        assert fmt is not None  # format_of gave it with out
         writer = open_writer(out, fmt, sel, links, rows=len(sel), tables=list(tables))
         try:
             writer.write(sel)
@@ -146,7 +161,7 @@ def cmd_query(args) -> int:
             raise
         writer.close()
         files = writer.files()
-    summary = {"vertices": len(sel), "objects": None if sel.objects is None else len(sel.objects),
+    summary: dict[str, Any] = {"vertices": len(sel), "objects": None if sel.objects is None else len(sel.objects),
                "ms": round(elapsed * 1000, 3), "requests": stats["requests"], "bytes": stats["bytes"],
                "files": [f for f in files if f != STDOUT]}
     stream = sys.stderr if out == STDOUT else sys.stdout  # stdout carries the rows
@@ -159,7 +174,7 @@ def cmd_query(args) -> int:
     return 0
 
 
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p = sub.add_parser("query", help="read, count or explain a selection (box, ball, objects, groups, where); "
                                      "print its rows or write them to a file")
     target(p)

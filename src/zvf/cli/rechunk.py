@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from . import _args
 from .progress import ProgressBar
 
 
-def cmd_rechunk(args) -> int:
+def cmd_rechunk(args: argparse.Namespace) -> int:
     import zvf
 
-
-    kw = {}
+    kw: dict[str, Any] = {}
     if args.compression is not None:
         kw["compression"] = None if args.compression == "none" else args.compression
     if args.shard_shape is not None:
@@ -27,7 +29,7 @@ def cmd_rechunk(args) -> int:
     return 0
 
 
-def register(sub, target) -> None:
+def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p = sub.add_parser("rechunk", help="copy a store with another chunk/bin shape, compression or sharding")
     target(p)
     p.add_argument("dst", help="the new store")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from ..io.store import StorageOptions
 from .base import StoreOptions, Written
 
 __all__ = ["FORMATS", "Format", "convert", "format_of"]
@@ -94,7 +95,7 @@ async def convert(
     compression: str | None = None,
     shard_shape: Any = None,
     overwrite: bool = False,
-    storage_options: dict | None = None,
+    storage_options: StorageOptions | None = None,
     progress: Callable[[dict], None] | None = None,
     **options: Any,
 ) -> dict[str, Any]:

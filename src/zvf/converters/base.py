@@ -24,12 +24,15 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError, MissingDependencyError, UnknownArgumentError, ZvfError
+
+if TYPE_CHECKING:
+    from ..io.store import StorageOptions
 
 SOURCE_KEY = "zvf_source"
 BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
@@ -54,7 +57,7 @@ class StoreOptions:
     compression: str | None = None
     shard_shape: Any = None
     overwrite: bool = False
-    storage_options: dict | None = None
+    storage_options: StorageOptions | None = None
     extra: dict = field(default_factory=dict)
     # ``progress({"done", "total", "unit"})`` after each batch read (total None when unknown)
     progress: Callable[[dict], None] | None = None
