@@ -1,9 +1,9 @@
 """``ReadContext``: the state every read of one opened store shares.
 
 The read modules (points, objects, query, ...) take this context rather
-than an ``AsyncDataset``: it holds the executor (one limiter, one set of
+than a dataset: it holds the executor (one limiter, one set of
 byte caches), the root metadata, the levels loaded so far and the decoded
-tables cached per level.  ``AsyncDataset`` is the public shell around one.
+tables cached per level.  ``DatasetReader`` (``zvf.aio.AsyncDataset``) is the shell around one.
 A dataset's context is pinned to the version of the store it opened
 (:mod:`.pin`); :meth:`ReadContext.refresh` moves it to the newest.
 """

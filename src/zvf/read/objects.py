@@ -261,7 +261,7 @@ def combined_selection(g: Grouped) -> Selection:
 
 async def read_objects(rc: ReadContext, ids, *, level: int = 0, attributes=None, combined: bool = False,
                        categories=None):
-    """Objects by id; see :meth:`zvf.read.dataset.AsyncDataset.read_objects`."""
+    """Objects by id; see :meth:`zvf.read.dataset.DatasetReader.read_objects`."""
     req = as_ids(ids)
     uniq, inverse = np.unique(req, return_inverse=True)
     lvl, _, _, cs = await prepare(rc, level, attributes, links=True, table=False)
