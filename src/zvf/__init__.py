@@ -21,7 +21,8 @@ API (each documented: ``help(zvf.<name>)``):
   OBJ/STL, SWC, TRK/TCK/TRX, CSV, Parquet, GraphML).
 * ``timeout(seconds)``: a ``with`` block whose blocking calls are cancelled past the deadline
   (``zvf.errors.CallTimeoutError``, a ``TimeoutError``).
-* :class:`Selection` (what reads return), :class:`StorageOptions` (``storage_options`` keys),
+* :class:`Selection` (what reads return), :class:`Query` (what ``select`` returns; its keywords are
+  :class:`SelectArgs`), :class:`StorageOptions` (``storage_options`` keys),
   ``zvf.errors`` (exception types), ``zvf.aio`` (the same API as coroutines).
 
 Logging: ``logging.getLogger("zvf")``; at DEBUG every store request is one line
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from . import aio as aio
     from . import errors as errors
     from .api.sync import Dataset as Dataset
+    from .api.sync import Query as Query
     from .api.sync import build_pyramid as build_pyramid
     from .api.sync import convert as convert
     from .api.sync import gc as gc
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import write_points as write_points
     from .api.sync import write_polylines as write_polylines
     from .io.store import StorageOptions as StorageOptions
+    from .read.query_spec import SelectArgs as SelectArgs
     from .read.selection import Selection as Selection
     from .write.types import WriteOptions as WriteOptions
     from .write.types import WriteSummary as WriteSummary
@@ -63,8 +66,10 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
 # public name -> module that defines it
 _LAZY = {
     **dict.fromkeys(("open", "write_points", "write_polylines", "write_lines", "write_graph", "write_mesh",
-                     "validate", "Dataset", "build_pyramid", "rechunk", "convert", "gc", "timeout"), ".api.sync"),
+                     "validate", "Dataset", "Query", "build_pyramid", "rechunk", "convert", "gc", "timeout"),
+                    ".api.sync"),
     "Selection": ".read.selection",
+    "SelectArgs": ".read.query_spec",
     "StorageOptions": ".io.store",
     "WriteSummary": ".write.types",
     "WriteOptions": ".write.types",

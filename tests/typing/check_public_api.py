@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import assert_type, reveal_type
 
 import numpy as np
+import numpy.typing as npt
 from obstore.store import MemoryStore
 
 import zvf
@@ -41,11 +42,17 @@ def blocking() -> None:
         assert_type(ds.read_objects([1, 2], combined=True), zvf.Selection)
         assert_type(ds.read_object(3), zvf.Selection)
         assert_type(ds.read_all(), zvf.Selection)
-        assert_type(ds.object_ids(), np.ndarray)
+        assert_type(ds.object_ids(), npt.NDArray[np.int64])
         assert_type(ds.iter_chunks(prefetch=2), Iterator[zvf.Selection])
         assert_type(ds.iter_objects([1]), Iterator[zvf.Selection])
         assert_type(ds.levels, list[int])
         assert_type(ds.aio, AsyncDataset)
+        query = ds.select(bbox=([0, 0, 0], [1, 1, 1])).select(objects=[1, 2], where={"v": (0, 5)})
+        assert_type(query, zvf.Query)
+        assert_type(query.read(), zvf.Selection)
+        assert_type(query.count(), int)
+        assert_type(query.object_ids(), npt.NDArray[np.int64])
+        assert_type(query.iter(batch=4), Iterator[zvf.Selection])
         ds.append_points(pos, attributes={"v": [1, 2, 3, 4]}, cast=True)
         assert_type(ds.close(), None)
     assert_type(zvf.write_points("s", pos, chunk_shape=(5, 5, 5), fragment_attributes={"w": {(0, 0, 0): [1.0]}}),
@@ -75,6 +82,13 @@ async def asynchronous() -> None:
         assert_type(await ads.read_objects([1], combined=True), zvf.Selection)
         async for sel in ads.iter_chunks():
             assert_type(sel, zvf.Selection)
+        aquery = ads.select(near=([0, 0, 0], 2.0)).select(level="auto", max_vertices=100)
+        assert_type(aquery, zvf.aio.AsyncQuery)
+        assert_type(await aquery.read(), zvf.Selection)
+        assert_type(await aquery.count(), int)
+        async for sel in aquery.iter():
+            assert_type(sel, zvf.Selection)
+    reveal_type(AsyncDataset.select)  # R: **narrowing: **TypedDict(zvf.read.query_spec.SelectArgs
     assert_type(await zvf.aio.write_points("s", pos, chunk_shape=(10.0, 10.0, 10.0)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_polylines("p", [pos], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5)), zvf.WriteSummary)
@@ -94,5 +108,8 @@ def rejected(ds: zvf.Dataset) -> None:
     zvf.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5), dtyp="float32")  # E: misspelled writer keyword
     zvf.write_graph("g", pos, [[0, 1]], chunk_shape=(5, 5, 5), overwrite="yes")  # E: overwrite is a bool
     ds.append_points(pos, cast="yes")  # E: cast is a bool
+    ds.select(bbx=([0, 0, 0], [1, 1, 1]))  # E: unknown select keyword
+    ds.select().select(level="coarse")  # E: a level number or "auto"
+    ds.select(limit="5").count()  # E: limit is an int
     bad: zvf.WriteOptions = {"compresion": "zstd"}  # E: unknown writer option
     zvf.write_points("s", pos, chunk_shape=(5, 5, 5), **bad)

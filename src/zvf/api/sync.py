@@ -31,23 +31,26 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack, cast, overload
 
 from ..errors import CallTimeoutError, InvalidArgumentError
 from ..io import fork
 from ..read.context import RootFacts
 from ..read.query import AsyncQuery
+from ..read.query_spec import SelectArgs
 from . import aio
 from .dataset import AsyncDataset
 
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
 
-    from ..read.export import BatchStream
+    from ..read.export import Batches
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+A = TypeVar("A")
+A_co = TypeVar("A_co", covariant=True)
 
 _lock = threading.Lock()
 _portal: BlockingPortal | None = None
@@ -198,10 +201,18 @@ def _opening(afn: Callable[P, Awaitable[AsyncDataset]]) -> Callable[P, Dataset]:
     return run
 
 
-def _method(afn: Callable[Concatenate[AsyncDataset, P], Awaitable[R]]) -> Callable[Concatenate[Dataset, P], R]:
-    """The blocking twin of async method ``AsyncDataset.<name>``, run on ``self.aio``."""
+class _Twin(Protocol[A_co]):
+    """A blocking object over the async one it wraps (``Dataset`` over ``AsyncDataset``, ``Query`` over
+    ``AsyncQuery``)."""
 
-    def run(self: Dataset, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    @property
+    def _inner(self) -> A_co: ...
+
+
+def _method(afn: Callable[Concatenate[A, P], Awaitable[R]]) -> Callable[Concatenate[_Twin[A], P], R]:
+    """The blocking twin of async method ``<Async class>.<name>``, run on ``self.aio``."""
+
+    def run(self: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> R:
         return _call(afn, self._inner, *args, **kwargs)
 
     functools.update_wrapper(run, afn)
@@ -209,18 +220,18 @@ def _method(afn: Callable[Concatenate[AsyncDataset, P], Awaitable[R]]) -> Callab
 
 
 def _iter_method(
-    fn: Callable[Concatenate[AsyncDataset, P], BatchStream[T]],
-) -> Callable[Concatenate[Dataset, P], Iterator[T]]:
-    """The blocking iterator twin of ``AsyncDataset.<name>`` (which returns a batch stream)."""
+    fn: Callable[Concatenate[A, P], Batches[T]],
+) -> Callable[Concatenate[_Twin[A], P], Iterator[T]]:
+    """The blocking iterator twin of ``<Async class>.<name>`` (which returns a batch stream)."""
 
-    def run(self: Dataset, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+    def run(self: _Twin[A], /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
         return _iterate(fn(self._inner, *args, **kwargs))
 
     functools.update_wrapper(run, fn)
     return run
 
 
-def _iterate(stream: BatchStream[T]) -> Iterator[T]:
+def _iterate(stream: Batches[T]) -> Iterator[T]:
     """Each step of ``stream`` awaited on the facade's loop; leaving the loop early (break, Ctrl-C)
     stops its prefetching."""
     items = stream.__aiter__()
@@ -251,19 +262,16 @@ class Query:
     def aio(self) -> AsyncQuery:
         return self._inner
 
-    @functools.wraps(AsyncQuery.select)
-    def select(self, **kw: Any) -> Query:
-        return Query(self._inner.select(**kw))
+    def select(self, **narrowing: Unpack[SelectArgs]) -> Query:
+        """This query narrowed further: boxes intersect, id sets intersect, ``where`` terms AND."""
+        return Query(self._inner.select(**narrowing))
 
-    @functools.wraps(AsyncQuery.iter)
-    def iter(self, **kw: Any) -> Iterator[Any]:
-        return _iterate(self._inner.iter(**kw))
-
-    read = _method(AsyncQuery.read)  # type: ignore[arg-type]
-    count = _method(AsyncQuery.count)  # type: ignore[arg-type]
-    object_ids = _method(AsyncQuery.object_ids)  # type: ignore[arg-type]
-    plan = _method(AsyncQuery.plan)  # type: ignore[arg-type]
-    explain = _method(AsyncQuery.explain)  # type: ignore[arg-type]
+    iter = _iter_method(AsyncQuery.iter)
+    read = _method(AsyncQuery.read)
+    count = _method(AsyncQuery.count)
+    object_ids = _method(AsyncQuery.object_ids)
+    plan = _method(AsyncQuery.plan)
+    explain = _method(AsyncQuery.explain)
 
 
 class _Forwarded(Generic[T]):
@@ -320,11 +328,6 @@ class Dataset(RootFacts):
     stats = _Forwarded(AsyncDataset.stats)
     version = _Forwarded(AsyncDataset.version)
     info = _method(AsyncDataset.info)
-
-    @functools.wraps(AsyncDataset.select)
-    def select(self, **kw: Any) -> Query:
-        return Query(self._inner.select(**kw))
-
     query = _method(AsyncDataset.query)
     read_all = _method(AsyncDataset.read_all)
     object_ids = _method(AsyncDataset.object_ids)
@@ -344,6 +347,12 @@ class Dataset(RootFacts):
     append_lines = _method(AsyncDataset.append_lines)
     append_graph = _method(AsyncDataset.append_graph)
     append_mesh = _method(AsyncDataset.append_mesh)
+
+    def select(self, **narrowing: Unpack[SelectArgs]) -> Query:
+        """A lazy, immutable query: nothing is read until a terminal (``read``, ``count``, ``object_ids``,
+        ``iter``, ``plan``, ``explain``) runs; ``select`` narrows it further.  The keywords are
+        ``zvf.SelectArgs``; see ``zvf.aio.AsyncDataset.select``."""
+        return Query(self._inner.select(**narrowing))
 
 
 open = _opening(aio.open)

@@ -15,7 +15,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, Unpack, overload
 
 import numpy as np
 
@@ -27,10 +27,11 @@ from . import box, load, objects
 from .context import Owners, ReadContext, RootFacts
 from .dense import dense_attribute, read_groups
 from .points import pick_attributes, read_chunks
+from .query_spec import BBox, SelectArgs
 from .selection import FragmentRows, Selection
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
+    from numpy.typing import ArrayLike, NDArray
 
     from ..format.manifest import ManifestTable
     from ..format.metadata import RootMeta
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     from .export import BatchStream
     from .query import AsyncQuery
 
-BBox = tuple["ArrayLike", "ArrayLike"]
-"""A closed box ``(lo, hi)``: two sequences of ``ndim`` coordinates."""
 AttributeNames = str | Sequence[str] | None
 """Vertex attributes to read: None for all, a name, or names."""
 Categories = Sequence[Any] | None
@@ -180,17 +179,15 @@ class DatasetReader(RootFacts):
         return await self._ctx.fragment_owners(index)
 
     @_refreshing
-    async def object_ids(self, *, level: int = 0) -> np.ndarray:
+    async def object_ids(self, *, level: int = 0) -> NDArray[np.int64]:
         """Ids of the objects the level's index lists (none for a cloud without object ids)."""
         lvl = await self.level(level)
         if not self.has_objects(lvl.index):
             return np.zeros(0, dtype=np.int64)
-        return (await self._ctx.object_ids(lvl.index)).copy()
+        return (await self._ctx.object_ids(lvl.index)).astype(np.int64)
 
     # ------------------------------------------------------------- queries
-    def select(self, *, bbox: BBox | None = None, near=None, objects=None, groups=None, where=None,
-               level: int | str = 0, attributes: AttributeNames = None, clip: bool = False, limit: int | None = None,
-               max_vertices: int | None = None) -> AsyncQuery:
+    def select(self, **narrowing: Unpack[SelectArgs]) -> AsyncQuery:
         """A lazy, immutable query (nothing is read until a terminal runs); see ``zvf.read.query``.
 
         ``near=(center, radius)`` closed ball; ``objects``/``groups`` id sets;
@@ -202,8 +199,7 @@ class DatasetReader(RootFacts):
         from .query import AsyncQuery
 
         self._ctx.check_open()
-        return AsyncQuery.build(self._ctx, bbox=bbox, near=near, objects=objects, groups=groups, where=where,
-                                level=level, attributes=attributes, clip=clip, limit=limit, max_vertices=max_vertices)
+        return AsyncQuery.build(self._ctx, **narrowing)
 
     @_refreshing
     async def query(self, bbox: BBox, *, level: int = 0, attributes: AttributeNames = None,

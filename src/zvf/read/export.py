@@ -28,7 +28,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import numpy as np
@@ -55,6 +55,19 @@ class _Slot:
 
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Batches(Protocol[T_co]):
+    """What a bulk read returns: batches for ``async for``, once; ``async with`` or ``aclose()`` stops it early."""
+
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
+
+    async def __aenter__(self) -> AsyncIterator[T_co]: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class BatchStream(Generic[T]):

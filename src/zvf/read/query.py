@@ -28,9 +28,12 @@ object index, groups, object attributes) but no cell of a spatial array.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Unpack
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..errors import InvalidArgumentError
 from ..format.fragments import decode_fragment_index
@@ -47,9 +50,12 @@ from .load import LINKED
 from .objects import SEQUENTIAL, combined_selection, level_attributes, object_table, read_grouped
 from .points import attribute_layout, attribute_rows, fetch, fragment_indexes, row_nbytes
 from .query_plan import PlannedRead, QueryPlan, Wave
-from .query_spec import Spec, Term
+from .query_spec import SelectArgs, Spec, Term
 from .rowops import expand_ranges, match_rows, segments
 from .selection import Selection
+
+if TYPE_CHECKING:
+    from .export import Batches
 
 __all__ = ["AsyncQuery"]
 
@@ -69,12 +75,12 @@ class AsyncQuery:
         self._spec = spec
 
     @classmethod
-    def build(cls, rc: ReadContext, **kw) -> AsyncQuery:
-        return cls(rc, Spec.build(rc.ndim, **kw))
+    def build(cls, rc: ReadContext, **narrowing: Unpack[SelectArgs]) -> AsyncQuery:
+        return cls(rc, Spec.build(rc.ndim, **narrowing))
 
-    def select(self, **kw) -> AsyncQuery:
+    def select(self, **narrowing: Unpack[SelectArgs]) -> AsyncQuery:
         """This query narrowed further: boxes intersect, id sets intersect, ``where`` terms AND."""
-        return AsyncQuery(self._rc, self._spec.and_(Spec.build(self._rc.ndim, **kw)))
+        return AsyncQuery(self._rc, self._spec.and_(Spec.build(self._rc.ndim, **narrowing)))
 
     @property
     def spec(self) -> Spec:
@@ -103,14 +109,14 @@ class AsyncQuery:
             return n
         return len(await _read(self._rc, replace(ctx, names=[])))
 
-    async def object_ids(self) -> np.ndarray:
+    async def object_ids(self) -> NDArray[np.int64]:
         """Sorted ids of the objects the result holds (empty for a cloud without object ids)."""
         return await self._rc.retrying(self._object_ids)
 
-    async def _object_ids(self) -> np.ndarray:
-        return await _object_ids(self._rc, await _resolve(self._rc, self._spec))
+    async def _object_ids(self) -> NDArray[np.int64]:
+        return (await _object_ids(self._rc, await _resolve(self._rc, self._spec))).astype(np.int64, copy=False)
 
-    def iter(self, *, batch: int | None = None, prefetch: int = 4):
+    def iter(self, *, batch: int | None = None, prefetch: int = 4) -> Batches[Selection]:
         """The result in batches (``async for``), at most ``prefetch`` batches fetched ahead:
         point clouds ``batch`` chunks (default 16) at a time, object geometries ``batch`` objects
         (default 256).  ``limit`` cuts the stream."""
@@ -752,7 +758,7 @@ async def _object_ids(rc: ReadContext, ctx: _Ctx) -> np.ndarray:
     return ids[ids >= 0]
 
 
-def _iterate(query: AsyncQuery, batch: int | None, prefetch: int):
+def _iterate(query: AsyncQuery, batch: int | None, prefetch: int) -> Batches[Selection]:
     from .export import BatchStream
 
     rc = query._rc
@@ -790,23 +796,23 @@ def _iterate(query: AsyncQuery, batch: int | None, prefetch: int):
 class _Limited:
     """Point batches cut at ``limit`` vertices; the stream stops (and its prefetch ends) there."""
 
-    def __init__(self, stream, limit: int):
+    def __init__(self, stream: Batches[Selection], limit: int):
         self.stream = stream
         self.limit = limit
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncIterator[Selection]:
         return self.__aiter__()
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stream.aclose()
 
     async def aclose(self) -> None:
         await self.stream.aclose()
 
-    def __aiter__(self):
+    def __aiter__(self) -> AsyncIterator[Selection]:
         return self._gen()
 
-    async def _gen(self):
+    async def _gen(self) -> AsyncIterator[Selection]:
         left = self.limit
         try:
             async for sel in self.stream:

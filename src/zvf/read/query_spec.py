@@ -14,12 +14,47 @@ leaves a side open) or a list/set/array of values (membership).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeAlias, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import InvalidArgumentError
 from ..format.grid import check_bbox
+
+BBox: TypeAlias = tuple[ArrayLike, ArrayLike]
+"""A closed box ``(lo, hi)``: two sequences of ``ndim`` coordinates."""
+Ids: TypeAlias = int | np.integer[Any] | Iterable[int | np.integer[Any]]
+"""Object or group ids: one, or any collection of them (a numpy array too)."""
+Number: TypeAlias = float | np.number[Any]
+WhereValue: TypeAlias = Number | tuple[Number | None, Number | None] | Sequence[Number] | Set[Number] | NDArray[Any]
+"""A ``where`` test: equal to a value, in a closed ``(lo, hi)`` range (None: open side), or one of values."""
+
+
+class SelectArgs(TypedDict, total=False):
+    """The keywords of every ``select`` (a dataset's, a query's, async or blocking); each narrows.
+
+    ``bbox`` closed box ``(lo, hi)``; ``near=(center, radius)`` closed ball; ``objects``/``groups``
+    id sets; ``where={name: value | (lo, hi) | [values]}`` on vertex or object attributes
+    (``"rgb[1]"`` picks a channel); ``level`` a level number, or ``"auto"`` with ``max_vertices``
+    (the finest level that fits); ``attributes`` the vertex attributes to read (None: all);
+    ``clip`` only the matching vertices of polylines; ``limit`` at most this many vertices
+    (point clouds) or objects.
+    """
+
+    bbox: BBox | None
+    near: tuple[ArrayLike, float] | None
+    objects: Ids | None
+    groups: Ids | None
+    where: Mapping[str, WhereValue] | None
+    level: int | Literal["auto"]
+    attributes: str | Sequence[str] | None
+    clip: bool
+    limit: int | None
+    max_vertices: int | None
+
 
 _KEY = re.compile(r"^(?P<name>[^\[\]]+?)(?:\[(?P<channel>[^\[\]]+)\])?$")
 
@@ -81,10 +116,10 @@ class Term:
         return keep
 
 
-def parse_where(where) -> tuple[Term, ...]:
+def parse_where(where: Mapping[str, WhereValue] | None) -> tuple[Term, ...]:
     if where is None:
         return ()
-    if not isinstance(where, dict):
+    if not isinstance(where, Mapping):
         raise InvalidArgumentError(f"where must be a dict {{name: value | (lo, hi) | [values]}}, got {where!r}")
     out = []
     for key, value in where.items():
@@ -151,8 +186,11 @@ class Spec:
     max_vertices: int | None = None
 
     @classmethod
-    def build(cls, ndim: int, *, bbox=None, near=None, objects=None, groups=None, where=None, level=0,
-              attributes=None, clip=False, limit=None, max_vertices=None) -> Spec:
+    def build(cls, ndim: int, *, bbox: BBox | None = None, near: tuple[ArrayLike, float] | None = None,
+              objects: Ids | None = None, groups: Ids | None = None, where: Mapping[str, WhereValue] | None = None,
+              level: int | Literal["auto"] = 0, attributes: str | Sequence[str] | None = None, clip: bool = False,
+              limit: int | None = None, max_vertices: int | None = None) -> Spec:
+        """The narrowings of ``select(**SelectArgs)``, checked (``InvalidArgumentError`` naming the keyword)."""
         box = None
         if bbox is not None:
             lo, hi = check_bbox(bbox, ndim)
