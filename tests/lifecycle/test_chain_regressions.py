@@ -57,8 +57,6 @@ def _two_objects():
     return pos, np.array([0, 0, 0, 7, 7, 7]), {"w": np.array([1.5, 2.5])}
 
 
-@pytest.mark.xfail(strict=True, reason="a mesh converted to PLY and back becomes one object; its object ids "
-                                       "come back as an int32 'object_id' vertex attribute, object attributes lost")
 def test_mesh_objects_survive_ply_round_trip(tmp_path):
     pytest.importorskip("plyfile")
     pos, oids, oattrs = _two_objects()
@@ -72,8 +70,6 @@ def test_mesh_objects_survive_ply_round_trip(tmp_path):
         assert ds.object_attribute("w").tolist() == [1.5, 2.5]
 
 
-@pytest.mark.xfail(strict=True, reason="GraphML export drops multi-channel vertex attributes and object "
-                                       "attributes without an error (PLY refuses multi-channel ones, saying why)")
 def test_graph_attributes_survive_graphml_round_trip_or_are_refused(tmp_path):
     pytest.importorskip("networkx")
     pos, oids, oattrs = _two_objects()
@@ -92,7 +88,6 @@ def test_graph_attributes_survive_graphml_round_trip_or_are_refused(tmp_path):
         assert ds.object_attribute("w").tolist() == [1.5, 2.5]
 
 
-@pytest.mark.xfail(strict=True, reason="TRX round trip keeps groups but drops their attributes (data_per_group)")
 def test_group_attributes_survive_trx_round_trip(tmp_path):
     pytest.importorskip("trx")
     lines = [np.random.default_rng(k).uniform(0, 10, (4, 3)).astype(np.float32) for k in range(3)]

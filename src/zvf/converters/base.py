@@ -322,6 +322,12 @@ async def object_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:
     return {name: await ds.object_attribute(name, level=level) for name in await object_attribute_names(ds, level)}
 
 
+async def group_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:
+    """Every group attribute of a level, (G,) or (G, C), row g = group g."""
+    lvl = await ds.family(level, "group_attributes")
+    return {name: await ds.group_attribute(name, level=level) for name in lvl.named("group_attributes")}
+
+
 # ----------------------------------------------------------------------------------- source order
 
 

@@ -6,6 +6,12 @@ same length; 3..8 corners).  Property order, list types, format and comments go 
 ``zvf_source`` record so a file converted back has the same header.  plyfile reads binary
 files through a memory map and writes whole elements, so both directions hold the file's
 arrays once in memory.
+
+A mesh of several objects (or of one object whose id is not 0, or with object attributes) is
+written with a vertex property ``object_id`` and an ``object`` element: one row per object,
+its ``object_id`` and each object attribute as a property.  A file holding both is read back
+as those objects and attributes.  PLY properties are scalars: attributes of several channels,
+and integers PLY cannot hold exactly, are refused naming the attribute.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from .base import (
     Written,
     need,
     numbered,
+    object_attributes,
     point_batches,
     reading,
     source_record,
@@ -29,6 +36,7 @@ from .base import (
 )
 
 AXES = ("x", "y", "z")
+OBJECT_ID = "object_id"  # the vertex property and the ``object`` element property naming objects
 FACE_LISTS = ("vertex_indices", "vertex_index")
 # PLY has no 64-bit integers: what a store's dtype becomes in a PLY property
 _PLY_CAST = {"int64": "i4", "uint64": "u4", "bool": "u1", "float16": "f4"}
@@ -74,6 +82,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     pos = np.column_stack([v[a] for a in axes])
     attrs = {n: np.ascontiguousarray(v[n]) for n in names}
     faces, finfo = _faces(ply, src)
+    oids, oattrs = _objects(ply, attrs, src) if faces is not None else (None, None)
     record = {"format": "ply", "text": bool(ply.text), "byte_order": ply.byte_order, "comments": list(ply.comments),
               "obj_info": list(ply.obj_info), "vertex_properties": props, **finfo}
     if faces is None:
@@ -94,7 +103,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         from ..write.objects import write_mesh
 
         s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, attributes=attrs or None,
-                             dtype=pos.dtype, **store.writer_kw())
+                             object_ids=oids, object_attributes=oattrs, dtype=pos.dtype, **store.writer_kw())
         out = {"vertices": s.vertex_count, "faces": len(faces)}
     await stamp(dst, store, record)
     return out
@@ -107,34 +116,36 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
     level = opts["level"]
     faces = None
     oids = None
+    objects = None
     if ds.geometry_type == "mesh":
         await written.start(level)
-        sel = await ds.read_objects(await ds.object_ids(level=level), level=level, combined=True)
+        ids = await ds.object_ids(level=level)
+        sel = await ds.read_objects(ids, level=level, combined=True)
         written.add(len(sel))
         faces = sel.faces
-        if len(sel.objects) > 1:
-            oids = np.repeat(sel.objects, np.diff(sel.offsets))
+        oattrs = await object_attributes(ds, level)
+        if len(ids) > 1 or oattrs or (len(ids) and ids[0] != 0):
+            if OBJECT_ID in sel.attributes:
+                raise InvalidArgumentError(f"{ds.url}: the vertex attribute {OBJECT_ID!r} has the name PLY's "
+                                           f"object ids are written under; rename it to convert the mesh to PLY")
+            sizes = np.diff(sel.offsets)
+            if (sizes == 0).any():
+                raise InvalidArgumentError(f"{ds.url}: object {int(sel.objects[np.argmax(sizes == 0)])} has no "
+                                           f"vertices; a PLY mesh names its objects through their vertices")
+            oids = np.repeat(sel.objects, sizes)
+            objects = _element({OBJECT_ID: np.asarray(sel.objects), **oattrs}, [], {}, ds.url, "object")
     else:
         sel = _concat([s async for s in await point_batches(ds, level, opts["keep_order"], written)], ds.ndim)
     axes = list(AXES[:ds.ndim])
     cols = dict(zip(axes, sel.positions.T))
     cols.update(sel.attributes)
-    if oids is not None and "object_id" not in cols:
-        cols["object_id"] = oids
-    order = [n for n, _ in rec.get("vertex_properties", [])]
-    names = [n for n in order if n in cols] + [n for n in cols if n not in order]
-    given = dict(rec.get("vertex_properties", []))
-    dtype = []
-    for n in names:
-        col = cols[n]
-        if col.ndim != 1:
-            raise InvalidArgumentError(
-                f"{ds.url}: attribute {n!r} has {col.shape[1]} channels; PLY properties are scalar")
-        dtype.append((n, given.get(n, _PLY_CAST.get(col.dtype.name, col.dtype.str))))
-    vert = np.empty(len(sel.positions), dtype=dtype)
-    for n in names:
-        vert[n] = cols[n]
+    if oids is not None:
+        cols[OBJECT_ID] = oids
+    vert = _element(cols, [n for n, _ in rec.get("vertex_properties", [])], dict(rec.get("vertex_properties", [])),
+                    ds.url, "vertex")
     elements = [plyfile.PlyElement.describe(vert, "vertex")]
+    if objects is not None:
+        elements.append(plyfile.PlyElement.describe(objects, "object"))
     if faces is not None:
         name = rec.get("face_list", "vertex_indices")
         idx_dt = rec.get("face_index_dtype", "i4")
@@ -146,6 +157,46 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
     plyfile.PlyData(elements, text=text, byte_order=rec.get("byte_order", "<") if not text else "=",
                     comments=rec.get("comments", []), obj_info=rec.get("obj_info", [])).write(dst)
     return {"vertices": len(vert), **({"faces": len(faces)} if faces is not None else {})}
+
+
+def _element(cols: dict[str, np.ndarray], order: list[str], given: dict[str, str], url: str,
+             what: str) -> np.ndarray:
+    """The rows of a PLY element holding ``cols`` (the names in ``order`` first), each column in the
+    PLY type ``given`` for it or the nearest one PLY has; refuses a column PLY cannot hold exactly."""
+    names = [n for n in order if n in cols] + [n for n in cols if n not in order]
+    dtype = []
+    for n in names:
+        col = cols[n]
+        if col.ndim != 1:
+            raise InvalidArgumentError(
+                f"{url}: {what} attribute {n!r} has {col.shape[1]} channels; PLY properties are scalar")
+        dtype.append((n, given.get(n, _PLY_CAST.get(col.dtype.name, col.dtype.str))))
+    rows = np.empty(len(next(iter(cols.values()))) if cols else 0, dtype=dtype)
+    for n in names:
+        rows[n] = cols[n]
+        if cols[n].dtype.kind in "iub" and not np.array_equal(rows[n], cols[n]):
+            raise InvalidArgumentError(f"{url}: {what} attribute {n!r} holds values PLY's {rows[n].dtype} "
+                                       f"property cannot (PLY has no 64-bit integers)")
+    return rows
+
+
+def _objects(ply: Any, attrs: dict[str, np.ndarray], src: str) -> tuple[np.ndarray | None, dict | None]:
+    """(object id per vertex, object attributes by sorted id) of a mesh written with an ``object``
+    element (module docstring); the vertex ``object_id`` is taken out of ``attrs``.  (None, None)
+    for other files."""
+    if "object" not in ply or OBJECT_ID not in attrs:
+        return None, None
+    table = ply["object"].data
+    if OBJECT_ID not in (table.dtype.names or ()):
+        return None, None
+    ids = np.asarray(table[OBJECT_ID]).astype(np.int64)
+    oids = attrs.pop(OBJECT_ID).astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    if len(np.unique(ids)) != len(ids) or not np.array_equal(ids[order], np.unique(oids)):
+        raise InputFileError(f"{src}: the object element's {OBJECT_ID}s ({len(ids)}) are not the distinct "
+                             f"vertex {OBJECT_ID}s ({len(np.unique(oids))})")
+    oattrs = {n: np.ascontiguousarray(table[n][order]) for n in table.dtype.names if n != OBJECT_ID}
+    return oids, oattrs or None
 
 
 def _concat(parts: list, ndim: int):

@@ -2,9 +2,10 @@
 
 Positions are RAS+ millimetres (what nibabel and trx hand out), float32 as the files store
 them.  Per-point data become vertex attributes, per-streamline data object attributes, TRX
-groups become ZVF groups (names in the ``zvf_source`` record).  The voxel-to-RASMM affine,
-the volume dimensions, voxel sizes and order are recorded, so a file written back lands in
-the same space.  Reading streams: TRK/TCK through nibabel's lazy loading, TRX through its
+groups ZVF groups (names in the ``zvf_source`` record) and their ``dpg`` data group attributes
+(one (1, C) array per group and name in TRX).  The voxel-to-RASMM affine, the volume
+dimensions, voxel sizes and order are recorded, so a file written back lands in the same space.
+Reading streams: TRK/TCK through nibabel's lazy loading, TRX through its
 memory maps, in batches of streamlines handed straight to the streaming polyline writer.
 Writing streams TRK/TCK too (nibabel saves a lazy tractogram fed batch by batch); TRX is
 assembled whole, as trx-python builds its file from whole arrays.
@@ -23,6 +24,7 @@ from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     StoreOptions,
     Written,
+    group_attributes,
     guarded,
     need,
     object_attributes,
@@ -115,11 +117,37 @@ def _squeeze(arrays: dict) -> dict:
             else (v.reshape(len(v)) if v.ndim == 2 and v.shape[1] == 1 else v) for k, v in arrays.items()}
 
 
+def _trx_group_attributes(trx: Any, names: list[str], src: str) -> dict[str, np.ndarray] | None:
+    """TRX ``dpg`` (one (1, C) array per group and name) as ZVF group attributes, row g = group ``names[g]``.
+
+    A name some groups lack is NaN there when it is floating point, and refused otherwise (no
+    integer value means "absent")."""
+    dpg = trx.data_per_group
+    keys = sorted({k for name in names for k in dpg.get(name, {})})
+    out = {}
+    for key in keys:
+        rows = [dpg.get(name, {}).get(key) for name in names]
+        given = [np.asarray(r) for r in rows if r is not None]
+        width = {r.size for r in given}
+        if len(width) != 1:
+            raise InputFileError(f"{src}: data_per_group {key!r} has {sorted(width)} channels across groups")
+        dtype = np.result_type(*given)
+        missing = [names[g] for g, r in enumerate(rows) if r is None]
+        if missing and dtype.kind != "f":
+            raise InputFileError(f"{src}: data_per_group {key!r} is missing for group {missing[0]!r}; "
+                                 f"only floating-point group data may be missing (NaN)")
+        n = width.pop()
+        col = np.stack([np.full(n, np.nan, dtype) if r is None else np.asarray(r, dtype).reshape(n) for r in rows])
+        out[key] = col.reshape(len(names)) if n == 1 else col
+    return out or None
+
+
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
     opts = take_options(fmt, options, {"batch": BATCH})
     from ..write.objects import write_polylines
 
     groups = None
+    group_attrs = None
     trx = None
     batch = int(opts["batch"])
     errors = _read_errors(fmt)
@@ -134,6 +162,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
                 return _trx_batches(trx, batch)
             if trx.groups:
                 groups = {g: np.asarray(trx.groups[name], dtype=np.int64) for g, name in enumerate(record["groups"])}
+                group_attrs = _trx_group_attributes(trx, record["groups"], src)
         else:
             nib = _nib()
             with reading(src, fmt, errors):
@@ -159,7 +188,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         if first is None:
             raise InputFileError(f"{src}: no streamlines")
         s = await write_batches(dst, batches, store, write_polylines, main="polylines", geometry_type="streamline",
-                                groups=groups, dtype=first["polylines"][0].dtype)
+                                groups=groups, group_attributes=group_attrs, dtype=first["polylines"][0].dtype)
     finally:
         if trx is not None:  # the batches are views into its memory maps: close only after the write
             trx.close()
@@ -262,9 +291,12 @@ async def _save_trx(ds, dst: str, level: int, rec: dict, dps: dict, affine, dims
         "dpv": {k: v[0].dtype for k, v in dpp.items()}, "dps": {k: v.dtype for k, v in dps.items()}})
     try:
         names = rec.get("groups") if rec.get("format") == "trx" else None
+        gattrs = await group_attributes(ds, level)
         for g, members in enumerate(await ds.groups(level=level)):
             name = names[g] if names and g < len(names) else f"group_{g}"
             trx.groups[name] = np.asarray(members, dtype=np.uint32)
+            if gattrs:
+                trx.data_per_group[name] = {k: v[g].reshape(1, -1) for k, v in gattrs.items()}
         tmm.save(trx, dst)
     finally:
         trx.close()
