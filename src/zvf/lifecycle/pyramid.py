@@ -48,8 +48,9 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
 
 import anyio
 import numpy as np
@@ -67,8 +68,9 @@ from ..format.grid import row_positions
 from ..format.keys import format_offsets_name, parse_offsets_name
 from ..format.layout import LevelLayout
 from ..format.links import decode_ragged_links, encode_ragged_links
+from ..format.manifest import ManifestTable
 from ..io.executor import Executor
-from ..io.store import open_store
+from ..io.store import StorageOptions, StoreHandle, Target, open_store
 from ..read import load
 from ..read.cells import CellArray, rows_from_payload
 from ..read.dataset import DatasetReader
@@ -94,6 +96,58 @@ CAPS_OBJECTS = "preserved_object_ids"
 CAP_SHARED = "shared_fragments"
 CAP_LINKS = "multiscale_links"
 RECORD = "zvf_pyramid"  # a coarse level's group attribute: how zvf built it (see build_record)
+
+Factors = Sequence[tuple[int | Sequence[int], float]]
+"""``build_pyramid``'s ``factors``: per new level, (bin coarsening, one per axis or one for all; sparsity)."""
+ChunkScales = Sequence[int | Sequence[int]]
+"""``build_pyramid``'s ``chunk_scale_factors``: per new level, the chunk edge multiplier (per axis or for all)."""
+Cells = dict[str, list[tuple[tuple[int, ...], bytes]]]
+"""Encoded cells of a block: array path -> [(chunk coords, payload)]."""
+LevelGrid = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""A built level's chunk grid: (chunk scale, chunk edge in root bins, grid origin, grid shape)."""
+
+
+
+class BuildProgress(TypedDict):
+    """What ``build_pyramid(progress=...)`` is called with as each block's cells are queued."""
+
+    level: int
+    blocks: int
+    total_blocks: int
+    vertices: int
+
+
+class LevelSummary(TypedDict):
+    """One built level: its vertices and blocks; links of finer levels (``cross_level_depth >= 2``) per N,
+    and for object geometries the objects of the source and those kept."""
+
+    level: int
+    vertex_count: int
+    blocks: int
+    deep_links: NotRequired[dict[int, int]]
+    objects: NotRequired[int]
+    objects_kept: NotRequired[int]
+
+
+class PyramidSummary(TypedDict):
+    """What ``build_pyramid`` returns: a summary per level, the link settings, the requests it made and
+    the root's ``zarr_vectors`` attributes as published."""
+
+    levels: list[LevelSummary]
+    cross_level_storage: str
+    cross_level_depth: int
+    requests: dict[str, int]
+    root: dict[str, Any]
+
+
+class PyramidSpec(TypedDict):
+    """The ``build_pyramid`` keywords that rebuild a store's levels as they are (:func:`pyramid_spec`)."""
+
+    factors: list[tuple[list[int], float]]
+    chunk_scale_factors: list[list[int]]
+    seed: int
+    cross_level_depth: int
+    cross_level_storage: str
 
 
 # --------------------------------------------------------------------------- planning (pure)
@@ -136,9 +190,11 @@ class LevelPlan:
 
     def block_of(self, src_chunks: np.ndarray) -> np.ndarray:
         """Block coords of source chunks (floor division: negative coords too)."""
-        return np.floor_divide(src_chunks * np.asarray(self.src_chunk_units), np.asarray(self.block))
+        blocks: np.ndarray = np.floor_divide(src_chunks * np.asarray(self.src_chunk_units), np.asarray(self.block))
+        return blocks
 
-    def target_grid(self, src_origin, src_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def target_grid(self, src_origin: Sequence[int], src_shape: Sequence[int]
+                    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(origin, shape) of the target chunk grid covering the source grid exactly."""
         o = np.asarray(src_origin, np.int64)
         top = o + np.asarray(src_shape, np.int64) - 1
@@ -147,9 +203,9 @@ class LevelPlan:
         return tuple(int(v) for v in lo), tuple(int(v) for v in hi - lo + 1)
 
 
-def _whole(values, name: str, ndim: int) -> tuple[int, ...]:
+def _whole(values: object, name: str, ndim: int) -> tuple[int, ...]:
     """Positive integers per axis from an int or a sequence."""
-    vals = [values] * ndim if np.isscalar(values) else list(values)
+    vals = [values] * ndim if np.isscalar(values) else list(values)  # type: ignore[call-overload]  # checked below
     if len(vals) != ndim:
         raise InvalidArgumentError(f"{name}: need one value or {ndim}, got {values!r}")
     out = []
@@ -160,7 +216,8 @@ def _whole(values, name: str, ndim: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def parse_factors(factors, chunk_scale_factors, ndim: int) -> list[tuple[tuple[int, ...], float, tuple[int, ...]]]:
+def parse_factors(factors: Factors, chunk_scale_factors: ChunkScales | None,
+                  ndim: int) -> list[tuple[tuple[int, ...], float, tuple[int, ...]]]:
     """(coarsen per axis, sparsity, chunk scale per axis) per new level, checked."""
     if isinstance(factors, (str, bytes)) or not hasattr(factors, "__len__") or len(factors) == 0:
         raise InvalidArgumentError(f"factors: need a non-empty list of (coarsen, sparsity) pairs, got {factors!r}")
@@ -184,12 +241,13 @@ def parse_factors(factors, chunk_scale_factors, ndim: int) -> list[tuple[tuple[i
     return out
 
 
-def plan_level(root: md.RootMeta, source: int, src_chunk, src_bin, coarsen, sparsity, scale) -> LevelPlan:
+def plan_level(root: md.RootMeta, source: int, src_chunk: Sequence[float], src_bin: Sequence[float],
+               coarsen: tuple[int, ...], sparsity: float, scale: tuple[int, ...]) -> LevelPlan:
     """Target grids of one step; everything is a whole multiple of the root bin."""
     unit = np.asarray(root.bin_shape, np.float64)
     root_chunk = np.asarray(root.chunk_shape, np.float64)
 
-    def units(shape) -> np.ndarray:
+    def units(shape: Sequence[float]) -> np.ndarray:
         return np.round(np.asarray(shape, np.float64) / unit).astype(np.int64)
 
     src_units = units(src_chunk)
@@ -207,7 +265,7 @@ def plan_level(root: md.RootMeta, source: int, src_chunk, src_bin, coarsen, spar
                      tuple(float(b) for b in root.bin_shape))
 
 
-def kept_rows(n: int, sparsity: float, seed) -> np.ndarray:
+def kept_rows(n: int, sparsity: float, seed: int) -> np.ndarray:
     """Object rows that survive: ``round(n / sparsity)`` drawn uniformly (0.9.2's ``random``, same draws)."""
     if sparsity <= 1.0 or n <= 1:
         return np.arange(n, dtype=np.int64)
@@ -245,7 +303,7 @@ class BlockOutput:
 
     cells: dict[str, list[tuple[tuple[int, ...], bytes]]] = field(default_factory=dict)  # path under level -> cells
     up_cells: dict[str, list[tuple[tuple[int, ...], bytes]]] = field(default_factory=dict)  # "+1" family at source
-    low_cells: dict[int, dict[str, list]] = field(default_factory=dict)  # "+N" (N >= 2) families, per fine level
+    low_cells: dict[int, Cells] = field(default_factory=dict)  # "+N" (N >= 2) families, per fine level
     vertex_count: int = 0
     links: int = 0
     deep_links: dict[int, int] = field(default_factory=dict)  # N -> "+N" links of this block
@@ -256,7 +314,7 @@ class BlockOutput:
     seq_coarse_chunk: np.ndarray | None = None  # (S, ndim)
     seq_coarse_index: np.ndarray | None = None  # (S,)
 
-    def add(self, where: dict, name: str, chunk, payload: bytes) -> None:
+    def add(self, where: Cells, name: str, chunk: np.ndarray, payload: bytes) -> None:
         where.setdefault(name, []).append((tuple(int(c) for c in chunk), payload))
 
 
@@ -324,7 +382,7 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
 
     if objects:
         weight = np.zeros(n, dtype=np.float64)
-        _ref_rows, _ref_lens = [], []
+        assert data.ref_chunk is not None and data.ref_fragment is not None and data.ref_count is not None
         for k, fi in enumerate(data.fragments):
             sel = np.flatnonzero(data.ref_chunk == k)
             if not sel.size:
@@ -368,7 +426,7 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
         else:  # every row here belongs to dropped objects only
             parent_chunk, parent_local = np.zeros((n, nd), np.int64), np.full(n, -1, np.int64)
         # the coarse path of every referenced fragment, consecutive repeats dropped
-        seq_c, seq_i, offs = [], [], [0]
+        seq_c, seq_i, offs = [], [], []
         rc, rf = [], []
         for k, fi in enumerate(data.fragments):
             sel = np.flatnonzero(data.ref_chunk == k)
@@ -389,7 +447,7 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
         if rf:
             out.seq_chunk = np.concatenate(rc)
             out.seq_fragment = np.concatenate(rf)
-            out.seq_offsets = np.concatenate(([0], np.cumsum(np.concatenate(offs[1:])))).astype(np.int64)
+            out.seq_offsets = np.concatenate(([0], np.cumsum(np.concatenate(offs)))).astype(np.int64)
             out.seq_coarse_chunk = np.concatenate(seq_c)
             out.seq_coarse_index = np.concatenate(seq_i)
     else:
@@ -443,12 +501,13 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
     _link_cells(plan, out, data.chunks[row_chunk], row_local, parent_chunk, parent_local)
     for step, (fc, fl, mc, ml) in zip(deep, data.deep):
         # a fine vertex's parent here is the parent of its ancestor at the source level (same block)
-        k = row_positions(data.chunks, mc) if len(mc) else np.zeros(0, np.int64)
-        bad = (np.any(data.chunks[k] != mc, axis=1) | (ml >= np.diff(data.starts)[k])) if len(mc) else k.astype(bool)
+        at = row_positions(data.chunks, mc) if len(mc) else np.zeros(0, np.int64)
+        bad = (np.any(data.chunks[at] != mc, axis=1) | (ml >= np.diff(data.starts)[at])) if len(mc) \
+            else at.astype(bool)
         if bad.any():
             raise FormatError(f"{step.level}/links/+{step.delta - 1}: a link names a vertex that "
                               f"{plan.source}/vertices does not hold")
-        row = data.starts[k] + ml
+        row = data.starts[at] + ml
         ok = parent_local[row] >= 0
         out.deep_links[step.delta] = int(ok.sum())
         _link_cells(plan, out, fc, fl, parent_chunk[row], parent_local[row], delta=step.delta,
@@ -456,8 +515,9 @@ def coarsen_block(plan: LevelPlan, data: BlockInput, *, seed: int, objects: bool
     return out
 
 
-def _link_cells(plan: LevelPlan, out: BlockOutput, fine_chunk, fine_local, coarse_chunk, coarse_local, *,
-                delta: int = 1, fine_scale=None, up: dict | None = None) -> None:
+def _link_cells(plan: LevelPlan, out: BlockOutput, fine_chunk: np.ndarray, fine_local: np.ndarray,
+                coarse_chunk: np.ndarray, coarse_local: np.ndarray, *, delta: int = 1,
+                fine_scale: tuple[int, ...] | None = None, up: Cells | None = None) -> None:
     """``+delta`` rows at the fine chunk (into ``up``, default the source level's) and ``-delta`` rows at
     the coarse chunk, filed by offsets from the anchor of the other level's grid."""
     ok = coarse_local >= 0
@@ -485,13 +545,19 @@ def _link_cells(plan: LevelPlan, out: BlockOutput, fine_chunk, fine_local, coars
 # --------------------------------------------------------------------------- commit (pure)
 
 
-def assemble_manifests(table, kept: np.ndarray, outputs: list[BlockOutput], ndim: int):
+def assemble_manifests(table: ManifestTable, kept: np.ndarray, outputs: Sequence[BlockOutput | BlockSummary],
+                       ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(object_row, coords, fragment) of every kept object's coarse manifest, in source manifest order.
 
     ``table`` is the source ManifestTable; each reference's coarse path comes
     from the block that saw its fragment; repeats across fragment borders go.
     """
     parts = [o for o in outputs if o.seq_fragment is not None and len(o.seq_fragment)]
+    seq_chunk = [o.seq_chunk for o in parts if o.seq_chunk is not None]
+    seq_fragment = [o.seq_fragment for o in parts if o.seq_fragment is not None]
+    seq_offsets = [o.seq_offsets for o in parts if o.seq_offsets is not None]
+    seq_coarse_chunk = [o.seq_coarse_chunk for o in parts if o.seq_coarse_chunk is not None]
+    seq_coarse_index = [o.seq_coarse_index for o in parts if o.seq_coarse_index is not None]
     if not parts:
         z = np.zeros(0, np.int64)
         return z, np.zeros((0, ndim), np.int64), z
@@ -501,14 +567,14 @@ def assemble_manifests(table, kept: np.ndarray, outputs: list[BlockOutput], ndim
         return np.ascontiguousarray((a + (1 << 62)).astype(">u8")).view(view_dt).ravel()  # big-endian = lexicographic
 
     # temporaries go as soon as they are used: this runs once over every reference of the level
-    keys = np.concatenate([np.concatenate([o.seq_chunk for o in parts]),
-                           np.concatenate([o.seq_fragment for o in parts])[:, None]], axis=1)
+    keys = np.concatenate([np.concatenate(seq_chunk), np.concatenate(seq_fragment)[:, None]], axis=1)
     korder = np.lexsort(keys.T[::-1])
     skeys = packed(keys[korder])
     del keys
-    lens = np.concatenate([np.diff(o.seq_offsets) for o in parts])
-    cchunk = np.concatenate([o.seq_coarse_chunk for o in parts])
-    cidx = np.concatenate([o.seq_coarse_index for o in parts])
+    lens = np.concatenate([np.diff(offsets) for offsets in seq_offsets])
+    cchunk = np.concatenate(seq_coarse_chunk)
+    cidx = np.concatenate(seq_coarse_index)
+
     base = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
 
     is_kept = np.zeros(table.num_objects, bool)
@@ -538,22 +604,30 @@ class _PyramidWriter(StoreWriter):
     Without a publication it is a block task's cells-only writer (``taken``: the families kept versions use).
     """
 
-    def __init__(self, executor: Executor, publication: Publication | None = None, **kw):
-        super().__init__(executor, publication=publication, **kw)
-        self.new_root: dict | None = None
-        self.documents: dict[str, dict] = {}  # every document this build writes (the root's section names them)
+    def __init__(self, executor: Executor, publication: Publication | None = None, *,
+                 taken: Mapping[str, Iterable[str]] | None = None, max_inflight_bytes: int = 256 << 20):
+        super().__init__(executor, publication=publication, taken=taken, max_inflight_bytes=max_inflight_bytes)
+        self.new_root: dict[str, Any] | None = None
+        self.documents: dict[str, dict[str, Any]] = {}  # every document this build writes (the section names them)
 
-    def add_document(self, key: str, doc: dict, *, stage: int) -> None:
+    def _committing(self) -> Publication:
+        """The publication this build commits through (a block task's writer has none and never commits)."""
+        if self.publication is None:
+            raise RuntimeError("a block task's writer has no publication to commit through")
+        return self.publication
+
+    def add_document(self, key: str, doc: dict[str, Any], *, stage: int) -> None:
         super().add_document(key, doc, stage=stage)
         self.documents[key] = doc
 
     async def _claim(self) -> None:
         """Nothing to claim: the caller holds the store's lock."""
 
-    def nodes(self) -> dict[str, dict]:
+    def nodes(self) -> dict[str, dict[str, Any]]:
         """Every node document of the new version: the base's and this build's (as published)."""
         built = {k[:-len("/zarr.json")]: d for k, d in self.documents.items()}
-        return {**self.publication.base_docs, **self.publication.patched(built)}
+        pub = self._committing()
+        return {**pub.base_docs, **pub.patched(built)}
 
     async def flush(self) -> None:
         """Wait for every queued cell; the documents written so far become what this build's own reads see
@@ -569,21 +643,26 @@ class _PyramidWriter(StoreWriter):
                     self.publication.family(key[:-len("/zarr.json")], len(doc.get("shape") or ()))
             seed_section(self.ex, self.nodes())
 
-    def level_doc(self, level: int) -> dict:
+    def level_doc(self, level: int) -> dict[str, Any]:
         return self.documents[f"{level}/zarr.json"]
 
     async def _publish(self) -> None:
         await self.flush()
         if self.new_root is not None:
-            await self.publication.commit(self.nodes(), self.new_root)
+            await self._committing().commit(self.nodes(), self.new_root)
 
 
-def seed_section(ex: Executor, nodes: dict[str, dict]) -> None:
+def seed_section(ex: Executor, nodes: dict[str, dict[str, Any]]) -> None:
     """Let this executor's loads answer documents and listings from ``nodes`` (the version being built)."""
     ex.put_cached(load.SECTION, "zarr.json", nodes, nbytes=len(json.dumps(nodes)))
 
 
-async def _fetch_block(arrays: dict[str, CellArray], chunks: np.ndarray, names) -> tuple[list, dict, list]:
+Payloads = list[bytes | None]
+"""One array's payload per chunk of a block (None: the cell is absent)."""
+
+
+async def _fetch_block(arrays: dict[str, CellArray], chunks: np.ndarray,
+                       names: Sequence[str]) -> tuple[Payloads, dict[str, Payloads], Payloads]:
     vert = arrays["vertices"]
     wanted = [vert, arrays["vertex_fragments"]] + [arrays[f"vertex_attributes/{n}"] for n in names]
     chunk_list = [tuple(c) for c in chunks.tolist()]
@@ -591,11 +670,12 @@ async def _fetch_block(arrays: dict[str, CellArray], chunks: np.ndarray, names) 
     return got[0], dict(zip(names, got[2:])), got[1]
 
 
-def _decode_block(plan: LevelPlan, arrays: dict[str, CellArray], block, chunks, payloads, attr_payloads,
-                  frag_payloads, dtype, channels: dict) -> BlockInput:
+def _decode_block(plan: LevelPlan, arrays: dict[str, CellArray], block: tuple[int, ...], chunks: np.ndarray,
+                  payloads: Payloads, attr_payloads: dict[str, Payloads], frag_payloads: Payloads, dtype: np.dtype,
+                  channels: dict[str, int]) -> BlockInput:
     nd, src = plan.ndim, plan.source
     pos, fis, starts = [], [], [0]
-    attrs: dict[str, list] = {n: [] for n in attr_payloads}
+    attrs: dict[str, list[np.ndarray]] = {n: [] for n in attr_payloads}
     for k, ch in enumerate(chunks.tolist()):
         key = f"{src}/vertices/{ch}"
         rows = rows_from_payload(payloads[k], dtype, (nd,), key=key)
@@ -612,8 +692,8 @@ def _decode_block(plan: LevelPlan, arrays: dict[str, CellArray], block, chunks, 
                       {n: np.concatenate(v) for n, v in attrs.items()}, fis)
 
 
-def _root_with_levels(raw: dict, root: md.RootMeta, plans: list[LevelPlan], *, objects: bool, depth: int,
-                      storage: str) -> dict:
+def _root_with_levels(raw: dict[str, Any], root: md.RootMeta, plans: list[LevelPlan], *, objects: bool, depth: int,
+                      storage: str) -> dict[str, Any]:
     """The root document listing the new levels (transforms, OME nodes, capabilities, cross-level keys)."""
     doc = copy.deepcopy(raw)
     attrs = doc["attributes"]
@@ -639,22 +719,22 @@ def _root_with_levels(raw: dict, root: md.RootMeta, plans: list[LevelPlan], *, o
 
 
 async def build_pyramid(
-    target,
-    factors,
+    target: Target,
+    factors: Factors,
     *,
-    chunk_scale_factors=None,
+    chunk_scale_factors: ChunkScales | None = None,
     cross_level_depth: int = 1,
     cross_level_storage: str = "explicit",
     sparsity_strategy: str = "random",
     seed: int = 0,
-    storage_options=None,
-    progress=None,
+    storage_options: StorageOptions | None = None,
+    progress: Callable[[BuildProgress], object] | None = None,
     max_inflight_bytes: int = 64 << 20,
     lock_timeout: float = 60.0,
     stale_after: float = LEASE,
     map_blocks: BlockMapper | None = None,
     retention: float | None = None,
-) -> dict:
+) -> PyramidSummary:
     """Add coarser levels 1..len(factors) to a store that has only level 0.
 
     ``factors[i] = (coarsen, sparsity)`` makes level ``i + 1`` from level
@@ -666,7 +746,7 @@ async def build_pyramid(
     and ``-N`` at the coarser level, "implicit" only ``+N``, "none" none;
     ``cross_level_depth`` is the largest ``N`` (0: none, -1: every pair
     of levels; ``±N`` for N >= 2 compose the ``±1`` parents, as 0.9.2's).  ``progress`` is
-    called with a dict (level, blocks, total_blocks, vertices).  The build
+    called with a :class:`BuildProgress` (level, blocks, total_blocks, vertices).  The build
     holds the store's lock (waits up to ``lock_timeout`` s for an append or
     another build; a holder without a heartbeat for ``stale_after`` s is taken
     over) and publishes the levels at one instant (:mod:`zvf.write.publish`;
@@ -674,7 +754,7 @@ async def build_pyramid(
     opened it, default the store's).
     ``map_blocks(job, tasks)`` runs a step's block tasks elsewhere and
     returns their summaries in task order (``zvf.dask.build_pyramid``);
-    by default they run in this process.  Returns a summary per level.
+    by default they run in this process.  Returns a :class:`PyramidSummary` (a summary per level).
     """
     if cross_level_storage not in STORAGES:
         raise InvalidArgumentError(f"cross_level_storage must be one of {STORAGES}, got {cross_level_storage!r}")
@@ -697,7 +777,7 @@ async def build_pyramid(
                                    cross_level_storage, seed, progress, max_inflight_bytes, map_blocks, retention)
 
 
-def build_record(plan: LevelPlan, *, seed: int, depth: int, storage: str) -> dict:
+def build_record(plan: LevelPlan, *, seed: int, depth: int, storage: str) -> dict[str, Any]:
     """What a rebuild of level ``plan.target`` needs, kept in its group's attributes under :data:`RECORD`
     (a key 0.9.2 ignores): 0.9.2's documents keep the level bin only as an NGFF translation and no seed."""
     return {"coarsen": list(plan.coarsen), "sparsity": plan.sparsity, "chunk_scale": [
@@ -706,7 +786,18 @@ def build_record(plan: LevelPlan, *, seed: int, depth: int, storage: str) -> dic
         "cross_level_depth": int(depth), "cross_level_storage": storage}
 
 
-def _recorded(lvl, ndim: int) -> dict | None:
+class _Record(TypedDict):
+    """A level's :data:`RECORD`, checked."""
+
+    coarsen: list[int]
+    sparsity: float
+    chunk_scale: list[int]
+    seed: int
+    cross_level_depth: int
+    cross_level_storage: str
+
+
+def _recorded(lvl: load.Level, ndim: int) -> _Record | None:
     """A level's :data:`RECORD`, when it is there and well formed (a store another tool changed may have
     dropped or mangled it: then the documents are read instead)."""
     rec = lvl.meta.raw.get("attributes", {}).get(RECORD)
@@ -725,7 +816,7 @@ def _recorded(lvl, ndim: int) -> dict | None:
             "cross_level_depth": depth, "cross_level_storage": storage}
 
 
-async def pyramid_spec(ds) -> dict | None:
+async def pyramid_spec(ds: DatasetReader) -> PyramidSpec | None:
     """The ``build_pyramid`` keywords that rebuild ``ds``'s coarser levels as they are.
 
     From each level's :data:`RECORD` (zvf's builds write one); for levels without one (another tool's
@@ -737,18 +828,24 @@ async def pyramid_spec(ds) -> dict | None:
     if ds.levels == [0] or ds.levels != list(range(len(ds.levels))):
         return None
     root = ds.root
-    records = []
+    records: list[_Record] = []
+    complete = True  # every level has its record
     for index in ds.levels[1:]:
         lvl = await ds.level(index)
         if lvl.meta.parent_level != index - 1:
             return None
-        records.append(_recorded(lvl, root.ndim))
-    if all(r is not None for r in records):
+        rec = _recorded(lvl, root.ndim)
+        if rec is None:
+            complete = False
+        else:
+            records.append(rec)
+    if complete:
         first = records[0]
         return {"factors": [(r["coarsen"], r["sparsity"]) for r in records],
                 "chunk_scale_factors": [r["chunk_scale"] for r in records], "seed": first["seed"],
                 "cross_level_depth": first["cross_level_depth"], "cross_level_storage": first["cross_level_storage"]}
-    factors, scales = [], []
+    factors: list[tuple[list[int], float]] = []
+    scales: list[list[int]] = []
     prev_bin, prev_chunk = np.asarray(root.bin_shape), np.asarray(root.chunk_shape)
     for index in ds.levels[1:]:
         meta = (await ds.level(index)).meta
@@ -764,16 +861,19 @@ async def pyramid_spec(ds) -> dict | None:
             "cross_level_storage": root.cross_level_storage or "explicit"}
 
 
-async def build_locked(handle, ex, lock, *, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
-                       seed: int = 0, retention: float | None = None) -> dict:
+async def build_locked(handle: StoreHandle, ex: Executor, lock: StoreLock, *, factors: Factors,
+                       chunk_scale_factors: ChunkScales | None, cross_level_depth: int, cross_level_storage: str,
+                       seed: int = 0, retention: float | None = None) -> PyramidSummary:
     """:func:`build_pyramid` on a store whose lock the caller holds (an append rebuilding the levels it
     replaced, in the same lock, so no other writer comes between)."""
     return await _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth,
                                cross_level_storage, seed, None, 64 << 20, None, retention)
 
 
-async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_level_depth, cross_level_storage,
-                        seed, progress, max_inflight_bytes, map_blocks, retention) -> dict:
+async def _locked_build(handle: StoreHandle, ex: Executor, lock: StoreLock, factors: Factors,
+                        chunk_scale_factors: ChunkScales | None, cross_level_depth: int, cross_level_storage: str,
+                        seed: int, progress: Callable[[BuildProgress], object] | None, max_inflight_bytes: int,
+                        map_blocks: BlockMapper | None, retention: float | None) -> PyramidSummary:
     """The build under the store's lock: everything it reads is what it replaces."""
     pub = await Publication(ex, lock, retention=retention).begin()
     seed_section(ex, pub.base_docs)  # the version being extended: never the documents on disk (they may lag)
@@ -787,24 +887,27 @@ async def _locked_build(handle, ex, lock, factors, chunk_scale_factors, cross_le
         raise InvalidArgumentError(f"{handle.url}: pyramids of attribute-chunked stores are not supported")
     objects = "object_index" in level0.meta.arrays_present
     links = cross_level_storage != "none" and cross_level_depth != 0
-    summary: dict = {"levels": [], "cross_level_storage": cross_level_storage, "cross_level_depth": cross_level_depth}
-    doc = await _build(handle, ex, root, pub, level0, steps, summary, objects=objects, links=links,
+    levels: list[LevelSummary] = []
+    doc = await _build(handle, ex, root, pub, level0, steps, levels, objects=objects, links=links,
                        depth=int(cross_level_depth), storage=cross_level_storage, seed=int(seed), progress=progress,
                        max_inflight_bytes=max_inflight_bytes, map_blocks=map_blocks)
-    summary["requests"] = ex.stats.snapshot()
-    summary["root"] = doc["attributes"]["zarr_vectors"]
-    return summary
+    return {"levels": levels, "cross_level_storage": cross_level_storage, "cross_level_depth": cross_level_depth,
+            "requests": ex.stats.snapshot(), "root": doc["attributes"]["zarr_vectors"]}
 
 
-async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, links, depth, storage, seed,
-                 progress, max_inflight_bytes, map_blocks) -> dict:
+async def _build(handle: StoreHandle, ex: Executor, root: md.RootMeta, pub: Publication, level0: load.Level,
+                 steps: list[tuple[tuple[int, ...], float, tuple[int, ...]]], levels: list[LevelSummary], *,
+                 objects: bool, links: bool, depth: int, storage: str, seed: int,
+                 progress: Callable[[BuildProgress], object] | None, max_inflight_bytes: int,
+                 map_blocks: BlockMapper | None) -> dict[str, Any]:
     """Build every level, publish the root; returns the new root document.  A failure takes the cells
     written so far away (no version uses their families); a kill leaves them to the next change or gc."""
-    async with _PyramidWriter(ex, pub, max_inflight_bytes=max_inflight_bytes) as writer:
+    writer = _PyramidWriter(ex, pub, max_inflight_bytes=max_inflight_bytes)
+    async with writer:  # (StoreWriter's __aenter__ is typed as returning a StoreWriter)
         plans: list[LevelPlan] = []
         ds, src = DatasetReader(handle, ex, root, level0), level0
         src_chunk, src_bin = root.chunk_shape, root.bin_shape
-        grids: dict[int, tuple] = {}  # level -> (scale, chunk units, grid origin, grid shape)
+        grids: dict[int, LevelGrid] = {}  # level -> (scale, chunk units, grid origin, grid shape)
         for coarsen, sparsity, scale in steps:
             plan = plan_level(root, src.index, src_chunk, src_bin, coarsen, sparsity, scale)
             for prefix in [f"{plan.target}/"] + [f"{lv}/links/" for lv in range(plan.target)]:
@@ -816,7 +919,7 @@ async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, link
             writer.level_doc(plan.target)["attributes"][RECORD] = build_record(
                 plan, seed=seed, depth=depth, storage=storage)
             plans.append(plan)
-            summary["levels"].append(info)
+            levels.append(info)
             # the next step reads the level just written (not yet listed by the published root)
             doc = _root_with_levels(root.raw, root, plans, objects=objects, depth=depth, storage=storage)
             ds = DatasetReader(handle, ex, parse.parse_root(doc), level0)
@@ -829,11 +932,13 @@ async def _build(handle, ex, root, pub, level0, steps, summary, *, objects, link
 
 
 async def _build_level(ds: DatasetReader, src: load.Level, plan: LevelPlan, writer: _PyramidWriter, *,
-                       objects: bool, links: bool, explicit: bool, seed: int, progress,
-                       map_blocks: BlockMapper | None, depth: int = 1, grids: dict | None = None) -> dict:
+                       objects: bool, links: bool, explicit: bool, seed: int,
+                       progress: Callable[[BuildProgress], object] | None,
+                       map_blocks: BlockMapper | None, depth: int = 1,
+                       grids: dict[int, LevelGrid] | None = None) -> LevelSummary:
     """Plan one step's blocks, map them, then its small commit (array documents, object index, level)."""
     nd = plan.ndim
-    vert = src.array("vertices")
+    vert = src.arrays["vertices"]
     codec = vert.codec
     if codec.shard is not None:  # coarse cells go up as they are made: never buffered in shards
         codec = dataclasses.replace(codec, shard=None)
@@ -845,21 +950,23 @@ async def _build_level(ds: DatasetReader, src: load.Level, plan: LevelPlan, writ
     grids = {} if grids is None else grids
     grids[plan.source] = (plan.src_scale, plan.src_chunk_units, src_origin, src_shape)
     deep = _deep_steps(writer.nodes(), plan, grids, depth)
-    job = StepJob(plan, {p: src.array(p).meta for p in paths}, tuple(names),
+    job = StepJob(plan, {p: src.arrays[p].meta for p in paths}, tuple(names),
                   np.dtype(vert.meta.attributes.get("dtype", "float32")), codec, src_origin,
                   src_shape, coarse_origin, coarse_shape, objects, links, explicit, seed, deep,
-                  writer.publication.taken() if map_blocks is not None else {})
+                  writer._committing().taken() if map_blocks is not None else {})
 
-    oids = table = kept = None
+    manifests: tuple[np.ndarray, ManifestTable, np.ndarray] | None = None  # ids, table, kept rows
+    table = kept = None
     if objects:
         oids, table = await ds.manifests(src.index)
         kept = kept_rows(table.num_objects, plan.sparsity, seed)
+        manifests = (oids, table, kept)
     tasks = plan_blocks(plan, src.nonempty_chunks, table, kept,
                         rows_per_chunk=src.meta.vertex_count / max(1, len(src.nonempty_chunks)))
     assign_deep(plan, tasks, deep)
     n_blocks = len(tasks)
     if map_blocks is None:
-        arrays = {p: src.array(p) for p in paths}
+        arrays = {p: src.arrays[p] for p in paths}
         summaries = await run_blocks(job, arrays, tasks, writer, on_block=None if progress is None else (
             lambda done, vertices: progress({"level": plan.target, "blocks": done, "total_blocks": n_blocks,
                                              "vertices": vertices})))
@@ -876,23 +983,24 @@ async def _build_level(ds: DatasetReader, src: load.Level, plan: LevelPlan, writ
         arrays_present.append("vertex_attributes")
     if links and n_links:
         await _link_families(writer, plan, plan.source, 1, n_links, explicit)
-    info = {"level": plan.target, "vertex_count": int(n_mv), "blocks": n_blocks}
+    info: LevelSummary = {"level": plan.target, "vertex_count": int(n_mv), "blocks": n_blocks}
     for d in deep:
         n_deep = sum(s.deep_links.get(d.delta, 0) for s in summaries)
         if n_deep:
             await _link_families(writer, plan, d.level, d.delta, n_deep, explicit)
             info.setdefault("deep_links", {})[d.delta] = n_deep
-    if objects:
+    if manifests is not None:
+        oids, table, kept = manifests
         arrays_present.append("object_index")
         obj, cc, ci = assemble_manifests(table, kept, summaries, nd)
         await put_object_index(writer, plan.target, obj, cc, ci, oids, nd, compression=None)
         await _carry_object_data(ds, src, writer, plan, kept, table.num_objects)
-        info.update(objects=int(table.num_objects), objects_kept=len(kept))
+        info["objects"], info["objects_kept"] = int(table.num_objects), len(kept)
     doc = builders.level_document(
         level=plan.target, vertex_count=int(n_mv), arrays_present=arrays_present,
         object_sparsity=1.0 / plan.sparsity, coarsening_method="per_object" if objects else "random_subsample",
         parent_level=plan.source, chunk_shape=plan.chunk_override, preserves_object_ids=objects,
-        inherited_num_objects=int(table.num_objects) if objects else 0, shared_fragments=objects,
+        inherited_num_objects=int(manifests[1].num_objects) if manifests is not None else 0, shared_fragments=objects,
         fragments_tile=not objects and n_mv > 0)
     writer.add_document(f"{plan.target}/zarr.json", doc, stage=1)
     return info
@@ -901,7 +1009,7 @@ async def _build_level(ds: DatasetReader, src: load.Level, plan: LevelPlan, writ
 async def _declare_arrays(writer: _PyramidWriter, job: StepJob, src: load.Level,
                           summaries: list[BlockSummary]) -> None:
     """Array documents of every cell the blocks wrote (``nonempty_chunks`` from the summaries)."""
-    docs = {f"vertex_attributes/{n}": {k: v for k, v in src.array(f"vertex_attributes/{n}").meta.attributes.items()
+    docs = {f"vertex_attributes/{n}": {k: v for k, v in src.arrays[f"vertex_attributes/{n}"].meta.attributes.items()
                                        if k not in ("nonempty_chunks", "chunk_grid_origin")} for n in job.names}
     docs["vertices"] = builders.vertices_attributes(np.dtype("float32") if job.objects else job.dtype)  # metavertices
     docs["vertex_fragments"] = builders.vertex_fragments_attributes()
@@ -934,7 +1042,7 @@ class StepJob:
     """What every block task of one step shares; picklable (an engine ships it once per worker)."""
 
     plan: LevelPlan
-    arrays: dict  # source arrays the blocks read, path under the level -> ArrayMeta
+    arrays: dict[str, md.ArrayMeta]  # source arrays the blocks read, path under the level -> ArrayMeta
     names: tuple[str, ...]  # vertex attributes
     dtype: np.dtype  # source positions
     codec: CellCodec  # of the new cells (never sharded)
@@ -947,7 +1055,7 @@ class StepJob:
     explicit: bool
     seed: int
     deep: tuple[DeepStep, ...] = ()  # links of the finer levels to the target (cross_level_depth >= 2)
-    taken: dict = field(default_factory=dict)  # array path -> families kept versions use (Publication.taken)
+    taken: dict[str, list[str]] = field(default_factory=dict)  # array path -> families kept versions use
 
 
 @dataclass(frozen=True)
@@ -965,7 +1073,7 @@ class DeepStep:
     chunk_units: tuple[int, ...]  # the level's chunk edge in root bins
     origin: tuple[int, ...]  # the level's chunk grid
     shape: tuple[int, ...]
-    arrays: dict  # ``links/+(delta-1)/<offsets>`` under the level -> ArrayMeta
+    arrays: dict[str, md.ArrayMeta]  # ``links/+(delta-1)/<offsets>`` under the level -> ArrayMeta
 
 
 @dataclass
@@ -1003,7 +1111,8 @@ class BlockSummary:
 BlockMapper = Callable[[StepJob, list[BlockTask]], Awaitable[list[BlockSummary]]]
 
 
-def plan_blocks(plan: LevelPlan, chunks: np.ndarray, table=None, kept: np.ndarray | None = None, *,
+def plan_blocks(plan: LevelPlan, chunks: np.ndarray, table: ManifestTable | None = None,
+                kept: np.ndarray | None = None, *,
                 rows_per_chunk: float = 0.0) -> list[BlockTask]:
     """The blocks of one step, in block C-order; with a manifest ``table``, the references of ``kept`` objects.
 
@@ -1050,7 +1159,8 @@ def plan_blocks(plan: LevelPlan, chunks: np.ndarray, table=None, kept: np.ndarra
 
 
 async def run_blocks(job: StepJob, arrays: dict[str, CellArray], tasks: list[BlockTask], writer: StoreWriter, *,
-                     on_block: Callable[[int, int], None] | None = None) -> list[BlockSummary]:
+                     on_block: Callable[[int, int], object] | None = None) -> list[BlockSummary]:
+
     """Fetch, coarsen and upload ``tasks`` through ``writer``, ``BLOCKS_IN_FLIGHT`` at a time and as many as
     :data:`BLOCK_BYTES` holds by their estimate (:func:`block_bytes`); freed memory goes back to the OS after
     each block (:func:`release_freed_memory`).
@@ -1065,7 +1175,7 @@ async def run_blocks(job: StepJob, arrays: dict[str, CellArray], tasks: list[Blo
                    for d in job.deep]
     summaries: list[BlockSummary | None] = [None] * len(tasks)
     done = {"blocks": 0, "vertices": 0}
-    channels: dict = {}
+    channels: dict[str, int] = {}
     limiter = anyio.Semaphore(BLOCKS_IN_FLIGHT)
     memory, row_bytes = ByteBudget(BLOCK_BYTES), block_bytes(job, arrays)
 
@@ -1095,7 +1205,7 @@ async def run_blocks(job: StepJob, arrays: dict[str, CellArray], tasks: list[Blo
     async with anyio.create_task_group() as tg:
         for i in range(len(tasks)):
             tg.start_soon(run, i)
-    return summaries
+    return [s for s in summaries if s is not None]  # every task filled its slot (or the group raised)
 
 
 def block_bytes(job: StepJob, arrays: dict[str, CellArray]) -> int:
@@ -1109,7 +1219,7 @@ def block_bytes(job: StepJob, arrays: dict[str, CellArray]) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _reserved(budget: ByteBudget, n: int):
+async def _reserved(budget: ByteBudget, n: int) -> AsyncIterator[None]:
     """Hold ``n`` of ``budget`` for one block; then hand what the block freed back to the OS."""
     await budget.acquire(n)
     try:
@@ -1120,7 +1230,7 @@ async def _reserved(budget: ByteBudget, n: int):
 
 
 @functools.cache
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim`` (None where the C library has none: macOS, musl, Windows)."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
@@ -1143,7 +1253,7 @@ def release_freed_memory() -> None:
         trim(0)
 
 
-def run_block_task(url: str, storage_options, job: StepJob, tasks: list[BlockTask], *,
+def run_block_task(url: str, storage_options: StorageOptions | None, job: StepJob, tasks: list[BlockTask], *,
                    max_inflight_bytes: int = 64 << 20) -> list[BlockSummary]:
     """A block task on any worker: open the store from its spec, run ``tasks``, return their summaries.
 
@@ -1211,13 +1321,14 @@ async def _fetch_deep(plan: LevelPlan, step: DeepStep, arrays: dict[str, CellArr
 
 
 async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, low: dict[int, LevelWriter], *,
-                  links: bool, explicit: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
+                  links: bool, explicit: bool
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[int, dict[str, np.ndarray]]]:
     """Queue a block's cells; returns the chunks written per array (target level, ``+1`` at the source,
     ``+N`` per finer level).
 
     Array documents come at the commit (:func:`_declare_arrays`), from these lists.
     """
-    async def put(lw: LevelWriter, cells_of: dict, keep) -> dict[str, np.ndarray]:
+    async def put(lw: LevelWriter, cells_of: Cells, keep: Callable[[str], bool]) -> dict[str, np.ndarray]:
         written = {}
         for name, cells in cells_of.items():
             if keep(name):
@@ -1233,7 +1344,7 @@ async def _upload(out: BlockOutput, level: LevelWriter, up: LevelWriter, low: di
             {lv: await put(low[lv], cells, lambda name: links) for lv, cells in out.low_cells.items()})
 
 
-def _link_attrs(name: str) -> dict:
+def _link_attrs(name: str) -> dict[str, Any]:
     """Document attributes of ``links/<delta>/<offsets>``."""
     delta = int(name.split("/")[1])
     leaf = name.rsplit("/", 1)[1]
@@ -1256,7 +1367,9 @@ async def _link_families(writer: _PyramidWriter, plan: LevelPlan, fine: int, del
             level_delta=-delta, link_width=2, directed=True, sid_ndim=nd, num_links=num), stage=0)
 
 
-def _deep_steps(nodes: dict[str, dict], plan: LevelPlan, grids: dict, depth: int) -> tuple[DeepStep, ...]:
+def _deep_steps(nodes: dict[str, dict[str, Any]], plan: LevelPlan, grids: dict[int, LevelGrid],
+                depth: int) -> tuple[DeepStep, ...]:
+
     """The ``+N`` (N >= 2, up to ``depth``; -1 = all) links ending at the step's target, from the
     ``+(N-1)`` arrays earlier steps wrote (``nodes``: the documents of the version being built)."""
     out = []
