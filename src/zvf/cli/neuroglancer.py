@@ -120,6 +120,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _aiohttp()
     import zvf
 
+    from ..errors import InvalidArgumentError
     from ..neuroglancer.export import axis_names
     from ..neuroglancer.http import start
     from ..neuroglancer.serve import LAYERS, VIEW, make_app
@@ -130,6 +131,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def run() -> None:
         ds = await zvf.aio.open(args.target, storage_options=_args.options(args.option))
         try:
+            geometry = ds.geometry_type
+            if geometry is None:
+                raise InvalidArgumentError(f"{args.target}: the store declares no geometry type; nothing to show")
             app = make_app(ds, level=args.level, unit=args.unit, limit=args.limit, offset=args.offset,
                            label=args.label, access=access)
             runner, base = await start(app, args.host, args.port, log_requests=_log_requests(args))
@@ -137,7 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             lo, hi = ds.bounds
             segments = view.oids[:MAX_SEGMENTS].tolist() if ds.geometry_type in ("skeleton", "mesh") else []
             layers: list[str] = app[LAYERS]
-            doc = ready(geometry=ds.geometry_type, base=base, layers=layers, axes=axis_names(ds),
+            doc = ready(geometry=geometry, base=base, layers=layers, axes=axis_names(ds),
                         unit=args.unit, bounds=[lo.tolist(), hi.tolist()], offset=view.offset.tolist(),
                         segments=segments, viewer=args.viewer)
             _print(doc, args, f"serving {args.target} on {base} (Ctrl-C stops)")

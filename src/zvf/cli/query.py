@@ -20,7 +20,7 @@ Tables = dict[str, dict[str, "np.ndarray"]]
 """The objects/groups tables of a level, name -> column -> values (:func:`zvf.read.export.object_tables`)."""
 Explained = tuple[Literal["explain"], str]
 Counted = tuple[Literal["count"], int, dict[str, int]]
-Read = tuple[Literal["read"], "Selection", Tables, dict[str, int], str]
+Read = tuple[Literal["read"], "Selection", Tables, dict[str, int], str | None]
 
 
 def _numbers(text: str, what: str) -> list[float]:

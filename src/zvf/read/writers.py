@@ -117,7 +117,7 @@ def companion(out: str, table: str) -> str:
     return f"{root}.{table}{ext}"
 
 
-def link_table(geometry: str, *, clip: bool = False) -> str | None:
+def link_table(geometry: str | None, *, clip: bool = False) -> str | None:
     """The link table a result of ``geometry`` carries.
 
     Meshes: faces; graphs and skeletons: edges; polylines only when clipped
