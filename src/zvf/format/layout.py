@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -124,6 +124,19 @@ class LevelLayout:
             raise FormatError(f"level {index}: chunk_shape {list(chunk)} does not nest in {list(root_chunk_shape)}")
         return cls(index, chunk, scale, None, chunk, False, False)
 
+    @classmethod
+    def for_writing(cls, chunk_shape: ArrayLike, bin_shape: ArrayLike | None, *, with_ids: bool,
+                    ndim: int | None = None) -> LevelLayout:
+        """Level 0 of a store being written, from the caller's shapes (checked: InvalidArgumentError naming
+        them).  Points without ids are filed by bin, everything else by chunk (:meth:`filed`)."""
+        grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
+        return cls(0, grid.chunk_shape, (1,) * grid.ndim, grid.bin_shape, grid.effective_bin_shape,
+                   not with_ids, not with_ids)
+
+    def filed(self, *, with_ids: bool) -> LevelLayout:
+        """This layout under the placement rule of rows with (or without) object ids."""
+        return replace(self, by_bin=not with_ids, fragments_are_bins=not with_ids)
+
     # ------------------------------------------------------------- geometry
     @cached_property
     def grid(self) -> Grid:
@@ -163,6 +176,10 @@ class LevelLayout:
     def cell_codes(self, points: ArrayLike) -> CellCodes:
         """Sortable chunk (then bin, when filed by bin) codes of positions, as the writers sort rows."""
         return self.grid.cell_codes(points, by_bin=self.by_bin)
+
+    def extent(self, lo: ArrayLike, hi: ArrayLike) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(origin, shape) of the chunk array covering bounds [lo, hi] (inclusive), by the writers' rule."""
+        return self.grid.layout(lo, hi, by_bin=self.by_bin)
 
     def misfiled(self, chunk: ArrayLike, points: ArrayLike) -> NDArray[np.bool_]:
         """Rows of ``points`` (finite ones) that neither rule files under spatial ``chunk``: a box

@@ -31,14 +31,18 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import suppress
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError, ReadOnlyError
+from ..format import metadata as md
 from ..format.keys import format_chunk_id
 from ..io.executor import Executor
+from ..read import load
 from ..read.dataset import DatasetReader
 from ..read.points import attribute_layout
 from ..write.engine import StoreWriter
@@ -50,12 +54,61 @@ from .carry import carry_root
 from .pyramid import build_locked, pyramid_spec, seed_section
 from .rechunk import Writer
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..write.types import Columns, Groups
+
 _SLASH = re.compile(r"^(.*)/c/(\d+(?:/\d+)*)$")
 SPATIAL = ("0/vertices/", "0/vertex_fragments/", "0/vertex_attributes/")
 
+Upload = tuple[str, tuple[int, ...], str]
+"""A cell of a scratch store to upload: (array path, chunk coords, local file)."""
+Copy = tuple[str, str, tuple[int, ...]]
+"""An untouched cell copied server-side: (source key, array path, chunk coords)."""
+Documents = dict[str, dict[str, Any]]
+"""Node path -> zarr.json document."""
+
+
+class AppendOptions(TypedDict, total=False):
+    """The keywords of every ``append_*`` besides its input and ``cast``; all optional.
+
+    * ``attributes``: vertex attributes of the appended rows, the store's names (polylines: per polyline)
+    * ``object_ids``: point clouds with object ids (new ids only); graphs and meshes (shifted past the store's)
+    * ``object_attributes``, ``groups``, ``group_attributes``: rows of the appended objects and groups
+    * ``lock_timeout``: seconds to wait for the store's lock (default 60)
+    * ``stale_after``: the lock's lease: a holder without a heartbeat this long is presumed dead (default 30)
+    * ``pyramid``: ``"rebuild"`` (default) the store's coarser levels from the new level 0, or ``"drop"`` them
+    * ``retention``: seconds the store as it was stays readable for readers that opened it (default: the store's)
+    """
+
+    attributes: Mapping[str, ArrayLike | Sequence[ArrayLike]] | None
+    object_ids: ArrayLike | None
+    object_attributes: Columns | None
+    groups: Groups | None
+    group_attributes: Columns | None
+    lock_timeout: float
+    stale_after: float
+    pyramid: Literal["rebuild", "drop"]
+    retention: float | None
+
+
+class AppendSummary(TypedDict):
+    """What an append returns: the vertices after it and appended, the objects after it, the level-0 cells
+    it wrote and those it copied server-side untouched (0 when level 0 was rewritten), and the levels it
+    rebuilt (``pyramid="rebuild"`` on a store with levels)."""
+
+    geometry_type: str
+    vertex_count: int
+    appended: int
+    object_count: int
+    chunks_rewritten: int
+    chunks_copied: int
+    pyramid_rebuilt: NotRequired[list[int]]
+
 
 # ------------------------------------------------------------------ merging inputs
-def stored(values, dtype: np.dtype, what: str, cast: bool) -> np.ndarray:
+def stored(values: ArrayLike, dtype: np.dtype, what: str, cast: bool) -> np.ndarray:
     """``values`` in the store's ``dtype``: refused (naming ``what``, the dtype and the first offending
     values) when a value would not come back as given -- rounded, wrapped, clipped -- unless ``cast``."""
     given = np.asarray(values)
@@ -80,7 +133,8 @@ def stored(values, dtype: np.dtype, what: str, cast: bool) -> np.ndarray:
     return out
 
 
-def _cat_attrs(old: dict, new, what: str, cast: bool) -> dict:
+def _cat_attrs(old: Mapping[str, ArrayLike], new: Mapping[str, ArrayLike] | None, what: str,
+               cast: bool) -> dict[str, np.ndarray]:
     new = dict(new or {})
     if set(old) != set(new):
         raise InvalidArgumentError(f"{what}: the store has {sorted(old)}, the append gives {sorted(new)}")
@@ -88,9 +142,9 @@ def _cat_attrs(old: dict, new, what: str, cast: bool) -> dict:
             for k in old}
 
 
-def _merge_tables(old: dict, new: dict, id_shift: int, cast: bool) -> dict:
+def _merge_tables(old: Mapping[str, Any], new: Mapping[str, Any], id_shift: int, cast: bool) -> dict[str, Any]:
     """Object attributes, groups (new group ids follow the old ones; members shifted by ``id_shift``)."""
-    out = {}
+    out: dict[str, Any] = {}
     if "object_attributes" in old or new.get("object_attributes"):
         out["object_attributes"] = _cat_attrs(old.get("object_attributes", {}), new.get("object_attributes"),
                                               "object_attributes", cast)
@@ -106,8 +160,8 @@ def _merge_tables(old: dict, new: dict, id_shift: int, cast: bool) -> dict:
     return out
 
 
-def _new_batch(writer: str, args: tuple, kw: dict, pos_dtype: np.dtype, attr_dtypes: dict[str, np.dtype],
-               old_ids: np.ndarray | None, cast: bool) -> tuple[dict, int]:
+def _new_batch(writer: str, args: tuple[Any, ...], kw: dict[str, Any], pos_dtype: np.dtype,
+               attr_dtypes: dict[str, np.dtype], old_ids: np.ndarray | None, cast: bool) -> tuple[dict[str, Any], int]:
     """The appended input as one batch of the streaming writer (after the store's own batches), and
     the shift of its object ids: polylines and lines continue the count, graphs and meshes start
     above the old top id, point clouds keep the ids given (which must be new).  Positions and
@@ -120,7 +174,7 @@ def _new_batch(writer: str, args: tuple, kw: dict, pos_dtype: np.dtype, attr_dty
              else stored(a, attr_dtypes[n], f"attributes[{n!r}]", cast) for n, a in attrs.items()}
     top = int(old_ids.max()) if old_ids is not None and len(old_ids) else -1
     if writer == "write_points":
-        batch = {"positions": stored(args[0], pos_dtype, "positions", cast), "attributes": attrs}
+        batch: dict[str, Any] = {"positions": stored(args[0], pos_dtype, "positions", cast), "attributes": attrs}
         given = kw.pop("object_ids", None)
         if (given is None) != (old_ids is None):
             raise InvalidArgumentError("object_ids: give them exactly when the store has object ids")
@@ -139,16 +193,16 @@ def _new_batch(writer: str, args: tuple, kw: dict, pos_dtype: np.dtype, attr_dty
     given = kw.pop("object_ids", None)
     ids = np.asarray(np.zeros(len(pos)) if given is None else given, dtype=np.int64) + (top + 1)
     links = "faces" if writer == "write_mesh" else "edges"
-    batch = {"positions": pos, links: np.asarray(args[1], dtype=np.int64), "object_ids": ids, "attributes": attrs}
-    return batch, top + 1
+    return {"positions": pos, links: np.asarray(args[1], dtype=np.int64), "object_ids": ids,
+            "attributes": attrs}, top + 1
 
 
-def _attribute_dtypes(level) -> dict[str, np.dtype]:
+def _attribute_dtypes(level: load.Level) -> dict[str, np.dtype]:
     """The stored dtype of every vertex attribute of ``level``."""
-    return {n: attribute_layout(level.array(f"vertex_attributes/{n}"))[0] for n in level.named("vertex_attributes")}
+    return {n: attribute_layout(level.arrays[f"vertex_attributes/{n}"])[0] for n in level.named("vertex_attributes")}
 
 
-def _positions_of(writer: str, args: tuple) -> np.ndarray:
+def _positions_of(writer: str, args: tuple[Any, ...]) -> np.ndarray:
     if writer == "write_polylines":
         parts = [np.asarray(p, dtype=np.float64) for p in args[0] if len(p)]
         return np.concatenate(parts) if parts else np.zeros((0, 1))
@@ -164,12 +218,14 @@ def _scratch_files(root: str) -> list[str]:
                   for d, _, files in os.walk(root) for f in files)
 
 
-def _scratch_plan(scratch: str, take=None, nonempty: dict | None = None):
+def _scratch_plan(scratch: str, take: Callable[[str], bool] | None = None,
+                  nonempty: Mapping[str, list[str]] | None = None) -> tuple[list[Upload], Documents]:
     """(uploads [(array path, chunk coords, local file)], documents {node path: document}) of a scratch store.
 
     ``take(rel)`` picks files; ``nonempty[array path]`` overrides an array's ``nonempty_chunks``.
     """
-    uploads, docs = [], {}
+    uploads: list[Upload] = []
+    docs: Documents = {}
     for rel in _scratch_files(scratch):
         if rel.startswith(".") or "/." in rel or (take is not None and not take(rel)):
             continue
@@ -187,16 +243,17 @@ def _scratch_plan(scratch: str, take=None, nonempty: dict | None = None):
     return uploads, docs
 
 
-async def _publish(pub: Publication, uploads: list, copies: list, docs: dict, root: dict) -> None:
+async def _publish(pub: Publication, uploads: list[Upload], copies: list[Copy], docs: Documents,
+                   root: dict[str, Any]) -> None:
     """Cells under the families the publication picks (uploads from scratch, server-side copies of
     untouched cells), then the commit: the root by compare-and-swap, then the documents."""
     ex = pub.ex
 
-    async def up(path: str, coords: tuple, file: str) -> None:
+    async def up(path: str, coords: tuple[int, ...], file: str) -> None:
         key = (await pub.keys(path, len(coords))).key(path, coords)
         await ex.put(key, await anyio.Path(file).read_bytes())
 
-    async def cp(src: str, path: str, coords: tuple) -> None:
+    async def cp(src: str, path: str, coords: tuple[int, ...]) -> None:
         dst = (await pub.keys(path, len(coords))).key(path, coords)
         await ex.call("copy", dst, lambda: ex.transport.copy(src, dst), put=True)
 
@@ -204,30 +261,28 @@ async def _publish(pub: Publication, uploads: list, copies: list, docs: dict, ro
     await pub.commit(docs, root)
 
 
-def _carried_root(old_root: dict, root: dict) -> dict:
+def _carried_root(old_root: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     """The scratch writer's root with what the store's root carried besides (see :mod:`.carry`)."""
     return carry_root(old_root, root, same_store=True)
 
 
-async def append(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict) -> dict:
+async def append(ds: DatasetReader, write: Writer, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> AppendSummary:
     """Append to the store under ``ds`` (opened with mode="a") through the streaming side of ``write`` (the
-    writer of the store's geometry) and refresh ``ds``.
+    writer of the store's geometry) and refresh ``ds``; returns an :class:`AppendSummary`.
 
-    Returns a dict: geometry_type, vertex_count (after), appended (new vertices), object_count,
-    chunks_rewritten, chunks_copied (untouched cells copied server-side; 0 when level 0 was rewritten).
-
-    ``lock_timeout`` (default 60 s) and ``stale_after`` (the lock's lease: default 30 s without a heartbeat
-    presumes a holder dead) in ``kwargs`` tune the store lock; ``retention`` (seconds) how long the store as
+    ``kwargs``: :class:`AppendOptions` and ``cast`` (checked here: callers without a type checker pass
+    anything).  ``lock_timeout`` (default 60 s) and ``stale_after`` (the lock's lease: default 30 s without a
+    heartbeat presumes a holder dead) tune the store lock; ``retention`` (seconds) how long the store as
     it was stays readable for readers that opened it (default: the store's, see zvf.write.publish).
     """
 
     if ds.context.handle.read_only:
         raise ReadOnlyError(f"{ds.url}: open the dataset with mode='a' to append")
-    kwargs = dict(kwargs)
-    timeout, stale = kwargs.pop("lock_timeout", 60.0), kwargs.pop("stale_after", LEASE)
-    pyramid = kwargs.pop("pyramid", "rebuild")
-    retention = kwargs.pop("retention", None)
-    cast = kwargs.pop("cast", False)
+    options = dict(kwargs)
+    timeout, stale = options.pop("lock_timeout", 60.0), options.pop("stale_after", LEASE)
+    pyramid = options.pop("pyramid", "rebuild")
+    retention = options.pop("retention", None)
+    cast = options.pop("cast", False)
     if not isinstance(cast, (bool, np.bool_)):
         raise InvalidArgumentError(f"cast must be True or False, got {cast!r}")
     if pyramid not in ("rebuild", "drop"):
@@ -237,19 +292,20 @@ async def append(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict) ->
         pub = await Publication(ex, lock, retention=retention).begin()
         seed_section(ex, pub.base_docs)  # the version being appended to (the documents on disk may lag it)
         ds_now = type(ds)(ds.context.handle, ex, *(await _load(ex, ds.url)))
-        if write is not rechunk.WRITERS.get(ds_now.geometry_type, write):
-            raise InvalidArgumentError(f"{ds.url} holds {ds_now.geometry_type}; use append_"
-                                       f"{rechunk.WRITERS[ds_now.geometry_type].__name__[6:]}")
+        geometry = ds_now.geometry_type
+        if geometry is not None and write is not rechunk.WRITERS.get(geometry, write):
+            raise InvalidArgumentError(f"{ds.url} holds {geometry}; use append_"
+                                       f"{rechunk.WRITERS[geometry].__name__[6:]}")
         opts = await rechunk.store_options(ds_now)
         level = await ds_now.level(0)
         try:
             with tempfile.TemporaryDirectory(prefix="zvf-append-") as scratch:
                 if write is write_points and ds_now.levels == [0] and opts["shard_shape"] is None \
                         and level.meta.chunk_dims is None and len(np.asarray(args[0])):
-                    summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], kwargs, opts, scratch,
-                                                                                   bool(cast))
+                    summary, uploads, copies, docs = await _incremental_points(ds_now, args[0], options, opts,
+                                                                               scratch, bool(cast))
                 else:
-                    summary, uploads, copies, docs = await _rewrite(ds_now, write, args, kwargs, opts, scratch,
+                    summary, uploads, copies, docs = await _rewrite(ds_now, write, args, options, opts, scratch,
                                                                     bool(cast))
                 spec = await pyramid_spec(ds_now) if pyramid == "rebuild" else None
                 root = _carried_root(pub.base_doc, docs.pop(""))
@@ -266,8 +322,12 @@ async def append(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict) ->
     return summary
 
 
-async def _rewrite(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict, opts: dict, scratch: str,
-                   cast: bool):
+Prepared = tuple[AppendSummary, list[Upload], list[Copy], Documents]
+"""An append written to scratch: its summary, the cells to upload and to copy, the documents to publish."""
+
+
+async def _rewrite(ds: DatasetReader, write: Writer, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                   opts: dict[str, Any], scratch: str, cast: bool) -> Prepared:
     """Level 0 rewritten whole into ``scratch``: the store's own batches, then the appended one, through
     the streaming writer (memory bounded by a batch; the bytes of one write of the concatenation)."""
 
@@ -285,7 +345,7 @@ async def _rewrite(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict, 
     else:
         old = rechunk.object_batches(ds, rechunk.OBJECT_BATCH)
 
-    async def batches():
+    async def batches() -> AsyncIterator[dict[str, Any]]:
         async for b in old:
             yield b
         yield batch
@@ -300,15 +360,16 @@ async def _rewrite(ds: DatasetReader, write: Writer, args: tuple, kwargs: dict, 
     wrote = await write(scratch, batches(), **extra, **tables, **opts,
                         bounds=(lo.tolist(), hi.tolist()), overwrite=True)
     uploads, docs = _scratch_plan(scratch)
-    summary = {"geometry_type": geometry, "vertex_count": wrote.vertex_count,
-               "appended": len(pos), "object_count": wrote.object_count or 0,
-               "chunks_rewritten": wrote.chunk_count, "chunks_copied": 0}
+    summary: AppendSummary = {"geometry_type": geometry or wrote.geometry, "vertex_count": wrote.vertex_count,
+                              "appended": len(pos), "object_count": wrote.object_count or 0,
+                              "chunks_rewritten": wrote.chunk_count, "chunks_copied": 0}
     return summary, uploads, [], docs
 
 
-async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: str, cast: bool):
+async def _incremental_points(ds: DatasetReader, positions: ArrayLike, kwargs: Mapping[str, Any],
+                              opts: dict[str, Any], scratch: str, cast: bool) -> Prepared:
     """Only the chunks the new points fall in are read and rewritten (see the module docstring)."""
-    from ..format.grid import Grid
+    from ..format.layout import LevelLayout
     from ..io.store import open_store
     from ..read.points import read_chunks
     from ..write.point_level import PointExtras, publish_level
@@ -320,6 +381,7 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
         raise InvalidArgumentError(f"positions: expected shape (N, {ds.root.ndim}), got {pos.shape}")
     dtypes = _attribute_dtypes(level)
     names = list(dtypes)
+    kwargs = dict(kwargs)
     new_attrs = dict(kwargs.pop("attributes", None) or {})
     if set(new_attrs) != set(names):
         raise InvalidArgumentError(f"attributes: the store has {sorted(names)}, the append gives {sorted(new_attrs)}")
@@ -346,13 +408,13 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
     lo, hi = (np.asarray(b, dtype=np.float64) for b in ds.root.bounds)
     p64 = pos.astype(np.float64)
     lo, hi = np.minimum(lo, p64.min(axis=0)), np.maximum(hi, p64.max(axis=0))
-    grid = Grid.create(opts["chunk_shape"], opts["bin_shape"], ndim=ds.root.ndim)
-    origin, _ = grid.layout(lo, hi, by_bin=not has_ids)
-    touched = np.unique(grid.chunk_of(pos, by_bin=not has_ids), axis=0)
+    level_layout = LevelLayout.for_writing(opts["chunk_shape"], opts["bin_shape"], with_ids=has_ids, ndim=ds.root.ndim)
+    origin, _ = level_layout.extent(lo, hi)
+    touched = np.unique(level_layout.chunk_of(pos), axis=0)
     old_chunks = level.nonempty_chunks
     hit = _member(old_chunks, touched)
     old = await read_chunks(ds.context, level, old_chunks[hit], names)
-    sub = {"attributes": {n: np.concatenate([old.attributes[n], new_attrs[n]]) for n in names}}
+    sub: dict[str, Any] = {"attributes": {n: np.concatenate([old.attributes[n], new_attrs[n]]) for n in names}}
     if has_ids:
         sub["object_ids"] = np.concatenate([old.object_ids, new_ids])
     cells = os.path.join(scratch, "cells")
@@ -365,15 +427,16 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
     uploads, docs = _scratch_plan(cells, take=lambda rel: rel.startswith(SPATIAL),
                                   nonempty={f"0/{a}": nonempty for a in arrays})
     untouched = old_chunks[~hit]
-    copies = []
+    copies: list[Copy] = []
     for a in arrays:
-        arr = level.array(a)
+        arr = level.arrays[a]
         copies += [(arr.key_of(arr.cell_coords(c)), f"0/{a}", tuple(np.subtract(c, origin).tolist()))
                    for c in untouched.tolist()]
 
     # object index (old manifests unchanged, new objects' from the scratch cells), tables, level and root
     uniq, manifest = None, None
     if has_ids:
+        assert old_uniq is not None and table is not None  # read above, with the store's ids
         fresh = await _open_scratch(cells)
         s_ids, s_table = await fresh.manifests(0)
         mine = np.flatnonzero(s_ids[s_table.object_row] > (old_uniq.max() if len(old_uniq) else -1))
@@ -387,15 +450,16 @@ async def _incremental_points(ds, positions, kwargs: dict, opts: dict, scratch: 
     rest = os.path.join(scratch, "tables")
     handle = open_store(rest, mode="w")
     async with _TablesWriter(Executor(handle), overwrite=True) as w:
-        await publish_level(w, ds.url, grid=grid, shapes=(opts["chunk_shape"], opts["bin_shape"]), bounds=(lo, hi),
+        await publish_level(w, ds.url, ndim=ds.root.ndim, shapes=(opts["chunk_shape"], opts["bin_shape"]),
+                            bounds=(lo, hi),
                             n=int(level.meta.vertex_count) + len(pos), has_attributes=bool(names), uniq=uniq,
                             manifest=manifest, extras=extras, compression=opts["compression"],
                             object_index_layout=opts["object_index_layout"])
     more, rest_docs = _scratch_plan(rest)
     docs.update(rest_docs)
-    summary = {"geometry_type": "point_cloud", "vertex_count": int(level.meta.vertex_count) + len(pos),
-               "appended": len(pos), "chunks_rewritten": len(touched), "chunks_copied": len(untouched),
-               "object_count": 0 if uniq is None else len(uniq)}
+    summary: AppendSummary = {"geometry_type": "point_cloud", "vertex_count": int(level.meta.vertex_count) + len(pos),
+                              "appended": len(pos), "chunks_rewritten": len(touched), "chunks_copied": len(untouched),
+                              "object_count": 0 if uniq is None else len(uniq)}
     return summary, uploads + more, copies, docs
 
 
@@ -420,7 +484,6 @@ async def _open_scratch(path: str) -> DatasetReader:
     return await DatasetReader.open(path)
 
 
-async def _load(ex, url: str):
-    from ..read import load
-
+async def _load(ex: Executor, url: str) -> tuple[md.RootMeta, load.Level]:
     return await load.load_root(ex, url)
+

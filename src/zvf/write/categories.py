@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format import builders
-from ..format.grid import CellCodes, Grid
+from ..format.grid import CellCodes
 from ..format.metadata import DEFAULT_AXIS_NAMES
 from .engine import StoreWriter
 from .level import shard_tuple
@@ -72,16 +72,16 @@ class CategoryAxis:
             return None if spatial is None else (1, *spatial)
         return shard_tuple(shard_shape, ndim + 1)
 
-    async def publish(self, writer: StoreWriter, url: str, *, grid: Grid, shapes, bounds, n: int,
+    async def publish(self, writer: StoreWriter, url: str, *, ndim: int, shapes, bounds, n: int,
                       has_attributes: bool, uniq: np.ndarray, manifest, extras: PointExtras, compression,
                       object_index_layout: str) -> None:
         """Object index (rank ndim + 1 coordinates), tables, level and root documents of the level."""
-        await put_object_index(writer, 0, *manifest, uniq, grid.ndim + 1, compression=compression,
+        await put_object_index(writer, 0, *manifest, uniq, ndim + 1, compression=compression,
                                layout=object_index_layout)
         await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)
         await put_groups(writer, extras.group_rows, extras.group_attributes, ZSTD)
         present = ["vertices", "vertex_attributes", "object_index"] if has_attributes else ["vertices", "object_index"]
-        dims = [self.name, *DEFAULT_AXIS_NAMES[:grid.ndim]]  # the root's axis names
+        dims = [self.name, *DEFAULT_AXIS_NAMES[:ndim]]  # the root's axis names
         writer.add_document("0/zarr.json", builders.level_document(
             level=0, vertex_count=n, arrays_present=present, coarsening_method="none", chunk_dims=dims,
             chunk_attribute_name=self.name, chunk_attribute_values=self.values, fragments_tile=True), stage=1)

@@ -17,7 +17,8 @@ from ..errors import InvalidArgumentError
 from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex, encode_fragment_index
-from ..format.grid import CellCodes, Grid
+from ..format.grid import CellCodes
+from ..format.layout import LevelLayout
 from ..format.vlen import encode_vlen_rows
 from .engine import SpatialArrayOut, StoreWriter, ordered_map
 from .partition import Partition, partition_codes
@@ -148,12 +149,12 @@ class Layout:
         self.frag_local = np.arange(len(self.frag_first), dtype=np.int64) - first_of_chunk
 
     @classmethod
-    def by_key(cls, grid: Grid, pos: np.ndarray, keys: np.ndarray) -> KeyLayout:
+    def by_key(cls, level_layout: LevelLayout, pos: np.ndarray, keys: np.ndarray) -> KeyLayout:
         """One fragment per (chunk, key), keys ascending inside a chunk (graphs, meshes).
 
         Rows are placed by their chunk numbers (one int64 each), not (N, ndim) chunk coordinates.
         """
-        cells = grid.cell_codes(pos, by_bin=False)
+        cells = level_layout.cell_codes(pos)
         # with keys, partition_codes sorts a combined copy: ``cells.codes`` stays each row's chunk number
         return KeyLayout(pos, cells, partition_codes(cells, np.asarray(keys)))
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
-from ..format.grid import Grid
+from ..format.layout import LevelLayout
 from .fragment_attributes import FragmentAttributes
 from .level import Layout, LevelWriter, put_rows
 from .links import LinkWriter, place_records
@@ -174,11 +174,12 @@ class ConnectedChunk:
     starts: np.ndarray | None  # (n,) skeletons: whether each input row begins a fragment
 
 
-async def put_connected_chunk(level: LevelWriter, frag_attrs: FragmentAttributes, grid: Grid, chunk: np.ndarray,
+async def put_connected_chunk(level: LevelWriter, frag_attrs: FragmentAttributes, level_layout: LevelLayout,
+                              chunk: np.ndarray,
                               pos: np.ndarray, oids: np.ndarray, attrs: dict[str, np.ndarray],
                               skeleton: bool) -> ConnectedChunk:
     """One chunk's rows (input order) stored one fragment per object, ids ascending."""
-    lay = Layout.by_key(grid, pos, oids)
+    lay = Layout.by_key(level_layout, pos, oids)
     part = lay.part
     starts = None
     if skeleton:

@@ -15,7 +15,8 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
-from ..format.grid import Grid, extremes
+from ..format.grid import extremes
+from ..format.layout import LevelLayout
 from . import inputs
 from .level import shard_tuple
 
@@ -51,10 +52,13 @@ def named_bounds(pos64: np.ndarray, bounds, ndim: int, name: str):
         raise InvalidArgumentError(name + msg[len("positions"):] if msg.startswith("positions") else msg) from None
 
 
-def grid_and_codec(compression, shard_shape, ndim: int, chunk_shape, bin_shape) -> tuple[Grid, CellCodec]:
-    grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
+def layout_and_codec(compression, shard_shape, ndim: int | None, chunk_shape,
+                     bin_shape) -> tuple[LevelLayout, CellCodec]:
+    """Level 0's layout (objects: filed by chunk) and cell codec, from the caller's options."""
+    level_layout = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=True, ndim=ndim)
+    ndim = level_layout.ndim
     codec = CellCodec.for_writing(compression, shard_tuple(shard_shape, ndim))
-    return grid, codec
+    return level_layout, codec
 
 
 def _finite(pos: np.ndarray, name: str) -> None:

@@ -105,15 +105,15 @@ def connected(job: WriteJob) -> bool:
 
 
 async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
-    grid = job.grid()
+    level_layout = job.layout(with_ids=True)
     ex = job.executor()
     dt = _Dtype(None if job.dtype is None else np.dtype(job.dtype))
     with tempfile.TemporaryDirectory(prefix="zvf-route-") as tmp:
         sp: _PathSpill | _ConnectedSpill
         if connected(job):
-            sp = _ConnectedSpill(tmp, grid, dt, job.bounds, job.geometry, spill_bytes)
+            sp = _ConnectedSpill(tmp, level_layout, dt, job.bounds, job.geometry, spill_bytes)
         else:
-            sp = _PathSpill(tmp, grid, dt, job.bounds, "lines" if job.geometry == "line" else "polylines",
+            sp = _PathSpill(tmp, level_layout, dt, job.bounds, "lines" if job.geometry == "line" else "polylines",
                             spill_bytes)
         try:
             add_source(sp, batches, index)
@@ -123,7 +123,7 @@ async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int)
             summary: dict[str, Any] = {
                 "n": int(sp.n_rows), "dtype": None if sp.dt.dt is None else np.dtype(sp.dt.dt).str,
                 "attributes": _schema(sp.state.get("attributes", {})),
-                "columns": columns, "chunks": chunks, "counts": counts, "coords": coords.reshape(-1, grid.ndim),
+                "columns": columns, "chunks": chunks, "counts": counts, "coords": coords.reshape(-1, level_layout.ndim),
                 "lo": np.asarray([] if sp.bounds.lo is None else sp.bounds.lo, np.float64),
                 "hi": np.asarray([] if sp.bounds.hi is None else sp.bounds.hi, np.float64),
             }
@@ -211,8 +211,8 @@ def _located(chunks: np.ndarray, summaries: list[dict], key: str, ndim: int) -> 
 def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
                  rows_per_task: int = ROWS_PER_TASK) -> ObjectPlan:
     """Check the sources agree, lay the grid out and cut the chunks into task groups (on the driver)."""
-    grid = job.grid()
-    ndim = grid.ndim
+    level_layout = job.layout(with_ids=True)
+    ndim = level_layout.ndim
     linked = connected(job)
     schemas = (("attributes", "attributes"),) + (
         (("link_attribute_schema", "link_attributes"),) if linked else
@@ -225,7 +225,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
     every = [s["coords"].reshape(-1, ndim) for s in summaries]
     chunks = np.unique(np.concatenate(every), axis=0) if n else np.zeros((0, ndim), np.int64)  # C order
     layout.check_cells(n, len(chunks), list(job.chunk_shape), lo, hi)
-    origin, grid_shape = grid.layout(lo, hi)
+    origin, grid_shape = level_layout.extent(lo, hi)
     spilled = _located(chunks, summaries, "chunks", ndim)
     rows = np.zeros(len(chunks), np.int64)
     for s, idx in zip(summaries, spilled):
@@ -337,9 +337,9 @@ class _Pieces:
 
 async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dict]) -> dict:
     ex = job.executor()
-    grid = job.grid()
+    level_layout = job.layout(with_ids=True)
     chunks = task["chunks"]
-    ndim = grid.ndim
+    ndim = level_layout.ndim
     dtype = np.dtype(task["dtype"])
     rows = _Pieces(await read_spilled(ex, f"{job.prefix}spill/", sources), task["row_offsets"])
     linked = connected(job)
@@ -368,7 +368,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
                 continue
             oids = rows.take("object_ids", k, np.dtype(np.int64), ())
             vertex = rows.take("vertex", k, np.dtype(np.int64), ())
-            got = await put_connected_chunk(level, frag_attrs, grid, chunk, pos, oids, attrs,
+            got = await put_connected_chunk(level, frag_attrs, level_layout, chunk, pos, oids, attrs,
                                             job.geometry == "skeleton")
             table = {"vertex": vertex, "local": got.local.astype(np.int64)}
             if got.starts is not None:
@@ -467,8 +467,8 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
 
     ``cells``: the summaries of every cell task, then (graphs, skeletons, meshes) of every link task.
     """
-    grid = job.grid()
-    ndim = grid.ndim
+    level_layout = job.layout(with_ids=True)
+    ndim = level_layout.ndim
     ex = job.executor()
     num = plan.num
     linked = connected(job)

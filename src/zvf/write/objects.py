@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format.codecs import CellCodec
-from ..format.grid import Grid
+from ..format.layout import LevelLayout
 from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs, layout, quirks
@@ -62,7 +62,7 @@ from .object_index import (
 from .object_inputs import (
     as_given,
     graph_input,
-    grid_and_codec,
+    layout_and_codec,
     lines_input,
     mesh_input,
     named_bounds,
@@ -100,7 +100,7 @@ class _Setup:
     """What an object write derives from its options and vertices before any upload."""
 
     cfg: WriteConfig
-    grid: Grid
+    level_layout: LevelLayout
     codec: CellCodec
     bounds: tuple[list, list]
     chunk_shape: list  # as given: 0.9.2 records ints as ints
@@ -119,8 +119,8 @@ class _Setup:
             sample = layout.ObjectSample.of(pos, lengths) if lengths is not None else \
                 layout.ObjectSample.of_ids(pos, object_ids)
         chunk_shape, bin_shape = layout.resolve(cfg.chunk_shape, cfg.bin_shape, lo, hi, len(pos), objects=sample)
-        grid, codec = grid_and_codec(cfg.compression, cfg.shard_shape, ndim, chunk_shape, bin_shape)
-        return cls(cfg, grid, codec, bounds, as_given(chunk_shape, "chunk_shape"),
+        level_layout, codec = layout_and_codec(cfg.compression, cfg.shard_shape, ndim, chunk_shape, bin_shape)
+        return cls(cfg, level_layout, codec, bounds, as_given(chunk_shape, "chunk_shape"),
                    None if bin_shape is None else as_given(bin_shape, "bin_shape"))
 
     def writer(self, target) -> tuple[str, StoreWriter]:
@@ -130,7 +130,7 @@ class _Setup:
 
     async def put_vertices(self, writer: StoreWriter, lay: Layout, attrs: dict, quirk_row_shape: bool) -> LevelWriter:
         """Level 0's writer with every vertex row (and vertex attribute) of ``lay`` uploaded."""
-        origin, grid_shape = self.grid.layout(self.bounds[0], self.bounds[1])
+        origin, grid_shape = self.level_layout.extent(self.bounds[0], self.bounds[1])
         level = level0(writer, origin, grid_shape, self.codec, bool(attrs),
                        fragment_shard(self.codec, self.cfg.object_index_layout, grid_shape))
         await put_rows(level, lay.part, lay.pos, attrs, lay.fragments_of, _attribute_docs(attrs, quirk_row_shape))
@@ -179,11 +179,11 @@ async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, 
                        tables: _Tables, arrays_present, quirk_row_shape: bool,
                        fragment_index_links: bool) -> WriteSummary:
     """Shared body of polylines and lines: every object is an ordered path of vertices."""
-    grid, bounds = s.grid, s.bounds
+    level_layout, bounds = s.level_layout, s.bounds
     n, ndim = pos.shape
     num = len(lens)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
-    cc = grid.cell_codes(pos, by_bin=False)  # each row's C-order chunk number
+    cc = level_layout.cell_codes(pos)  # each row's C-order chunk number
     codes = cc.codes
     run_start = run_starts(codes, starts)
     lay = Layout.by_runs(pos, run_start, codes[run_start], cc.chunk_coords)
@@ -310,8 +310,8 @@ async def _write_connected(target, s: _Setup, pos: np.ndarray, oids: np.ndarray,
                            skeleton: bool) -> WriteSummary:
     """Shared body of graphs, skeletons and meshes: one fragment per (object, chunk), explicit links."""
     n, ndim = pos.shape
-    grid, bounds = s.grid, s.bounds
-    lay = Layout.by_key(grid, pos, oids)
+    level_layout, bounds = s.level_layout, s.bounds
+    lay = Layout.by_key(level_layout, pos, oids)
     layout.check_cells(len(pos), len(lay.part.chunks), s.chunk_shape, *bounds)
     part = lay.part
     uniq = np.unique(oids)

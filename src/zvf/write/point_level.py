@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..format.grid import Grid
 from . import inputs
 from .engine import StoreWriter, add_level0_documents
 from .fragment_attributes import FragmentAttributes
@@ -48,7 +47,7 @@ def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
     return obj_row[order], chunks[frag_chunk[order]], local_frag[order]
 
 
-async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, shapes, bounds, n: int, has_attributes: bool,
+async def publish_level(writer: StoreWriter, url: str, *, ndim: int, shapes, bounds, n: int, has_attributes: bool,
                         uniq, manifest, extras: PointExtras, compression, object_index_layout: str,
                         fragment_attributes: FragmentAttributes | None = None) -> None:
     """Everything of a point cloud after its cells: object index, per-object/group data, level, root.
@@ -60,7 +59,7 @@ async def publish_level(writer: StoreWriter, url: str, *, grid: Grid, shapes, bo
         fragment_attributes.finish(writer, arrays_present)
     if uniq is not None:
         arrays_present.append("object_index")
-        await put_object_index(writer, 0, *manifest, uniq, grid.ndim, compression=compression,
+        await put_object_index(writer, 0, *manifest, uniq, ndim, compression=compression,
                                layout=object_index_layout)
     # 0.9.2's write_points compresses per-object and per-group tables with zstd whatever the cells use.
     await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
-from ..format.grid import Grid
+from ..format.layout import LevelLayout
 from ..io.executor import Executor
 from ..io.store import open_store
 from . import inputs, layout
@@ -79,7 +79,7 @@ async def write_points(
     n, ndim = pos.shape
     lo, hi = inputs.bounds_for(pos, cfg.bounds, ndim)
     chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n)
-    grid = Grid.create(chunk_shape, bin_shape, ndim=ndim)
+    level_layout = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=object_ids is not None, ndim=ndim)
     frag_attrs = FragmentAttributes(fragment_attributes, ndim)
     attrs = inputs.row_attributes(attributes, n, "attributes")
     oids = None if object_ids is None else inputs.integer_ids(object_ids, n, "object_ids")
@@ -89,10 +89,11 @@ async def write_points(
     if (cfg.groups is not None or axis is not None) and oids is None:
         oids = np.arange(n, dtype=np.int64)  # 0.9.2: with groups but no ids every vertex is an object
     uniq = None if oids is None else np.unique(oids)
+    level_layout = level_layout.filed(with_ids=oids is not None)  # groups or a category axis give ids
     extras = PointExtras.check(uniq, cfg.object_attributes, cfg.groups, cfg.group_attributes, oids)
 
-    origin, grid_shape = grid.layout(lo, hi, by_bin=oids is None)
-    cells = grid.cell_codes(pos, by_bin=oids is None)
+    origin, grid_shape = level_layout.extent(lo, hi)
+    cells = level_layout.cell_codes(pos)
     if axis is None:
         part = partition_codes(cells, oids, all_keys=oids is None)
     else:  # the category axis leads every cell's coordinates
@@ -116,7 +117,7 @@ async def write_points(
         manifest = None
         if uniq is not None:
             manifest = manifest_rows(part.frag_chunk, part.frag_keys, part.chunks, uniq)
-        common = dict(grid=grid, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n, has_attributes=bool(attrs),
+        common = dict(ndim=ndim, shapes=(chunk_shape, bin_shape), bounds=(lo, hi), n=n, has_attributes=bool(attrs),
                       uniq=uniq, manifest=manifest, extras=extras, compression=cfg.compression,
                       object_index_layout=cfg.object_index_layout)
         if axis is None:
@@ -126,4 +127,4 @@ async def write_points(
     return WriteSummary.of(
         writer, "point_cloud", vertex_count=int(n), chunk_count=len(part.chunks),
         object_count=0 if uniq is None else len(uniq), group_count=len(extras.group_rows),
-        bins_per_chunk=list(grid.bins_per_chunk))
+        bins_per_chunk=list(level_layout.bins_per_chunk))

@@ -35,7 +35,8 @@ import numpy as np
 from ..errors import InvalidArgumentError, StoreExistsError
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
-from ..format.grid import Grid, dense_ids, extremes
+from ..format.grid import dense_ids, extremes
+from ..format.layout import LevelLayout
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.store import open_store
@@ -251,10 +252,10 @@ class RunSpill:
 class Spill:
     """A point cloud's rows spilled to local files in chunk-sorted runs (see the module docstring)."""
 
-    def __init__(self, directory: str, grid: Grid, dtype, bounds, *, implicit_ids: bool,
+    def __init__(self, directory: str, level_layout: LevelLayout, dtype, bounds, *, implicit_ids: bool,
                  spill_bytes: int = SPILL_BYTES):
-        self.ndim = grid.ndim
-        self.grid = grid
+        self.ndim = level_layout.ndim
+        self.layout = level_layout  # its placement rule is the first batch's (by bin until then)
         self.dtype = dtype  # None: the first batch's float dtype, then every batch is cast to it
         self.explicit_dtype = dtype is not None
         self.bounds = bounds
@@ -262,7 +263,7 @@ class Spill:
         self.explicit_ids: bool | None = None
         self.implicit_ids = implicit_ids  # groups without ids: the row number is the id
         self.attr_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
-        self.chunks = ChunkIds(grid.ndim)
+        self.chunks = ChunkIds(self.ndim)
         self.rows = RunSpill(directory, "col", spill_bytes)
         self.n_rows = 0
         self.lo = self.hi = None
@@ -309,6 +310,7 @@ class Spill:
         if self.explicit_ids is None:
             self.explicit_ids = has_ids
             self.with_ids = has_ids or self.implicit_ids
+            self.layout = self.layout.filed(with_ids=self.with_ids)
         elif has_ids != self.explicit_ids:
             raise InvalidArgumentError(f"{what}: either every batch has 'object_ids' or none does")
         if has_ids:
@@ -322,7 +324,7 @@ class Spill:
         if has_ids:
             self._ids.add(oids)
         # The chunk each row lands in, by the function the in-memory writer partitions with.
-        gids = self.chunks.of(self.grid.chunk_of(pos, by_bin=not self.with_ids))
+        gids = self.chunks.of(self.layout.chunk_of(pos))
         lo, hi = extremes(pos)
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
@@ -422,8 +424,8 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
     as for ``write_points`` (held in memory: one row per fragment of the chunks given).
     """
     cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
-    grid = Grid.create(chunk_shape, cfg.bin_shape)
-    ndim = grid.ndim
+    unfiled = LevelLayout.for_writing(chunk_shape, cfg.bin_shape, with_ids=False)
+    ndim = unfiled.ndim
     frag_attrs = FragmentAttributes(fragment_attributes, ndim)
     codec = CellCodec.for_writing(cfg.compression, shard_tuple(cfg.shard_shape, ndim))
     bounds, groups = cfg.bounds, cfg.groups
@@ -432,7 +434,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
     handle, ex = await open_new(target, cfg)
 
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
-        spill = Spill(tmp, grid, cfg.dtype, bounds, implicit_ids=groups is not None, spill_bytes=spill_bytes)
+        spill = Spill(tmp, unfiled, cfg.dtype, bounds, implicit_ids=groups is not None, spill_bytes=spill_bytes)
         try:
             async for batch in batches_of(batches):
                 await anyio.to_thread.run_sync(spill.add, batch)
@@ -445,7 +447,8 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
             else:
                 lo, hi = inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
             layout.check_cells(n, len(spill.chunks), chunk_shape, lo, hi)  # after the spill, before any upload
-            origin, grid_shape = grid.layout(lo, hi, by_bin=not spill.with_ids)
+            level_layout = spill.layout
+            origin, grid_shape = level_layout.extent(lo, hi)
             attr_schema = spill.attr_schema or {}
             uniq = spill.object_ids() if spill.with_ids else None
             extras = PointExtras.check(uniq, cfg.object_attributes, groups, cfg.group_attributes,
@@ -464,10 +467,10 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
                 for i, gid in enumerate(visit.tolist()):
                     pos, attrs, oids = await anyio.to_thread.run_sync(spill.read_chunk, gid)
                     if oids is None:
-                        chunks, bins = grid.bin_of(pos)
-                        part = partition(chunks, bins, all_keys=grid.bins_in_chunk)
+                        chunks, bins = level_layout.bin_of(pos)
+                        part = partition(chunks, bins, all_keys=level_layout.bins_in_chunk)
                     else:
-                        part = partition(grid.chunk_of(pos), oids)
+                        part = partition(level_layout.chunk_of(pos), oids)
                         frag_rank.append(np.full(len(part.frag_keys), rank[gid], dtype=np.int64))
                         frag_keys.append(part.frag_keys)
 
@@ -496,7 +499,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
                     fk = np.concatenate(frag_keys) if frag_keys else np.zeros(0, np.int64)
                     by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in a Partition
                     manifest = manifest_rows(fr[by_chunk], fk[by_chunk], coords[np.argsort(rank)], uniq)
-                await publish_level(writer, handle.url, grid=grid, shapes=(chunk_shape, cfg.bin_shape),
+                await publish_level(writer, handle.url, ndim=ndim, shapes=(chunk_shape, cfg.bin_shape),
                                     bounds=(lo, hi), n=n, has_attributes=bool(attr_schema), uniq=uniq,
                                     manifest=manifest, extras=extras, compression=cfg.compression,
                                     object_index_layout=cfg.object_index_layout, fragment_attributes=frag_attrs)
@@ -505,6 +508,6 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
     return WriteSummary.of(
         writer, "point_cloud", vertex_count=int(n), chunk_count=len(coords),
         object_count=0 if uniq is None else len(uniq), group_count=len(extras.group_rows),
-        bins_per_chunk=list(grid.bins_per_chunk))
+        bins_per_chunk=list(unfiled.bins_per_chunk))
 
 

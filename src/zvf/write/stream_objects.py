@@ -32,7 +32,8 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..format.grid import Grid, extremes
+from ..format.grid import extremes
+from ..format.layout import LevelLayout
 from . import inputs, layout
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
@@ -53,8 +54,8 @@ from .object_inputs import (
     as_given,
     check_dtypes,
     graph_input,
-    grid_and_codec,
     group_attributes_table,
+    layout_and_codec,
     lines_input,
     mesh_input,
     object_attributes_table,
@@ -168,16 +169,15 @@ class _Bounds:
 
 
 def _setup(chunk_shape, options: ObjectWriteOptions, spill_bytes: int):
-    """The checked options, grid, codec, given shapes, dtype and fragment attributes of a streamed
+    """The checked options, level layout, codec, given shapes, dtype and fragment attributes of a streamed
     write, before any batch is read."""
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
     bin_shape = cfg.bin_shape
-    grid = Grid.create(chunk_shape, bin_shape)
-    grid, codec = grid_and_codec(cfg.compression, cfg.shard_shape, grid.ndim, chunk_shape, bin_shape)
+    level_layout, codec = layout_and_codec(cfg.compression, cfg.shard_shape, None, chunk_shape, bin_shape)
     bin_given = None if bin_shape is None else as_given(bin_shape, "bin_shape")
-    return (cfg, grid, codec, as_given(chunk_shape, "chunk_shape"), bin_given, _Dtype(cfg.dtype),
-            FragmentAttributes(frag_columns, grid.ndim))
+    return (cfg, level_layout, codec, as_given(chunk_shape, "chunk_shape"), bin_given, _Dtype(cfg.dtype),
+            FragmentAttributes(frag_columns, level_layout.ndim))
 
 
 async def _spill_all(sp: _Pass1, batches) -> None:
@@ -213,11 +213,11 @@ class _Dtype:
 class _Pass1:
     """What pass 1 of every object stream keeps: vertex rows spilled per chunk, extent, dtype, schemas."""
 
-    def __init__(self, directory: str, grid: Grid, dt: _Dtype, bounds, spill_bytes: int):
-        self.grid, self.dt = grid, dt
-        self.ndim = grid.ndim
-        self.bounds = _Bounds(bounds, grid.ndim)
-        self.chunks = ChunkIds(grid.ndim)
+    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds, spill_bytes: int):
+        self.level_layout, self.dt = level_layout, dt
+        self.ndim = level_layout.ndim
+        self.bounds = _Bounds(bounds, level_layout.ndim)
+        self.chunks = ChunkIds(level_layout.ndim)
         self.rows = RunSpill(directory, "v", spill_bytes)
         self.state: dict = {}  # the first batch's column schemas
         self.n_rows = 0
@@ -235,8 +235,8 @@ class _Pass1:
 class _PathSpill(_Pass1):
     """Pass 1 of a paths write: vertex rows spilled per chunk, runs and objects summarized."""
 
-    def __init__(self, directory: str, grid: Grid, dt: _Dtype, bounds, kind: str, spill_bytes: int):
-        super().__init__(directory, grid, dt, bounds, spill_bytes)
+    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds, kind: str, spill_bytes: int):
+        super().__init__(directory, level_layout, dt, bounds, spill_bytes)
         self.kind = kind
         self.run_gid: list[np.ndarray] = []
         self.run_count: list[np.ndarray] = []
@@ -277,7 +277,7 @@ class _PathSpill(_Pass1):
         self.dt.seen(pos)
         n = len(pos)
         starts = (np.cumsum(lens) - lens).astype(np.int64)
-        chunks = self.grid.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
+        chunks = self.level_layout.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
         gids = self.chunks.of(chunks)
         rs = run_starts(chunks, starts)
         self.run_gid.append(gids[rs].astype(np.int64))
@@ -299,11 +299,11 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
     kind = "lines" if geometry == "line" else "polylines"
     if kind == "polylines" and geometry not in ("polyline", "streamline"):
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry!r}")
-    cfg, grid, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
-    ndim = grid.ndim
+    cfg, level_layout, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
+    ndim = level_layout.ndim
     handle, ex = await open_new(target, cfg)
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
-        sp = _PathSpill(tmp, grid, dt, cfg.bounds, kind, spill_bytes)
+        sp = _PathSpill(tmp, level_layout, dt, cfg.bounds, kind, spill_bytes)
         try:
             await _spill_all(sp, batches)
             num, n = sp.n_objects, sp.n_rows
@@ -319,7 +319,7 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
             grp_attrs = group_attributes_table(cfg.group_attributes, group_rows)
             coords = sp.chunks.coords()
             layout.check_cells(n, len(coords), chunk_given, lo, hi)
-            origin, grid_shape = grid.layout(lo, hi)
+            origin, grid_shape = level_layout.extent(lo, hi)
             visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
 
             runs = PathRuns.build(np.concatenate(sp.run_gid), np.concatenate(sp.run_count),
@@ -388,8 +388,8 @@ def _smallest_endpoint(ends: np.ndarray) -> np.ndarray:
 class _ConnectedSpill(_Pass1):
     """Pass 1 of a graph/skeleton/mesh write: vertex rows and link records spilled per chunk."""
 
-    def __init__(self, directory: str, grid: Grid, dt: _Dtype, bounds, geometry: str, spill_bytes: int):
-        super().__init__(directory, grid, dt, bounds, spill_bytes)
+    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds, geometry: str, spill_bytes: int):
+        super().__init__(directory, level_layout, dt, bounds, spill_bytes)
         self.geometry = geometry
         self.records = RunSpill(directory, "e", spill_bytes)
         self.width: int | None = None
@@ -439,7 +439,7 @@ class _ConnectedSpill(_Pass1):
             has_parent = np.zeros(n, bool)
             has_parent[rec[:, 0]] = True
             self.roots.append(oids[~has_parent])
-        chunks = self.grid.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
+        chunks = self.level_layout.chunk_of(pos) if n else np.zeros((0, self.ndim), np.int64)
         gids = self.chunks.of(chunks).astype(np.int64)
         if n:
             self.rows.push(gids, {"positions": pos, "object_ids": oids,
@@ -470,12 +470,12 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                                  upload_bytes: int = UPLOAD_BYTES,
                                  **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """A graph, skeleton or mesh (``geometry``) from batches; the in-memory writer's bytes."""
-    cfg, grid, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
-    ndim = grid.ndim
+    cfg, level_layout, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
+    ndim = level_layout.ndim
     skeleton = geometry == "skeleton"
     handle, ex = await open_new(target, cfg)
     with tempfile.TemporaryDirectory(prefix="zvf-stream-", dir=spill_dir) as tmp:
-        sp = _ConnectedSpill(tmp, grid, dt, cfg.bounds, geometry, spill_bytes)
+        sp = _ConnectedSpill(tmp, level_layout, dt, cfg.bounds, geometry, spill_bytes)
         try:
             await _spill_all(sp, batches)
             check_roots(sp.roots)
@@ -484,7 +484,7 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
             lo, hi = sp.bounds.result()
             coords = sp.chunks.coords()
             layout.check_cells(n, len(coords), chunk_given, lo, hi)
-            origin, grid_shape = grid.layout(lo, hi)
+            origin, grid_shape = level_layout.extent(lo, hi)
             visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
             attr_schema = sp.state.get("attributes", {})
             uniq = sp.ids.result()
@@ -502,7 +502,8 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                     cols = await anyio.to_thread.run_sync(sp.rows.read, gid)
                     pos, oids, vertex = cols.pop("positions"), cols.pop("object_ids"), cols.pop("vertex")
                     attrs = {k[5:]: v for k, v in cols.items()}
-                    got = await put_connected_chunk(level, frag_attrs, grid, coords[gid], pos, oids, attrs, skeleton)
+                    got = await put_connected_chunk(level, frag_attrs, level_layout, coords[gid], pos, oids, attrs,
+                                                    skeleton)
                     local_of[vertex] = got.local
                     if skeleton:
                         frag_start[vertex] = got.starts

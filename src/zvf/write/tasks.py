@@ -48,7 +48,8 @@ from ..errors import FormatError, InvalidArgumentError, StoreExistsError
 from ..format import builders
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
-from ..format.grid import Grid, row_positions
+from ..format.grid import row_positions
+from ..format.layout import LevelLayout
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.plan import ByteRange
@@ -86,8 +87,10 @@ class WriteJob:
     def prefix(self) -> str:
         return f"{JOBS_PREFIX}{self.job}/"
 
-    def grid(self) -> Grid:
-        return Grid.create(list(self.chunk_shape), None if self.bin_shape is None else list(self.bin_shape))
+    def layout(self, *, with_ids: bool) -> LevelLayout:
+        """Level 0's layout, under the placement rule of rows with (or without) object ids."""
+        return LevelLayout.for_writing(list(self.chunk_shape), None if self.bin_shape is None else list(self.bin_shape),
+                                       with_ids=with_ids)
 
     def codec(self) -> CellCodec:
         return CellCodec.for_writing(self.compression, shard_tuple(self.shard_shape, len(self.chunk_shape)))
@@ -106,8 +109,7 @@ def new_job(url: str, storage_options, *, job: str | None, chunk_shape, bin_shap
     if isinstance(chunk_shape, str):
         raise InvalidArgumentError("chunk_shape: a distributed write needs numbers per axis ('auto' looks at "
                                    "all the data first)")
-    grid = Grid.create(chunk_shape, bin_shape)
-    ndim = grid.ndim
+    ndim = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=False).ndim
     shard = shard_tuple(shard_shape, ndim)
     CellCodec.for_writing(compression, shard)
     if bounds is not None:
@@ -171,10 +173,9 @@ def add_source(spill: Any, batches: Iterable, index: int) -> None:
 
 
 async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
-    grid = job.grid()
     ex = job.executor()
     with tempfile.TemporaryDirectory(prefix="zvf-route-") as tmp:
-        spill = Spill(tmp, grid, None if job.dtype is None else np.dtype(job.dtype), job.bounds,
+        spill = Spill(tmp, job.layout(with_ids=False), None if job.dtype is None else np.dtype(job.dtype), job.bounds,
                       implicit_ids=job.implicit_ids, spill_bytes=spill_bytes)
         try:
             add_source(spill, batches, index)
@@ -259,8 +260,7 @@ class CellPlan(GridPlan):
 
 def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
     """Check the sources agree (dtype, attributes, ids) and cut the chunks into task groups."""
-    grid = job.grid()
-    ndim = grid.ndim
+    ndim = len(job.chunk_shape)
     full = [s for s in summaries if s["n"]] or summaries[:1]
     dtypes = sorted({s["dtype"] for s in full if s["dtype"] is not None})
     if len(dtypes) > 1:
@@ -278,7 +278,7 @@ def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROW
     n = int(counts.sum())
     dtype = np.dtype(dtypes[0]) if dtypes else inputs.position_dtype(np.dtype(np.float32), job.dtype)
     lo, hi = extent(job, summaries)
-    origin, grid_shape = grid.layout(lo, hi, by_bin=not with_ids)
+    origin, grid_shape = job.layout(with_ids=with_ids).extent(lo, hi)
     every = [s["chunks"].reshape(-1, ndim) for s in summaries]
     chunks = np.unique(np.concatenate(every), axis=0) if n else np.zeros((0, ndim), np.int64)  # C order
     at = [row_positions(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk -> chunks row
@@ -366,10 +366,10 @@ def source_slices(group: np.ndarray, source_chunks: list[np.ndarray], sources: l
 
 
 async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
-    grid = job.grid()
+    level_layout = job.layout(with_ids=plan.with_ids)
     ex = job.executor()
     want = plan.chunks[plan.groups[index]]
-    schema = {"positions": (plan.dtype, (grid.ndim,))}
+    schema = {"positions": (plan.dtype, (level_layout.ndim,))}
     schema.update((f"attr:{k}", v) for k, v in plan.attributes.items())
     if plan.with_ids:
         schema["object_ids"] = (np.dtype(np.int64), ())
@@ -385,10 +385,10 @@ async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[
     oids = cols.pop("object_ids", None)
     attrs = {name[5:]: v for name, v in cols.items()}
     if oids is None:
-        chunks, bins = grid.bin_of(pos)
-        part = partition(chunks, bins, all_keys=grid.bins_in_chunk)
+        chunks, bins = level_layout.bin_of(pos)
+        part = partition(chunks, bins, all_keys=level_layout.bins_in_chunk)
     else:
-        part = partition(grid.chunk_of(pos), oids)
+        part = partition(level_layout.chunk_of(pos), oids)
     if len(part.chunks) != len(want) or np.any(part.chunks != want):
         raise FormatError(f"{job.prefix}: the spilled rows of task {index} do not fall in its chunks")
 
@@ -477,7 +477,7 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite:
                  groups=None, group_attributes=None, object_index_layout: str = "sharded") -> WriteSummary:
     """Array documents, object index, per-object/group data, level and root; then remove the job prefix."""
     check_layout(object_index_layout)
-    grid = job.grid()
+    level_layout = job.layout(with_ids=plan.with_ids)
     ex = job.executor()
     for name in plan.attributes:
         inputs.check_name(name, "attribute")
@@ -495,8 +495,8 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite:
             for arr in level.arrays.values():
                 arr.nonempty = [tuple(c) for c in plan.chunks.tolist()]
         else:  # no rows: declare the arrays anyway, as write_points does
-            await put_rows(level, partition(np.zeros((0, grid.ndim), np.int64), np.zeros(0, np.int64)),
-                           np.zeros((0, grid.ndim), plan.dtype),
+            await put_rows(level, partition(np.zeros((0, level_layout.ndim), np.int64), np.zeros(0, np.int64)),
+                           np.zeros((0, level_layout.ndim), plan.dtype),
                            {k: np.zeros((0, *rs), dt) for k, (dt, rs) in plan.attributes.items()}, None)
         await level.finish()
         manifest = None
@@ -505,7 +505,8 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite:
             fk = np.concatenate([c["frag_keys"] for c in cells] or [np.zeros(0, np.int64)])
             by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in one Partition
             manifest = manifest_rows(fr[by_chunk], fk[by_chunk], plan.chunks, plan.uniq)
-        await publish_level(writer, ex.handle.url, grid=grid, shapes=(_shape(job.chunk_shape), _shape(job.bin_shape)),
+        await publish_level(writer, ex.handle.url, ndim=level_layout.ndim,
+                            shapes=(_shape(job.chunk_shape), _shape(job.bin_shape)),
                             bounds=(plan.lo, plan.hi), n=plan.n, has_attributes=bool(plan.attributes), uniq=plan.uniq,
                             manifest=manifest, extras=extras, compression=job.compression,
                             object_index_layout=object_index_layout)
@@ -515,7 +516,7 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite:
         len(plan.uniq), chunk_count=len(plan.chunks), group_count=len(extras.group_rows),
         cells_written=writer.cells_written + sum(c["cells"] for c in cells),
         bytes_written=writer.bytes_written + sum(c["bytes"] for c in cells), requests=ex.stats.snapshot(),
-        bins_per_chunk=list(grid.bins_per_chunk))
+        bins_per_chunk=list(level_layout.bins_per_chunk))
 
 
 def _shape(v):
