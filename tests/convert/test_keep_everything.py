@@ -10,7 +10,7 @@ import pytest
 
 import zvf
 from zvf.cli.main import main
-from zvf.converters import base
+from zvf.converters import source_order
 from zvf.errors import InvalidArgumentError
 
 
@@ -103,7 +103,7 @@ def test_keep_order_writes_the_input_order_back(tmp_path, monkeypatch, bucket_ro
     w = rng.integers(0, 1000, n)
     (tmp_path / "in.csv").write_text("x,y,z,w\n" + "".join(f"{a},{b},{c},{d}\n" for (a, b, c), d in zip(pos, w)))
     if bucket_rows:
-        monkeypatch.setattr(base, "BATCH_ROWS", bucket_rows)  # several spill buckets
+        monkeypatch.setattr(source_order, "BATCH_ROWS", bucket_rows)  # several spill buckets
     assert main(["convert", str(tmp_path / "in.csv"), str(tmp_path / "s.zvf"), "--keep-order",
                  "--chunk-shape", "20,20,20", "-q"]) == 0
     assert main(["convert", str(tmp_path / "s.zvf"), str(tmp_path / "out.csv"), "-q"]) == 0

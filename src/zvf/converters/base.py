@@ -1,4 +1,6 @@
-"""What every converter shares: optional imports, the store-side options, the source record.
+"""What every converter shares: the store-side options, the source record, batch writing.
+
+Parser packages and their errors: :mod:`.parsing`; point clouds in file order: :mod:`.source_order`.
 
 A converter module (one per format family) provides
 
@@ -17,11 +19,8 @@ restores it exactly.
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
-import importlib
-import json
-import os
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -29,23 +28,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 
-from ..errors import InputFileError, InvalidArgumentError, MissingDependencyError, UnknownArgumentError, ZvfError
+from ..errors import InvalidArgumentError, UnknownArgumentError
 
 if TYPE_CHECKING:
     from ..io.store import StorageOptions
 
 SOURCE_KEY = "zvf_source"
 BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
-SOURCE_ROW = "zvf_source_row"  # vertex attribute: a point's row in its source file (keep_order=True)
-
-
-def need(module: str, extra: str, fmt: str) -> Any:
-    """Import an optional package, or say which zvf extra brings it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"{fmt} conversion needs the package {module!r}: pip install 'zvf[{extra}]'") from exc
+AXES = ("x", "y", "z")  # coordinate names in the files that name them (PLY, tables, GraphML)
 
 
 @dataclass
@@ -61,6 +51,8 @@ class StoreOptions:
     extra: dict = field(default_factory=dict)
     # ``progress({"done", "total", "unit"})`` after each batch read (total None when unknown)
     progress: Callable[[dict], None] | None = None
+    # root attributes the conversion publishes with the writer's root (``zvf_source``: :func:`stamp`)
+    root_attributes: dict = field(default_factory=dict)
 
     def writer_kw(self) -> dict:
         """Keyword arguments every zvf writer takes."""
@@ -68,7 +60,7 @@ class StoreOptions:
                 "overwrite": self.overwrite, "storage_options": self.storage_options}
 
 
-STORE_OPTIONS = tuple(f.name for f in fields(StoreOptions) if f.name not in ("extra", "progress"))
+STORE_OPTIONS = tuple(f.name for f in fields(StoreOptions) if f.name not in ("extra", "progress", "root_attributes"))
 
 
 def take_options(fmt: str, options: dict, known: dict) -> dict:
@@ -107,30 +99,6 @@ def _typed(fmt: str, name: str, value: Any, default: Any) -> Any:
             raise InvalidArgumentError(f"{fmt} option {name} must be >= {low}, got {number}")
         return number
     return value
-
-
-@contextlib.contextmanager
-def reading(src: str, fmt: str, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
-    """What a file parser raises on a bad file (``errors``) as an InputFileError naming the file."""
-    try:
-        yield
-    except ZvfError:
-        raise
-    except errors as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputFileError(f"{src}: not a valid {fmt.upper()} file (truncated or another format?): "
-                             f"{detail}") from exc
-
-
-def guarded(batches: Callable[[], Iterable[dict]], src: str, fmt: str,
-            errors: tuple[type[BaseException], ...]) -> Callable[[], Iterator[dict]]:
-    """``batches`` whose parser errors become InputFileErrors (see :func:`reading`)."""
-
-    def run() -> Iterator[dict]:
-        with reading(src, fmt, errors):
-            yield from batches()
-
-    return run
 
 
 async def threaded(items: Iterable[Any]) -> AsyncIterator[Any]:
@@ -227,18 +195,26 @@ def _row_bytes(positions: np.ndarray, attributes: dict) -> int:
     return total
 
 
-async def stamp(dst: str, store: StoreOptions, record: dict) -> None:
-    """Keep ``record`` (what the source format knows) under the root attribute ``zvf_source``.
+def stamp(store: StoreOptions, record: dict) -> None:
+    """Keep ``record`` (what the source format knows) under the root attribute ``zvf_source`` of the store
+    the conversion writes: called before its writer, which publishes it in its one root write
+    (:func:`stamping`), so no store is ever published without it."""
+    store.root_attributes[SOURCE_KEY] = _jsonable(record)
 
-    The writers publish the root document last; this rewrites it once more with one
-    attribute added, so a reader never sees a store without its root.
-    """
+
+@contextlib.contextmanager
+def stamping(dst: str, store: StoreOptions) -> Iterator[None]:
+    """Writers of ``dst`` started inside publish the root attributes :func:`stamp` gave ``store``."""
     from ..io.store import open_store
+    from ..write.publish import shaping_root
 
-    handle = open_store(dst, mode="a", storage_options=store.storage_options)
-    doc = json.loads(await handle.transport.get("zarr.json"))
-    doc.setdefault("attributes", {})[SOURCE_KEY] = _jsonable(record)
-    await handle.transport.put("zarr.json", json.dumps(doc, indent=2).encode())
+    def shape(root: dict) -> dict:
+        out = copy.deepcopy(root)
+        out.setdefault("attributes", {}).update(copy.deepcopy(store.root_attributes))
+        return out
+
+    with shaping_root(open_store(dst, mode="a", storage_options=store.storage_options).url, shape):
+        yield
 
 
 def source_record(ds: Any, fmt: str | None = None) -> dict:
@@ -326,80 +302,3 @@ async def group_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:
     """Every group attribute of a level, (G,) or (G, C), row g = group g."""
     lvl = await ds.family(level, "group_attributes")
     return {name: await ds.group_attribute(name, level=level) for name in lvl.named("group_attributes")}
-
-
-# ----------------------------------------------------------------------------------- source order
-
-
-def numbered(batches: Callable[[], Iterable[dict]]) -> Callable[[], Iterator[dict]]:
-    """``batches`` of points with each row's position in the source as the attribute ``SOURCE_ROW``
-    (``keep_order=True``), so that converting back writes the rows in the file's order."""
-
-    def run() -> Iterator[dict]:
-        row = 0
-        for batch in batches():
-            n = len(batch["positions"])
-            batch["attributes"][SOURCE_ROW] = np.arange(row, row + n, dtype=np.int64)
-            row += n
-            yield batch
-
-    return run
-
-
-async def keep_order_of(ds: Any, level: int, wanted: bool | None) -> bool:
-    """Whether a point export writes the source's row order: the level has ``SOURCE_ROW`` (from a
-    conversion with ``keep_order=True``) unless ``wanted`` is False; True without it is an error."""
-    has = SOURCE_ROW in (await ds.level(level)).named("vertex_attributes")
-    if wanted and not has:
-        raise InvalidArgumentError(f"{ds.url}: keep_order=True needs the vertex attribute {SOURCE_ROW!r}, which "
-                                   f"a conversion into the store with keep_order=True (--keep-order) adds")
-    return has and wanted is not False
-
-
-async def point_batches(ds: Any, level: int, keep_order: bool | None, written: Written,
-                        batch_chunks: int = 16) -> AsyncIterator[Any]:
-    """A point cloud's rows for a file: in the source's order where the store kept it (see
-    :func:`keep_order_of`), else chunk by chunk; ``SOURCE_ROW`` is never among the attributes.
-    ``written`` counts the rows as they are read."""
-    ordered = await keep_order_of(ds, level, keep_order)
-    names = [n for n in (await ds.level(level)).named("vertex_attributes") if ordered or n != SOURCE_ROW]
-    batches = written.each(ds.iter_chunks(level=level, attributes=names, batch_chunks=batch_chunks, prefetch=2),
-                           level)
-    return in_source_order(batches) if ordered else batches
-
-
-async def in_source_order(batches: AsyncIterator[Any], bucket_rows: int | None = None) -> AsyncIterator[Any]:
-    """Point batches (Selections carrying ``SOURCE_ROW``) again in the source's row order, without it.
-
-    Rows are spilled to temporary files, one per column and bucket of ``bucket_rows`` (default
-    ``BATCH_ROWS``) consecutive source rows; then each bucket is read back, sorted and yielded.
-    Memory: one batch, then one bucket; disk: the level's rows once.
-    """
-    from ..read.selection import Selection
-
-    bucket_rows = bucket_rows or BATCH_ROWS
-    with tempfile.TemporaryDirectory(prefix="zvf-order-") as tmp:
-        layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        buckets: set[int] = set()
-        async for sel in batches:
-            if not len(sel):
-                continue
-            cols = {"positions": sel.positions, **sel.attributes}
-            layout = layout or {k: (v.dtype, v.shape[1:]) for k, v in cols.items()}
-            bucket = sel.attributes[SOURCE_ROW] // bucket_rows
-            order = np.argsort(bucket, kind="stable")
-            keys, starts = np.unique(bucket[order], return_index=True)
-            for b, lo, hi in zip(keys.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
-                rows = order[lo:hi]
-                buckets.add(b)
-                for k, name in enumerate(layout):  # one file per column and bucket, in layout's order
-                    with open(os.path.join(tmp, f"{b}.{k}"), "ab") as fh:
-                        fh.write(np.ascontiguousarray(cols[name][rows]).tobytes())
-        for b in sorted(buckets):
-            cols = {name: np.fromfile(os.path.join(tmp, f"{b}.{k}"), dtype=dt).reshape(-1, *shape)
-                    for k, (name, (dt, shape)) in enumerate(layout.items())}
-            for k in range(len(layout)):
-                os.remove(os.path.join(tmp, f"{b}.{k}"))
-            order = np.argsort(cols.pop(SOURCE_ROW), kind="stable")
-            positions = cols.pop("positions")[order]
-            yield Selection(positions, {k: v[order] for k, v in cols.items()})

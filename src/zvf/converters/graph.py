@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import StoreOptions, Written, need, object_attributes, reading, source_record, stamp, take_options
+from .base import AXES, StoreOptions, Written, object_attributes, source_record, stamp, take_options
+from .parsing import need, reading
 
-AXES = ("x", "y", "z")
 _TYPES = {"boolean": np.bool_, "int": np.int32, "long": np.int64, "float": np.float32, "double": np.float64}
 COLUMNS_KEY = "zvf_columns"  # graph data recording how zvf encoded its columns (module docstring)
 OBJECT_PREFIX = "object:"
@@ -145,11 +145,11 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     with contextlib.suppress(ValueError):  # ids that are not integers are not kept
         ndata.setdefault("node_id", np.array([int(n) for n in nodes], dtype=np.int64))
     edges = np.array([(index[u], index[v]) for u, v, _ in edges_list], dtype=np.int64).reshape(-1, 2)
+    stamp(store, {"format": "graphml", "directed": g.is_directed(), "ndim": len(axes)})
     s = await write_graph(dst, pos, edges, chunk_shape=store.chunk_shape, object_ids=oids,
                           attributes=ndata or None, link_attributes=edata or None, object_attributes=object_attrs,
                           dtype="float64",
                           **store.writer_kw())
-    await stamp(dst, store, {"format": "graphml", "directed": g.is_directed(), "ndim": len(axes)})
     return {"vertices": s.vertex_count, "edges": len(edges), "objects": s.object_count}
 
 

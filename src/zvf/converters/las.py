@@ -18,20 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import (
-    BATCH_ROWS,
-    StoreOptions,
-    Written,
-    guarded,
-    need,
-    numbered,
-    point_batches,
-    reading,
-    source_record,
-    stamp,
-    take_options,
-    write_batches,
-)
+from .base import BATCH_ROWS, StoreOptions, Written, source_record, stamp, take_options, write_batches
+from .parsing import guarded, need, reading
+from .source_order import numbered, point_batches
 
 COORDS = ("X", "Y", "Z")
 
@@ -86,9 +75,9 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
             raise InputFileError(f"{src}: holds {n:,} points, its header says {count:,} (a truncated file?)")
 
     source = guarded(batches, src, fmt, errors)
+    stamp(store, record)
     summary = await write_batches(dst, numbered(source) if opts["keep_order"] else source, store, extent=extent,
                                   dtype="float64")
-    await stamp(dst, store, record)
     return {"vertices": summary.vertex_count}
 
 

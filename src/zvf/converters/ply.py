@@ -21,21 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import (
-    StoreOptions,
-    Written,
-    need,
-    numbered,
-    object_attributes,
-    point_batches,
-    reading,
-    source_record,
-    stamp,
-    take_options,
-    write_batches,
-)
+from .base import AXES, StoreOptions, Written, object_attributes, source_record, stamp, take_options, write_batches
+from .parsing import need, reading
+from .source_order import numbered, point_batches
 
-AXES = ("x", "y", "z")
 OBJECT_ID = "object_id"  # the vertex property and the ``object`` element property naming objects
 FACE_LISTS = ("vertex_indices", "vertex_index")
 # PLY has no 64-bit integers: what a store's dtype becomes in a PLY property
@@ -85,6 +74,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     oids, oattrs = _objects(ply, attrs, src) if faces is not None else (None, None)
     record = {"format": "ply", "text": bool(ply.text), "byte_order": ply.byte_order, "comments": list(ply.comments),
               "obj_info": list(ply.obj_info), "vertex_properties": props, **finfo}
+    stamp(store, record)
     if faces is None:
         rows = int(opts["batch_rows"])
 
@@ -105,7 +95,6 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, attributes=attrs or None,
                              object_ids=oids, object_attributes=oattrs, dtype=pos.dtype, **store.writer_kw())
         out = {"vertices": s.vertex_count, "faces": len(faces)}
-    await stamp(dst, store, record)
     return out
 
 

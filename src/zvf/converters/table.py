@@ -23,24 +23,21 @@ import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
+    AXES,
     BATCH_ROWS,
     OBJECT_BATCH,
     StoreOptions,
     Written,
-    guarded,
-    need,
-    numbered,
     object_attributes,
     object_batches,
-    point_batches,
-    reading,
     source_record,
     stamp,
     take_options,
     write_batches,
 )
+from .parsing import guarded, need, reading
+from .source_order import numbered, point_batches
 
-AXES = ("x", "y", "z")
 OBJECT_ID = "object_id"
 OBJECT_PREFIX = "object."
 _CHANNEL = re.compile(r"^(.+)_(\d+)$")
@@ -272,20 +269,20 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
                 yield {"positions": pos, "attributes": attrs}
 
         total = await anyio.to_thread.run_sync(_row_count, fmt, src) if store.progress else None
+        if geo is not None:  # GeoParquet comes back as GeoParquet
+            stamp(store, {"format": fmt, "geometry_column": geo})
         s = await write_batches(dst, numbered(batches) if opts["keep_order"] else batches, store, dtype="float64",
                                 total=total)
-        if geo is not None:  # GeoParquet comes back as GeoParquet
-            await stamp(dst, store, {"format": fmt, "geometry_column": geo})
         return {"vertices": s.vertex_count}
     if opts["keep_order"]:
         raise InvalidArgumentError(f"{src}: keep_order applies to point clouds; the rows of each {OBJECT_ID} "
                                    f"keep their order anyway")
     from ..write.objects import write_polylines
 
+    if geo is not None:
+        stamp(store, {"format": fmt, "geometry_column": geo})
     s = await write_batches(dst, lambda: _polyline_batches(tables(), axes), store, write_polylines,
                             main="polylines", geometry_type=opts["geometry"] or "polyline", dtype="float64")
-    if geo is not None:
-        await stamp(dst, store, {"format": fmt, "geometry_column": geo})
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 

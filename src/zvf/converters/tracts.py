@@ -25,17 +25,15 @@ from .base import (
     StoreOptions,
     Written,
     group_attributes,
-    guarded,
-    need,
     object_attributes,
     object_batches,
-    reading,
     source_record,
     stamp,
     take_options,
     vertex_attribute_names,
     write_batches,
 )
+from .parsing import guarded, need, reading
 
 BATCH = 10_000  # streamlines per batch read
 
@@ -187,12 +185,12 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         first = next(batches(), None)
         if first is None:
             raise InputFileError(f"{src}: no streamlines")
+        stamp(store, record)
         s = await write_batches(dst, batches, store, write_polylines, main="polylines", geometry_type="streamline",
                                 groups=groups, group_attributes=group_attrs, dtype=first["polylines"][0].dtype)
     finally:
         if trx is not None:  # the batches are views into its memory maps: close only after the write
             trx.close()
-    await stamp(dst, store, record)
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
