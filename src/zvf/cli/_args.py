@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, TypeAlias, cast
 
 if TYPE_CHECKING:
     from ..io.store import StorageOptions
@@ -82,10 +82,12 @@ def at_least(low: int) -> Callable[[str], int]:
 count, positive = at_least(0), at_least(1)
 
 
-def shape(text: str | None) -> str | list[float] | None:
-    """``auto``, ``none`` or comma-separated numbers (``10,10,5``)."""
-    if text is None or text in ("auto", "none"):
-        return None if text == "none" else text
+def shape(text: str | None) -> Literal["auto"] | list[float] | None:
+    """``auto``, ``none`` or comma-separated numbers (``10,10,5``); None when not given."""
+    if text is None or text == "none":
+        return None
+    if text == "auto":
+        return "auto"
     try:
         sizes = [float(v) for v in text.split(",")]
     except ValueError:
