@@ -20,9 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKS = Path(__file__).with_name("check_public_api.py")
 CHAIN = Path(__file__).with_name("user_chain.py")
 LIFECYCLE = Path(__file__).with_name("user_lifecycle.py")
-USER_SCRIPTS = [CHAIN, pytest.param(LIFECYCLE, marks=pytest.mark.xfail(
-    strict=True, reason="build_pyramid/rechunk take untyped arguments and append_*/build_pyramid return "
-                        "dict[str, Any] until lifecycle/ has typed summaries (issue 28)"))]
+USER_SCRIPTS = [CHAIN, LIFECYCLE]
 
 
 @pytest.fixture(scope="module")

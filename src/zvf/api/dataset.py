@@ -7,20 +7,24 @@ operations open stores with) never imports what changes a store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
 from ..read.dataset import DatasetReader
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+    from ..lifecycle.append import AppendOptions, AppendSummary
+
 
 class AsyncDataset(DatasetReader):
     """A ZVF store opened for reading (``await zvf.aio.open(target)``) and, with ``mode="a"``, appending."""
 
-    async def append_points(self, positions: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> dict[str, Any]:
+    async def append_points(self, positions: ArrayLike, /, *, cast: bool = False,
+                            **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append points (``attributes``, ``object_ids``, ``object_attributes``, ``groups``, ...
-        as for ``write_points``); the store then reads as one write of the concatenated input.
+        as for ``write_points``; the lock and pyramid keywords of :class:`zvf.lifecycle.append.AppendOptions`);
+        the store then reads as one write of the concatenated input.
 
         Every append_* refuses a position or attribute value the store's dtype cannot hold exactly
         (``InvalidArgumentError`` naming it, the dtype and the values) unless ``cast=True``."""
@@ -30,14 +34,15 @@ class AsyncDataset(DatasetReader):
         return await append(self, write_points, (positions,), {**kwargs, "cast": cast})
 
     async def append_polylines(self, polylines: Sequence[ArrayLike], /, *, cast: bool = False,
-                               **kwargs: Any) -> dict[str, Any]:
+                               **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append polylines/streamlines; they get the next object ids."""
         from ..lifecycle.append import append
         from ..write.objects import write_polylines
 
         return await append(self, write_polylines, (polylines,), {**kwargs, "cast": cast})
 
-    async def append_lines(self, endpoints: ArrayLike, /, *, cast: bool = False, **kwargs: Any) -> dict[str, Any]:
+    async def append_lines(self, endpoints: ArrayLike, /, *, cast: bool = False,
+                           **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append line segments (M, 2, ndim); they get the next object ids."""
         from ..lifecycle.append import append
         from ..write.objects import write_lines
@@ -45,7 +50,7 @@ class AsyncDataset(DatasetReader):
         return await append(self, write_lines, (endpoints,), {**kwargs, "cast": cast})
 
     async def append_graph(self, positions: ArrayLike, edges: ArrayLike, /, *, cast: bool = False,
-                           **kwargs: Any) -> dict[str, Any]:
+                           **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append a graph or skeleton; its ``object_ids`` (default 0) are shifted past the store's."""
         from ..lifecycle.append import append
         from ..write.objects import write_graph
@@ -53,7 +58,7 @@ class AsyncDataset(DatasetReader):
         return await append(self, write_graph, (positions, edges), {**kwargs, "cast": cast})
 
     async def append_mesh(self, vertices: ArrayLike, faces: ArrayLike, /, *, cast: bool = False,
-                          **kwargs: Any) -> dict[str, Any]:
+                          **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append a mesh; its ``object_ids`` (default 0) are shifted past the store's."""
         from ..lifecycle.append import append
         from ..write.objects import write_mesh

@@ -19,6 +19,8 @@ finishes the work.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import anyio
 
 from ..errors import InvalidArgumentError
@@ -29,13 +31,25 @@ from ..write.lock import TAKEOVER, StoreLock
 from ..write.publish import OWN_SLACK, Publication, kept_families, store_garbage
 
 
-async def gc(target: Target, *, retention: float | None = None, storage_options: StorageOptions | None = None,
-             lock_timeout: float = 60.0) -> dict:
+class GcSummary(TypedDict):
+    """What ``gc`` returns: the store's URL, how many objects it deleted, the superseded versions it
+    reclaimed and those it kept readable, whether it rewrote the documents."""
+
+    url: str
+    deleted: int
+    reclaimed: list[str]
+    kept: list[str]
+    documents_rewritten: bool
+
+
+async def gc(
+target: Target, *, retention: float | None = None, storage_options: StorageOptions | None = None,
+             lock_timeout: float = 60.0) -> GcSummary:
     """Delete what no kept version of the store at ``target`` uses (see the module docstring).
 
     ``retention``: seconds a superseded version stays readable (default: what the store records, 300 s
     unless a writer set another); 0 reclaims every superseded version now (their readers get
-    StaleDatasetError).  Returns a summary: ``deleted`` (objects), ``reclaimed`` and ``kept`` (version
+    StaleDatasetError).  Returns a :class:`GcSummary`: ``deleted`` (objects), ``reclaimed`` and ``kept`` (version
     ids), ``documents_rewritten`` (bool).
     """
     if retention is not None and (isinstance(retention, bool) or not isinstance(retention, (int, float))
