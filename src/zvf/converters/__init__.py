@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..io.store import StorageOptions
-from .base import StoreOptions, Written
+from .base import StoreOptions, Written, stamping
 
 __all__ = ["FORMATS", "Format", "convert", "format_of"]
 
@@ -96,7 +96,7 @@ async def convert(
     shard_shape: Any = None,
     overwrite: bool = False,
     storage_options: StorageOptions | None = None,
-    progress: Callable[[dict], None] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Convert a file into a ZVF store, or a ZVF store into a file.
@@ -134,8 +134,8 @@ async def convert(
         store = StoreOptions(chunk_shape=chunk_shape, bin_shape=bin_shape, compression=compression,
                              shard_shape=shard_shape, overwrite=overwrite, storage_options=storage_options,
                              progress=progress)
-        out = await _into_store(dst, mod.to_store(fmt.name, src, dst, store, **options))
-    else:
+        out = await _into_store(dst, store, mod.to_store(fmt.name, src, dst, store, **options))
+    elif dst_fmt is not None:  # always, by the check above: exactly one side names a file format
         from ..read.writers import check_replaceable
 
         fmt = FORMATS[dst_fmt]
@@ -191,7 +191,7 @@ def source_files(src: Any, from_: str | None) -> list[str] | None:
     if from_ is not None:
         wanted = [n for n in names if suffix_format(n) == format_of(src, from_)]
     else:
-        kinds = {suffix_format(n) for n in names} - {None}
+        kinds = {kind for n in names if (kind := suffix_format(n)) is not None}
         if len(kinds) > 1:
             raise InvalidArgumentError(f"src {src!r}: a directory of {', '.join(sorted(kinds))} files; name the "
                                        f"format of the ones to convert with from_ (--from)")
@@ -202,7 +202,7 @@ def source_files(src: Any, from_: str | None) -> list[str] | None:
 
 
 async def _convert_files(files: list[str], dst: str, from_: str | None, to: str | None, store: StoreOptions,
-                         options: dict) -> dict:
+                         options: dict[str, Any]) -> dict[str, Any]:
     """Several files of one format into one store (``to_store_many``: objects numbered in file order)."""
     kinds = {format_of(f, from_) for f in files}
     if len(kinds) != 1 or None in kinds:
@@ -223,18 +223,20 @@ async def _convert_files(files: list[str], dst: str, from_: str | None, to: str 
         raise InvalidArgumentError(f"{len(files)} {name} files into one store: zvf converts several files of "
                                    f"{', '.join(able)} (convert one {name} file at a time, or append)")
     t0 = time.perf_counter()
-    out = await _into_store(dst, many(name, files, dst, store, **options) if many
+    out = await _into_store(dst, store, many(name, files, dst, store, **options) if many
                             else mod.to_store(name, files[0], dst, store, **options))
     return {"from": name, "to": STORE, "src": f"{len(files)} files" if len(files) > 1 else files[0], "dst": dst,
             "files": len(files), **out, "seconds": time.perf_counter() - t0}
 
 
-async def _into_store(dst: str, write: Awaitable[dict]) -> dict:
-    """Await a conversion into the store ``dst``; if it fails, the empty local directory it made goes."""
+async def _into_store(dst: str, store: StoreOptions, write: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """Await a conversion into the store ``dst``, its writer publishing what it stamps (:func:`.base.stamp`);
+    if it fails, the empty local directory it made goes."""
     local = _local_path(dst)
     made = local is not None and not os.path.exists(local)
     try:
-        return await write
+        with stamping(dst, store):
+            return await write
     except BaseException:
         if made and local is not None and os.path.isdir(local) and not os.listdir(local):
             os.rmdir(local)
@@ -248,7 +250,8 @@ def _local_path(target: str) -> str | None:
     return None if "://" in target else target
 
 
-async def _atomic(fn, name: str, ds, dst: str, written: Written, options: dict) -> dict:
+async def _atomic(fn: Callable[..., Awaitable[dict[str, Any]]], name: str, ds: Any, dst: str, written: Written,
+                  options: dict[str, Any]) -> dict[str, Any]:
     """Write the file under a temporary name and move it into place only when complete."""
     base, ext = os.path.splitext(dst)
     tmp = f"{base}.part-{os.getpid()}{ext}"  # same suffix: some writers (laspy, trx) look at it

@@ -48,13 +48,13 @@ class StoreOptions:
     shard_shape: Any = None
     overwrite: bool = False
     storage_options: StorageOptions | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     # ``progress({"done", "total", "unit"})`` after each batch read (total None when unknown)
-    progress: Callable[[dict], None] | None = None
+    progress: Callable[[dict[str, Any]], None] | None = None
     # root attributes the conversion publishes with the writer's root (``zvf_source``: :func:`stamp`)
-    root_attributes: dict = field(default_factory=dict)
+    root_attributes: dict[str, Any] = field(default_factory=dict)
 
-    def writer_kw(self) -> dict:
+    def writer_kw(self) -> dict[str, Any]:
         """Keyword arguments every zvf writer takes."""
         return {"bin_shape": self.bin_shape, "compression": self.compression, "shard_shape": self.shard_shape,
                 "overwrite": self.overwrite, "storage_options": self.storage_options}
@@ -63,7 +63,7 @@ class StoreOptions:
 STORE_OPTIONS = tuple(f.name for f in fields(StoreOptions) if f.name not in ("extra", "progress", "root_attributes"))
 
 
-def take_options(fmt: str, options: dict, known: dict) -> dict:
+def take_options(fmt: str, options: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
     """``known`` (name -> default) filled from ``options``, each value checked against its default's type
     (``batch_*`` at least 1, ``level`` at least 0); an option no converter knows is an error naming the
     closest one it takes (or a store option: ``chunk_shap`` -> ``chunk_shape``)."""
@@ -112,7 +112,8 @@ async def threaded(items: Iterable[Any]) -> AsyncIterator[Any]:
         yield item
 
 
-async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: StoreOptions, write: Any = None, *,
+async def write_batches(dst: str, batches: Callable[[], Iterable[dict[str, Any]]], store: StoreOptions,
+                        write: Any = None, *,
                         main: str = "positions", extent: tuple[Any, Any, int] | None = None,
                         total: int | None = None, **kw: Any) -> Any:
     """Stream batches into ``dst`` through a spilling writer (``write_points`` unless ``write`` is given).
@@ -134,7 +135,8 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: 
         layout.check_words(chunk_shape, bin_shape)  # before a pass over the source
         sample = row_bytes = None
         if extent is None or main != "positions":
-            *extent, sample, row_bytes = await anyio.to_thread.run_sync(_measure, batches, main)
+            lo_seen, hi_seen, n_seen, sample, row_bytes = await anyio.to_thread.run_sync(_measure, batches, main)
+            extent = (lo_seen, hi_seen, n_seen)
         lo, hi, n = extent
         if n == 0:
             raise InvalidArgumentError(f"{dst}: the source holds no {'points' if main == 'positions' else main}")
@@ -147,8 +149,8 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict]], store: 
                        **{**store.writer_kw(), "bin_shape": bin_shape})
 
 
-def _reporting(batches: Iterable[dict], main: str, total: int | None,
-               progress: Callable[[dict], None]) -> Iterator[dict]:
+def _reporting(batches: Iterable[dict[str, Any]], main: str, total: int | None,
+               progress: Callable[[dict[str, Any]], None]) -> Iterator[dict[str, Any]]:
     """``batches``, calling ``progress`` with the vertices read so far after each one."""
     done = 0
     for batch in batches:
@@ -158,12 +160,14 @@ def _reporting(batches: Iterable[dict], main: str, total: int | None,
         yield batch
 
 
-def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, list, int, Any, int | None]:
+def _measure(batches: Callable[[], Iterable[dict[str, Any]]],
+             main: str) -> tuple[list[float], list[float], int, Any, int | None]:
     """Bounds, row count, a sample of the objects (when ``main`` is a list of arrays, else None) and the
     bytes of a row with its attributes, of a batch source (one pass, one batch held at a time)."""
     from ..write.layout import ObjectSampler
 
-    lo = hi = None
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
     n = 0
     sampler = ObjectSampler()
     row_bytes = None
@@ -180,22 +184,22 @@ def _measure(batches: Callable[[], Iterable[dict]], main: str) -> tuple[list, li
         lo = blo if lo is None else np.minimum(lo, blo)
         hi = bhi if hi is None else np.maximum(hi, bhi)
         n += len(pos)
-    if lo is None:
+    if lo is None or hi is None:
         return [0.0], [0.0], 0, None, None
     return lo.tolist(), hi.tolist(), n, sampler.sample(), row_bytes
 
 
-def _row_bytes(positions: np.ndarray, attributes: dict) -> int:
+def _row_bytes(positions: np.ndarray, attributes: dict[str, Any]) -> int:
     """Bytes of one vertex row with its attributes (per-vertex arrays, or lists of them per object)."""
     total = positions.dtype.itemsize * positions.shape[-1]
     for values in attributes.values():
         arr = values[0] if isinstance(values, list) and values else values
         arr = np.asarray(arr)
         total += arr.dtype.itemsize * int(np.prod(arr.shape[1:]))
-    return total
+    return int(total)
 
 
-def stamp(store: StoreOptions, record: dict) -> None:
+def stamp(store: StoreOptions, record: dict[str, Any]) -> None:
     """Keep ``record`` (what the source format knows) under the root attribute ``zvf_source`` of the store
     the conversion writes: called before its writer, which publishes it in its one root write
     (:func:`stamping`), so no store is ever published without it."""
@@ -208,7 +212,7 @@ def stamping(dst: str, store: StoreOptions) -> Iterator[None]:
     from ..io.store import open_store
     from ..write.publish import shaping_root
 
-    def shape(root: dict) -> dict:
+    def shape(root: dict[str, Any]) -> dict[str, Any]:
         out = copy.deepcopy(root)
         out.setdefault("attributes", {}).update(copy.deepcopy(store.root_attributes))
         return out
@@ -217,7 +221,7 @@ def stamping(dst: str, store: StoreOptions) -> Iterator[None]:
         yield
 
 
-def source_record(ds: Any, fmt: str | None = None) -> dict:
+def source_record(ds: Any, fmt: str | None = None) -> dict[str, Any]:
     """The ``zvf_source`` record of an opened dataset ({} when absent or from another format)."""
     rec = ds.root.raw.get("attributes", {}).get(SOURCE_KEY) or {}
     if fmt is not None and rec.get("format") != fmt:
@@ -246,7 +250,7 @@ class Written:
     """How much of a store level a conversion into a file has read, told to ``progress`` (``done``,
     ``total``: the level's vertex count, known from the store; ``unit``) batch by batch."""
 
-    def __init__(self, ds: Any, progress: Callable[[dict], None] | None = None):
+    def __init__(self, ds: Any, progress: Callable[[dict[str, Any]], None] | None = None):
         self.ds = ds
         self.progress = progress
         self.done = 0
@@ -286,11 +290,11 @@ async def object_batches(ds: Any, level: int, written: Written, step: int = OBJE
 
 async def object_attribute_names(ds: Any, level: int = 0) -> list[str]:
     lvl = await ds.family(level, "object_attributes")
-    return lvl.named("object_attributes")
+    return list(lvl.named("object_attributes"))
 
 
 async def vertex_attribute_names(ds: Any, level: int = 0) -> list[str]:
-    return (await ds.level(level)).named("vertex_attributes")
+    return list((await ds.level(level)).named("vertex_attributes"))
 
 
 async def object_attributes(ds: Any, level: int = 0) -> dict[str, np.ndarray]:

@@ -49,7 +49,7 @@ def _key_types(src: str) -> dict[tuple[str, str], np.dtype]:
     return out
 
 
-def _table(items: list[dict], domain: str, types: dict, src: str) -> dict[str, np.ndarray]:
+def _table(items: list[dict[str, Any]], domain: str, types: dict[str, Any], src: str) -> dict[str, np.ndarray]:
     names = sorted({k for d in items for k in d})
     out = {}
     for name in names:
@@ -119,7 +119,7 @@ def _per_object(odata: dict[str, np.ndarray], oids: np.ndarray | None, n: int, s
     return out
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     take_options(fmt, options, {})
     nx = _nx()
     from ..write.objects import write_graph
@@ -153,7 +153,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "edges": len(edges), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0})
     nx = _nx()
     rec = source_record(ds, "graphml")

@@ -29,7 +29,7 @@ def _laspy():
     return need("laspy", "las", "LAS/LAZ")
 
 
-def _record(header) -> dict:
+def _record(header) -> dict[str, Any]:
     pf = header.point_format
     return {
         "format": "las",
@@ -48,7 +48,7 @@ def _record(header) -> dict:
 _READ_ERRORS = (ValueError, RuntimeError, EOFError, IndexError)
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "keep_order": False})
     laspy = _laspy()
     errors = (laspy.errors.LaspyException, *_READ_ERRORS)
@@ -81,7 +81,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": summary.vertex_count}
 
 
-def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, scale: float | None,
+def _header(laspy, rec: dict[str, Any], sample: dict[str, np.ndarray], lo: np.ndarray, scale: float | None,
             point_format: int | None = None):
     """The LAS header to write: the recorded one (``point_format`` overriding its format), or one made
     for the store's attributes: a ``classification`` takes point format 6/7 (LAS 1.4: classes 0..255;
@@ -113,7 +113,7 @@ def _header(laspy, rec: dict, sample: dict[str, np.ndarray], lo: np.ndarray, sca
     return header
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4,
                                        "point_format": None, "keep_order": None})
     point_format = None if opts["point_format"] is None else int(opts["point_format"])

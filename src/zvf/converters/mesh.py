@@ -38,7 +38,7 @@ def _numbers(lines: list[str], src: str, what: str) -> np.ndarray:
         raise InputFileError(f"{src}: a {what} line is not numeric ({exc})") from None
 
 
-def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, dict[int, str]]:
+def read_obj(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], dict[int, str]]:
     """(positions, faces, object id per vertex, attributes, name of each named object) of an OBJ file."""
     with open(src, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
@@ -138,7 +138,7 @@ def write_stl(dst: str, tris: np.ndarray, *, ascii: bool) -> None:
 # ----------------------------------------------------------------------------------- both
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"dtype": "float32" if fmt == "stl" else "float64"})
     from ..write.objects import write_mesh
 
@@ -152,14 +152,14 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         oids, attrs = np.zeros(len(pos), np.int64), {}
     if not len(pos):
         raise InputFileError(f"{src}: no vertices")
+    if names:  # OBJ object names, for the way back
+        stamp(store, {"format": "obj", "object_names": {str(k): v for k, v in names.items()}})
     s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, object_ids=oids, attributes=attrs or None,
                          dtype=opts["dtype"], **store.writer_kw())
-    if names:  # OBJ object names, for the way back
-        await stamp(dst, store, {"format": "obj", "object_names": {str(k): v for k, v in names.items()}})
     return {"vertices": s.vertex_count, "faces": len(faces), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "ascii": False})
     level = opts["level"]
     ids = await ds.object_ids(level=level)

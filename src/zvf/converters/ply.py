@@ -35,7 +35,7 @@ def _plyfile():
     return need("plyfile", "ply", "PLY")
 
 
-def _faces(ply, src: str) -> tuple[np.ndarray | None, dict]:
+def _faces(ply, src: str) -> tuple[np.ndarray | None, dict[str, Any]]:
     if "face" not in ply:
         return None, {}
     el = ply["face"]
@@ -55,7 +55,7 @@ def _faces(ply, src: str) -> tuple[np.ndarray | None, dict]:
     return np.stack(lists).astype(np.int64), info
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"batch_rows": 1_000_000, "keep_order": False})
     plyfile = _plyfile()
     with reading(src, fmt, (plyfile.PlyParseError, ValueError, EOFError, IndexError)):
@@ -98,7 +98,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return out
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "ascii": None, "keep_order": None})
     plyfile = _plyfile()
     rec = source_record(ds, "ply")
@@ -169,7 +169,7 @@ def _element(cols: dict[str, np.ndarray], order: list[str], given: dict[str, str
     return rows
 
 
-def _objects(ply: Any, attrs: dict[str, np.ndarray], src: str) -> tuple[np.ndarray | None, dict | None]:
+def _objects(ply: Any, attrs: dict[str, np.ndarray], src: str) -> tuple[np.ndarray | None, dict[str, Any] | None]:
     """(object id per vertex, object attributes by sorted id) of a mesh written with an ``object``
     element (module docstring); the vertex ``object_id`` is taken out of ``attrs``.  (None, None)
     for other files."""

@@ -47,7 +47,7 @@ def tree_roots(parent_row: np.ndarray) -> np.ndarray:
     raise InputFileError("SWC parents form a cycle")
 
 
-def read_trees(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, list[str]]:
+def read_trees(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], list[str]]:
     """(positions, (child, parent) edges, tree number of each node, attributes, header comments) of a file."""
     table, comments = read_swc(src)
     if not len(table):
@@ -72,11 +72,11 @@ def read_trees(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, list
     return table[:, 2:5], edges, trees.astype(np.int64), attrs, comments
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     return await to_store_many(fmt, [src], dst, store, **options)
 
 
-async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     """Files into one store, their trees numbered in file order (then by root row within a file); the
     file names and each one's tree count go to the ``zvf_source`` record."""
     take_options(fmt, options, {})
@@ -92,18 +92,18 @@ async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions
     edges = np.concatenate([p[1] + b for p, b in zip(parts, bases)])
     object_ids = np.concatenate([p[2] + b for p, b in zip(parts, tree_bases)])
     attrs = {k: np.concatenate([p[3][k] for p in parts]) for k in parts[0][3]}
-    s = await write_graph(dst, np.concatenate([p[0] for p in parts]), edges, geometry_type="skeleton",
-                          chunk_shape=store.chunk_shape, object_ids=object_ids, attributes=attrs, dtype="float64",
-                          **store.writer_kw())
-    record: dict = {"format": "swc", "comments": parts[0][4]}
+    record: dict[str, Any] = {"format": "swc", "comments": parts[0][4]}
     if len(srcs) > 1:
         record["files"] = [os.path.basename(x) for x in srcs]
         record["trees_per_file"] = np.diff(tree_bases).tolist()
-    await stamp(dst, store, record)
+    stamp(store, record)
+    s = await write_graph(dst, np.concatenate([p[0] for p in parts]), edges, geometry_type="skeleton",
+                          chunk_shape=store.chunk_shape, object_ids=object_ids, attributes=attrs, dtype="float64",
+                          **store.writer_kw())
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0})
     rec = source_record(ds, "swc")
     n = objects = 0

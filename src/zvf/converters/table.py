@@ -168,7 +168,7 @@ def _parquet_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray
         yield cols
 
 
-def _geo_column(meta: dict | None) -> str | None:
+def _geo_column(meta: dict[str, Any] | None) -> str | None:
     if not meta or b"geo" not in meta:
         return None
     return json.loads(meta[b"geo"]).get("primary_column", "geometry")
@@ -221,7 +221,7 @@ def position_columns(names: list[str], src: str) -> list[str]:
     return [found[a] for a in AXES if a in found]
 
 
-def _split(cols: dict[str, np.ndarray], axes: list[str]) -> tuple[np.ndarray, dict, np.ndarray | None, dict]:
+def _split(cols: dict[str, np.ndarray], axes: list[str]) -> tuple[np.ndarray, dict[str, Any], np.ndarray | None, dict[str, Any]]:
     pos = np.column_stack([np.asarray(cols[a], dtype=np.float64) for a in axes])
     oid = cols.get(OBJECT_ID)
     rest = {k: v for k, v in cols.items() if k not in axes and k != OBJECT_ID}
@@ -235,7 +235,7 @@ def _split(cols: dict[str, np.ndarray], axes: list[str]) -> tuple[np.ndarray, di
 _PARQUET_ERRORS = (ValueError, OSError)
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "geometry": None, "keep_order": False})
     rows = int(opts["batch_rows"])
     geo = None
@@ -297,7 +297,7 @@ def _row_count(fmt: str, src: str) -> int:
     return max(0, lines - 1)
 
 
-def _polyline_batches(tables: Iterator[dict], axes: list[str]) -> Iterator[dict]:
+def _polyline_batches(tables: Iterator[dict[str, Any]], axes: list[str]) -> Iterator[dict[str, Any]]:
     """Rows grouped by ``object_id`` (file order within an object), objects in id order.
 
     Ids are read whole first (one int64 per row); rows are then gathered object by object.
@@ -411,7 +411,7 @@ def _wkb_array(pos: np.ndarray):
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH, "keep_order": None})
     level = opts["level"]
     if fmt == "csv":

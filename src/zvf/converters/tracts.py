@@ -49,7 +49,7 @@ def _trx():
     return tmm
 
 
-def _nib_batches(tractogram, batch: int) -> Iterator[dict]:
+def _nib_batches(tractogram, batch: int) -> Iterator[dict[str, Any]]:
     """Batches of a (lazy) nibabel tractogram, one streamline at a time from the file.
 
     A lazy tractogram's items are in the file's space; its pending affine (what its
@@ -59,7 +59,7 @@ def _nib_batches(tractogram, batch: int) -> Iterator[dict]:
 
     affine = np.asarray(getattr(tractogram, "_affine_to_apply", np.eye(4)))
     identity = np.array_equal(affine, np.eye(4))
-    out: dict = {"polylines": [], "attributes": {}, "object_attributes": {}}
+    out: dict[str, Any] = {"polylines": [], "attributes": {}, "object_attributes": {}}
     for item in tractogram:
         pts = np.asarray(item.streamline)
         out["polylines"].append(pts if identity else apply_affine(affine, pts).astype(pts.dtype))
@@ -74,12 +74,12 @@ def _nib_batches(tractogram, batch: int) -> Iterator[dict]:
         yield _stack(out)
 
 
-def _stack(out: dict) -> dict:
+def _stack(out: dict[str, Any]) -> dict[str, Any]:
     out["object_attributes"] = {k: np.stack(v) for k, v in out["object_attributes"].items()}
     return out
 
 
-def _trx_batches(trx, batch: int) -> Iterator[dict]:
+def _trx_batches(trx, batch: int) -> Iterator[dict[str, Any]]:
     """Batches of views into the TRX memory maps."""
     seq = trx.streamlines
     offsets = np.asarray(seq._offsets, dtype=np.int64)
@@ -109,7 +109,7 @@ def _text(value: Any) -> str:
     return value.decode("ascii", "replace").rstrip("\x00") if isinstance(value, bytes) else str(value)
 
 
-def _squeeze(arrays: dict) -> dict:
+def _squeeze(arrays: dict[str, Any]) -> dict[str, Any]:
     """One-channel data as (n,) so the store holds plain scalars."""
     return {k: [a.reshape(len(a)) if a.ndim == 2 and a.shape[1] == 1 else a for a in v] if isinstance(v, list)
             else (v.reshape(len(v)) if v.ndim == 2 and v.shape[1] == 1 else v) for k, v in arrays.items()}
@@ -140,7 +140,7 @@ def _trx_group_attributes(trx: Any, names: list[str], src: str) -> dict[str, np.
     return out or None
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"batch": BATCH})
     from ..write.objects import write_polylines
 
@@ -156,7 +156,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
             record = {"format": "trx", "affine": np.asarray(trx.header["VOXEL_TO_RASMM"]).tolist(),
                       "dimensions": np.asarray(trx.header["DIMENSIONS"]).tolist(), "groups": sorted(trx.groups)}
 
-            def source() -> Iterator[dict]:
+            def source() -> Iterator[dict[str, Any]]:
                 return _trx_batches(trx, batch)
             if trx.groups:
                 groups = {g: np.asarray(trx.groups[name], dtype=np.int64) for g, name in enumerate(record["groups"])}
@@ -173,10 +173,10 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
                               voxel_sizes=np.asarray(hdr[F.VOXEL_SIZES]).tolist(),
                               voxel_order=_text(hdr[F.VOXEL_ORDER]))
 
-            def source() -> Iterator[dict]:
+            def source() -> Iterator[dict[str, Any]]:
                 return _nib_batches(f.tractogram, batch)
 
-        def squeezed() -> Iterator[dict]:
+        def squeezed() -> Iterator[dict[str, Any]]:
             return ({"polylines": b["polylines"], "attributes": _squeeze(b["attributes"]),
                      "object_attributes": _squeeze(b["object_attributes"])} for b in source())
 
@@ -194,7 +194,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict:
+async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0})
     level = opts["level"]
     if ds.ndim != 3:
@@ -208,8 +208,8 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
     return await _save_nibabel(fmt, ds, dst, level, rec, dps, affine, dims, written)
 
 
-async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict, affine, dims,
-                        written: Written) -> dict:
+async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict[str, Any], dps: dict[str, Any], affine, dims,
+                        written: Written) -> dict[str, Any]:
     """TRK/TCK written as the store is read: nibabel saves a lazy tractogram in one pass, so only
     one batch of objects is held at a time (a worker thread pulls the batches from the event loop)."""
     import anyio.from_thread
@@ -269,7 +269,7 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict, dps: dict
     return counts
 
 
-async def _save_trx(ds, dst: str, level: int, rec: dict, dps: dict, affine, dims, written: Written) -> dict:
+async def _save_trx(ds, dst: str, level: int, rec: dict[str, Any], dps: dict[str, Any], affine, dims, written: Written) -> dict[str, Any]:
     """TRX: trx-python builds its file from whole arrays, so the tractogram is assembled first."""
     from nibabel.streamlines import ArraySequence, Tractogram
 

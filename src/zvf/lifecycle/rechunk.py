@@ -10,22 +10,23 @@ whole objects at a time (:func:`object_batches`) -- see docs/LIFECYCLE.md.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from types import EllipsisType
+from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, StoreExistsError
-from ..format import builders
 from ..io.executor import Executor
-from ..io.store import open_store
+from ..io.store import StorageOptions, Target, open_store
 from ..read.dataset import DatasetReader
 from ..write import layout
-from ..write.lock import StoreLock, read_document, replace_document
+from ..write.lock import StoreLock
 from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
 from ..write.points import write_points
-from ..write.publish import holding
-from ..write.types import WriteSummary
+from ..write.publish import holding, shaping_root
+from ..write.types import Shape, WriteSummary
 from .carry import carry_root
 
 Writer = Callable[..., Awaitable[WriteSummary]]
@@ -37,11 +38,15 @@ WRITERS: dict[str, Writer] = {
 """The writer of each geometry (appends and rechunks rewrite a store through it)."""
 
 
-async def store_options(ds) -> dict:
+Batch = dict[str, Any]
+"""One batch of a streaming writer's input (``positions``, ``attributes``, ... as the writer takes them)."""
+
+
+async def store_options(ds: DatasetReader) -> dict[str, Any]:
     """The layout options a store was written with, as writer keywords (shapes as recorded)."""
     root = ds.root.raw.get("attributes", {}).get("zarr_vectors", {})
     level = await ds.level(0)
-    verts = level.array("vertices")
+    verts = level.arrays["vertices"]
     codec = verts.codec
     comp = [{"name": n, "configuration": dict(c)} for n, c in codec.compressors] or None  # verbatim, levels kept
     manifests = (await ds.family(0, "object_index")).array("object_index/manifests") if ds.has_objects(0) else None
@@ -55,9 +60,9 @@ async def store_options(ds) -> dict:
     }
 
 
-async def level_tables(ds) -> dict:
+async def level_tables(ds: DatasetReader) -> dict[str, Any]:
     """Object attributes, groups and group attributes of level 0 (writer keywords)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     level = await ds.family(0, "object_attributes")
     names = level.named("object_attributes")
     if names:
@@ -74,13 +79,14 @@ async def level_tables(ds) -> dict:
 OBJECT_BATCH = 4096  # whole objects per batch handed to the streaming writer
 
 
-async def object_batches(ds, batch: int):
+async def object_batches(ds: DatasetReader, batch: int) -> AsyncIterator[Batch]:
     """Level 0 of an object store as batches of its streaming writer's input, ``batch`` objects each,
     in id order (:func:`zvf.read.export.object_batches`)."""
     from ..read.export import object_batches as selections
 
     geometry = ds.geometry_type
     async for sel in selections(ds, batch=batch):
+        assert sel.offsets is not None  # an object selection has its objects' row offsets
         if geometry == "line":
             m = len(sel.offsets) - 1
             yield {"endpoints": sel.positions.reshape(m, 2, -1),
@@ -97,9 +103,12 @@ async def object_batches(ds, batch: int):
                    "attributes": sel.attributes, "link_attributes": sel.link_attributes}
 
 
-async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attribute=None, compression=...,
-                  shard_shape=..., object_index_layout=..., overwrite: bool = False, storage_options=None,
-                  target_storage_options=None, batch_chunks: int = 64, retention: float | None = None) -> WriteSummary:
+async def rechunk(source: Target, target: Target, *, chunk_shape: Shape | None = None, bin_shape: Shape | None = None,
+                  by_attribute: str | None = None, compression: str | list[dict[str, Any]] | EllipsisType | None = ...,
+                  shard_shape: int | Sequence[int] | EllipsisType | None = ...,
+                  object_index_layout: str | EllipsisType = ..., overwrite: bool = False,
+                  storage_options: StorageOptions | None = None, target_storage_options: StorageOptions | None = None,
+                  batch_chunks: int = 64, retention: float | None = None) -> WriteSummary:
     """Copy ``source`` to ``target`` with a new layout; unnamed options keep the source's.
 
     ``chunk_shape`` / ``bin_shape`` may be ``"auto"``.  Point clouds stream
@@ -112,12 +121,13 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
     lock from its first read to its commit, and readers of the old layout keep reading it for ``retention``
     seconds (default: the store's; :mod:`zvf.write.publish`).
     """
-    kw = dict(chunk_shape=chunk_shape, bin_shape=bin_shape, by_attribute=by_attribute, compression=compression,
-              shard_shape=shard_shape, object_index_layout=object_index_layout, overwrite=overwrite,
-              target_storage_options=target_storage_options, batch_chunks=batch_chunks)
+    rewrite = functools.partial(
+        _rechunk, target=target, chunk_shape=chunk_shape, bin_shape=bin_shape, by_attribute=by_attribute,
+        compression=compression, shard_shape=shard_shape, object_index_layout=object_index_layout,
+        overwrite=overwrite, target_storage_options=target_storage_options, batch_chunks=batch_chunks)
     here = open_store(target, mode="a", storage_options=target_storage_options)
     if here.url != open_store(source, storage_options=storage_options).url:
-        return await _rechunk(await DatasetReader.open(source, storage_options=storage_options), target, **kw)
+        return await rewrite(await DatasetReader.open(source, storage_options=storage_options))
     if not overwrite:
         raise StoreExistsError(f"{here.url}: rechunking a store in place replaces it; pass overwrite=True")
     ex = Executor(here)
@@ -125,11 +135,14 @@ async def rechunk(source, target, *, chunk_shape=None, bin_shape=None, by_attrib
         # under the lock: the version it rewrites
         ds = await DatasetReader.open(source, storage_options=storage_options)
         with holding(lock, ds.version, retention):
-            return await _rechunk(ds, target, **kw)
+            return await rewrite(ds)
 
 
-async def _rechunk(ds, target, *, chunk_shape, bin_shape, by_attribute, compression, shard_shape,
-                   object_index_layout, overwrite, target_storage_options, batch_chunks) -> WriteSummary:
+async def _rechunk(ds: DatasetReader, target: Target, *, chunk_shape: Shape | None, bin_shape: Shape | None,
+                   by_attribute: str | None, compression: str | list[dict[str, Any]] | EllipsisType | None,
+                   shard_shape: int | Sequence[int] | EllipsisType | None, object_index_layout: str | EllipsisType,
+                   overwrite: bool, target_storage_options: StorageOptions | None,
+                   batch_chunks: int) -> WriteSummary:
     """:func:`rechunk` from the opened source ``ds`` (closed at the end)."""
     try:
         opts = await store_options(ds)
@@ -146,29 +159,21 @@ async def _rechunk(ds, target, *, chunk_shape, bin_shape, by_attribute, compress
         opts["chunk_shape"], opts["bin_shape"] = layout.resolve(
             opts["chunk_shape"], opts["bin_shape"], lo, hi, (await ds.level(0)).meta.vertex_count)
         write_kw = dict(opts, overwrite=overwrite, storage_options=target_storage_options)
-        if ds.geometry_type == "point_cloud":
-            summary = await _rechunk_points(ds, target, write_kw, batch_chunks, by_attribute)
-        elif by_attribute is not None:
+        if by_attribute is not None and ds.geometry_type != "point_cloud":
             raise InvalidArgumentError(f"by_attribute: only point clouds can be chunked by an attribute, "
                                        f"{ds.url} holds {ds.geometry_type!r}")
-        else:
-            summary = await _rechunk_objects(ds, target, write_kw)
-        await _carry_root(ds.root.raw, target, target_storage_options)
-        return summary
+        source_root = ds.root.raw
+        # what the source's root carried besides its layout (:mod:`.carry`) is in the root the writer publishes
+        with shaping_root(open_store(target, mode="a", storage_options=target_storage_options).url,
+                          lambda root: carry_root(source_root, root, same_store=False)):
+            if ds.geometry_type == "point_cloud":
+                return await _rechunk_points(ds, target, write_kw, batch_chunks, by_attribute)
+            return await _rechunk_objects(ds, target, write_kw)
     finally:
         await ds.close()
 
 
-async def _carry_root(source_root: dict, target, storage_options) -> None:
-    """Give the written target's root what the source's carried besides its layout (:mod:`.carry`):
-    one more compare-and-swap of the root the writer just published, its consolidated section kept."""
-    ex = Executor(open_store(target, mode="a", storage_options=storage_options))
-    before, tag = await read_document(ex, "zarr.json")
-    doc = carry_root(source_root, json.loads(before), same_store=False)
-    await replace_document(ex, "zarr.json", builders.dumps(doc), before, tag, ex.handle.url)
-
-
-async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
+async def _rechunk_objects(ds: DatasetReader, target: Target, write_kw: dict[str, Any]) -> WriteSummary:
     """An object store through its streaming writer, whole objects a batch at a time."""
     geometry = ds.geometry_type
     if geometry not in WRITERS:
@@ -184,25 +189,25 @@ async def _rechunk_objects(ds, target, write_kw: dict) -> WriteSummary:
                                    **kw, **write_kw)
 
 
-async def point_batches(ds, *, batch_chunks: int):
+async def point_batches(ds: DatasetReader, *, batch_chunks: int) -> AsyncIterator[Batch]:
     """Level 0 of a point cloud as batches of the streaming writer's input, ``batch_chunks`` chunks each."""
     async with ds.iter_chunks(attributes=None, batch_chunks=batch_chunks) as stream:
         async for sel in stream:
-            batch = {"positions": sel.positions, "attributes": sel.attributes}
+            batch: Batch = {"positions": sel.positions, "attributes": sel.attributes}
             if sel.object_ids is not None:
                 batch["object_ids"] = sel.object_ids
             yield batch
 
 
-async def category_batches(ds):
+async def category_batches(ds: DatasetReader) -> AsyncIterator[Batch]:
     """Level 0 of an attribute-chunked point cloud, one category per batch, its attribute included
     (rebuilt from the category axis; the chunk-order reader of :func:`point_batches` leaves it out)."""
-    for value in (await ds.level(0)).categories:
+    for value in (await ds.level(0)).categories or ():
         sel = await ds.read_all(categories=[value])
         yield {"positions": sel.positions, "attributes": sel.attributes, "object_ids": sel.object_ids}
 
 
-async def _in_memory(batches) -> tuple[np.ndarray, dict, np.ndarray | None]:
+async def _in_memory(batches: AsyncIterator[Batch]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
     """(positions, attributes, object ids) of every batch, concatenated: the attribute-chunked
     writer needs its whole input."""
     parts = [b async for b in batches]
@@ -212,7 +217,9 @@ async def _in_memory(batches) -> tuple[np.ndarray, dict, np.ndarray | None]:
             np.concatenate(ids) if ids else None)
 
 
-async def _rechunk_points(ds, target, write_kw: dict, batch_chunks: int, by_attribute) -> WriteSummary:
+async def _rechunk_points(ds: DatasetReader, target: Target, write_kw: dict[str, Any], batch_chunks: int,
+                          by_attribute: str | None) -> WriteSummary:
+
     """A point cloud through the spilling writer, one batch of source chunks (or categories) at a time;
     into an attribute-chunked target through the in-memory writer."""
     tables = await level_tables(ds)

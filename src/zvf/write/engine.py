@@ -43,7 +43,7 @@ from ..format.metadata import CLAIM_KEY
 from ..format.shard import encode_shard, inner_index, shard_coords
 from ..io.executor import Executor
 from .lock import LEASE, StoreLock
-from .publish import Publication, clear_unfinished, family_from, held_lock
+from .publish import Publication, clear_unfinished, family_from, held_lock, shaped_root
 
 
 class ByteBudget:
@@ -281,6 +281,8 @@ class StoreWriter:
 
     async def _publish(self) -> None:
         root = next((d for s, k, d in self._docs if k == "zarr.json"), None)
+        if root is not None:
+            root = shaped_root(self.ex.handle.url, root)
         if self.publication is not None:
             if root is None:
                 raise InvalidArgumentError(f"{self.ex.handle.url}: a publication needs a root document")

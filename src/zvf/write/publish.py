@@ -30,7 +30,7 @@ import contextlib
 import copy
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 
 import anyio
@@ -393,6 +393,27 @@ def held_lock(url: str) -> tuple[StoreLock, str | None, float | None] | None:
     """The lock :func:`holding` provides for the store at ``url`` (and the version it expects), if any."""
     held = _HELD.get()
     return held if held is not None and held[0].url == url else None
+
+
+_SHAPING: ContextVar[tuple[str, Callable[[dict], dict]] | None] = ContextVar("zvf_root_shaping", default=None)
+
+
+@contextlib.contextmanager
+def shaping_root(url: str, shape: Callable[[dict], dict]) -> Iterator[None]:
+    """Writers started inside publish, on the store at ``url``, ``shape(root)`` instead of the root they
+    built: what a caller adds to a writer's root (a converter's ``zvf_source``, what a rechunk carries
+    from its source) is in the one root write that publishes, never in a second one after it."""
+    token = _SHAPING.set((url, shape))
+    try:
+        yield
+    finally:
+        _SHAPING.reset(token)
+
+
+def shaped_root(url: str, root: dict) -> dict:
+    """``root`` as :func:`shaping_root` has it published on the store at ``url`` (itself elsewhere)."""
+    shaping = _SHAPING.get()
+    return shaping[1](root) if shaping is not None and shaping[0] == url else root
 
 
 async def clear_unfinished(ex: Executor, overwrite: bool) -> None:
