@@ -49,7 +49,7 @@ class RootFacts:
         return self.root.ndim
 
     @property
-    def geometry_type(self: _HasRoot) -> str:
+    def geometry_type(self: _HasRoot) -> str | None:
         return self.root.geometry_type
 
     @property
@@ -198,6 +198,8 @@ class ReadContext(RootFacts):
             raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")
         else:
             oindex = level.object_index
+            if oindex is None:
+                raise FormatError(f"{index}/object_index/manifests: no object index reads them")
             got = (await oindex.ids(), await oindex.every_row())
         if self.root is root:
             self.manifest_cache[index] = got

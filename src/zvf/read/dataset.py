@@ -68,7 +68,7 @@ class DatasetReader(RootFacts):
         self._ctx = ReadContext.create(handle, executor, root, level0)
         # set by open(): a dataset built on an executor someone else owns (a writer's view of the store it
         # changes) never lets go of that executor
-        self._unclosed: weakref.finalize | None = None
+        self._unclosed: weakref.finalize[..., ReadContext] | None = None
 
     @classmethod
     async def open(cls, target: Target, *, mode: str = "r", storage_options: StorageOptions | None = None,
@@ -276,8 +276,9 @@ class DatasetReader(RootFacts):
         ``link_attributes`` holds the link attributes of its edges/faces, and
         ``categories`` keeps only its parts in those categories (attribute-chunked levels).
         """
-        return (await objects.read_objects(self._ctx, [oid], level=level, attributes=attributes,
-                                           categories=categories))[0]
+        found: list[Selection] = await objects.read_objects(self._ctx, [oid], level=level, attributes=attributes,
+                                                            categories=categories)
+        return found[0]
 
     @overload
     async def read_objects(self, ids: ArrayLike, *, level: int = 0, attributes: AttributeNames = None,

@@ -6,13 +6,15 @@ chunks in flight together, missing chunks filled with the fill value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import FormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
+    from ..io.executor import Executor
+    from .cells import CellArray
     from .context import ReadContext
 
 # Dense arrays are per-object or per-group tables; a larger one is refused, not allocated.
@@ -21,13 +23,13 @@ _DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
            "float16", "float32", "float64"}
 
 
-def _fill(value, dtype: np.dtype):
+def _fill(value: object, dtype: np.dtype[Any]) -> object:
     if isinstance(value, str):  # "NaN", "Infinity", "-Infinity" as zarr writes them
         return float(value.replace("Infinity", "inf"))
     return 0 if value is None else value
 
 
-async def read_dense(executor, arr) -> np.ndarray:
+async def read_dense(executor: Executor, arr: CellArray) -> np.ndarray:
     """The whole array ``arr`` (a ``CellArray`` of a dense array) as one numpy array."""
     meta = arr.meta
     key = f"{arr.path}/zarr.json"
@@ -86,5 +88,5 @@ async def read_groups(rc: ReadContext, level: int) -> list[np.ndarray]:
         for i, row in enumerate(rows):
             if len(row) % 8:
                 raise FormatError(f"{arr.path}: group {c * per_cell + i} is {len(row)} bytes, not int64 ids")
-            out.append(np.frombuffer(row, dtype="<i8").astype(np.int64))
+            out.append(np.frombuffer(bytes(row), dtype="<i8").astype(np.int64))
     return out

@@ -9,7 +9,7 @@ while walking a store that may be broken.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 A = TypeVar("A")
 
@@ -20,7 +20,7 @@ class LevelNodes(Generic[A]):
 
     index: int
     arrays: dict[str, A] = field(default_factory=dict, kw_only=True)
-    groups: dict[str, dict] = field(default_factory=dict, kw_only=True)  # group path -> attributes
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict, kw_only=True)  # group path -> attributes
 
     def array(self, name: str) -> A | None:
         return self.arrays.get(name)

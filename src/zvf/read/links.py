@@ -7,6 +7,7 @@ Intra-chunk rows (``links/0/0.0.0``) and ragged cross-chunk rows
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ class LinkArray:
     dtype: str
     attributes: dict[str, CellArray] = field(default_factory=dict)  # link_attributes/<name>/0/<this array>
 
-    def sources(self, chunks: list[tuple]) -> list[tuple]:
+    def sources(self, chunks: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """The cells of ``chunks`` this array lists in ``nonempty_chunks`` (all when it lists none);
         cross-chunk cells are planned by :class:`CrossCells` instead."""
         want = set(chunks)
@@ -42,7 +43,7 @@ class LinkArray:
         return sorted(want)
 
     @cached_property
-    def listed(self) -> set[tuple] | None:
+    def listed(self) -> set[tuple[int, ...]] | None:
         """The array's ``nonempty_chunks`` (None when it does not list them: try every cell)."""
         if "nonempty_chunks" not in self.arr.meta.attributes:
             return None
@@ -129,11 +130,11 @@ class CrossCells:
             cells = cells[np.all(held[at] == c, axis=1)]
         return cells[np.lexsort((*self.chunks[cells, 0].T[::-1], self.array[cells]))]
 
-    def unlisted(self, arrays: list[LinkArray], have: list[tuple], fresh: list[tuple],
-                 any_end: bool) -> list[tuple[int, list[tuple]]]:
+    def unlisted(self, arrays: list[LinkArray], have: list[tuple[int, ...]], fresh: list[tuple[int, ...]],
+                 any_end: bool) -> list[tuple[int, list[tuple[int, ...]]]]:
         """(array index, sources) to try in arrays that do not list their cells: held chunks whose
         rows (at the array's offsets) touch ``fresh`` and land in held chunks (one of them with ``any_end``)."""
-        out = []
+        out: list[tuple[int, list[tuple[int, ...]]]] = []
         if not self.unlisted_arrays or not fresh:
             return out
         held = np.asarray(have, dtype=np.int64).reshape(len(have), -1)
@@ -156,7 +157,7 @@ class CrossCells:
 class Links:
     width: int
     arrays: list[LinkArray]
-    records: tuple | None  # seed cross_chunk_links: (key, coords, local)
+    records: tuple[str, np.ndarray, np.ndarray] | None  # seed cross_chunk_links: (key, coords, local)
     attribute_names: list[str] = field(default_factory=list)  # link_attributes/<name> of the level
     kdim: int = 3
 
@@ -165,8 +166,9 @@ class Links:
         """The level's cross-chunk link cells, indexed once per dataset."""
         return CrossCells(self.arrays, self.kdim)
 
-    def plan(self, have: list[tuple], fresh: list[tuple], any_end: bool, taken: np.ndarray | None = None,
-             seen=()) -> list[tuple[int, list[tuple]]]:
+    def plan(self, have: list[tuple[int, ...]], fresh: list[tuple[int, ...]], any_end: bool,
+             taken: np.ndarray | None = None, seen: Collection[tuple[int, tuple[int, ...]]] = (),
+             ) -> list[tuple[int, list[tuple[int, ...]]]]:
         """(array index, cells) that ``fresh`` chunks bring into use in a read holding ``have`` (fresh
         included), in array then cell order: the intra cell of each fresh chunk, and the cross-chunk
         cells whose rows land in held chunks (:meth:`CrossCells.plan`).  ``taken`` (a mask over
@@ -191,7 +193,8 @@ async def level_links(rc: ReadContext, index: int) -> Links:
     """Same-level link arrays of a level (loaded and parsed once per dataset)."""
     cache = rc.object_cache
     if ("links", index) in cache:
-        return cache[("links", index)]
+        known: Links = cache[("links", index)]
+        return known
     await rc.ex.gather([rc.family(index, "links"), rc.family(index, "cross_chunk_links"),
                          rc.family(index, "link_attributes")])
     level = await rc.level(index)

@@ -23,11 +23,14 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 # Reserve in place only while the reserved bytes stay under this (a wrong, huge count in untrusted
 # metadata must not make a file of absurd apparent size; past it columns go through temporary files).
@@ -70,7 +73,7 @@ def central_directory(members: list[tuple[bytes, int, int, int]], at: int) -> by
             + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, _UNKNOWN32, _UNKNOWN32, 0))
 
 
-def pwrite_all(fd: int, data, offset: int) -> None:
+def pwrite_all(fd: int, data: Buffer, offset: int) -> None:
     """All of ``data`` at ``offset`` (seek and write where the platform has no ``pwrite``: one writer)."""
     view = memoryview(data).cast("B")
     while len(view):
@@ -139,7 +142,7 @@ class NpzBuilder:
         self.columns: dict[str, _Column] = {}
         self.end = 0  # bytes reserved so far (the zip's length if every column fills its region)
         self.reserving = True  # still a prefix of reserved columns
-        self.spill_dir: tempfile.TemporaryDirectory | None = None
+        self.spill_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def add(self, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None) -> None:
         """A member ``key.npy`` of rows of ``row_shape``; ``rows``: its final row count, when known."""
@@ -164,8 +167,8 @@ class NpzBuilder:
         fits = min(n, max(0, col.capacity - col.rows)) if col.header_at >= 0 else 0
         if fits:
             part = flat[:fits * col.row_nbytes]
-            col.crc = zlib.crc32(part, col.crc)
-            pwrite_all(self.fd, part, col.data_at + col.rows * col.row_nbytes)
+            col.crc = zlib.crc32(part.data, col.crc)
+            pwrite_all(self.fd, part.data, col.data_at + col.rows * col.row_nbytes)
         if fits < n:
             if col.spill is None:
                 if self.spill_dir is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 class Pin:
     """The version one dataset reads: its id, its readers' lease, and when it was last seen kept."""
 
-    def __init__(self, ex: Executor, root_raw: dict, *, seen: float, authoritative: bool):
+    def __init__(self, ex: Executor, root_raw: dict[str, Any], *, seen: float, authoritative: bool):
         self.ex = ex
         self.version = version_of(root_raw)
         self.lease = Record.of(root_raw).lease

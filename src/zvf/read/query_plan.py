@@ -11,6 +11,7 @@ earlier waves rule out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..io.plan import ByteRange, coalesce
 
@@ -83,7 +84,7 @@ class QueryPlan:
         """The keys of each wave, in order."""
         return [w.keys for w in self.waves]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "level": self.level, "level_note": self.level_note, "geometry": self.geometry, "query": self.query,
             "candidate_chunks": self.candidate_chunks, "requests": self.requests, "bytes": self.bytes,

@@ -66,7 +66,7 @@ class Term:
     name: str
     channel: int | str | None
     kind: str  # "eq" | "range" | "in"
-    values: tuple
+    values: tuple[Number | None, ...]
 
     @property
     def label(self) -> str:
@@ -78,7 +78,7 @@ class Term:
             return f"{key} == {self.values[0]}"
         return f"{key} in {list(self.values)}"
 
-    def column(self, rows: np.ndarray, channel_names) -> np.ndarray:
+    def column(self, rows: np.ndarray, channel_names: Sequence[str] | None) -> np.ndarray:
         """The tested values of attribute ``rows`` (N,) or (N, C)."""
         if not len(rows):
             return np.zeros(0, rows.dtype)
@@ -104,7 +104,8 @@ class Term:
         """Rows that pass (NaN never passes)."""
         v = np.asarray(values)
         if self.kind == "eq":
-            return v == self.values[0]
+            equal: np.ndarray = v == self.values[0]
+            return equal
         if self.kind == "in":
             return np.isin(v, np.asarray(self.values))
         lo, hi = self.values
@@ -133,7 +134,7 @@ def parse_where(where: Mapping[str, WhereValue] | None) -> tuple[Term, ...]:
     return tuple(out)
 
 
-def _number(key, v):
+def _number(key: object, v: object) -> Number | None:
     if v is None:
         return None
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -141,7 +142,7 @@ def _number(key, v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _condition(key, value) -> tuple[str, tuple]:
+def _condition(key: object, value: object) -> tuple[str, tuple[Number | None, ...]]:
     if isinstance(value, tuple):
         if len(value) != 2:
             raise InvalidArgumentError(f"where {key!r}: a range is a pair (lo, hi), got {value!r}")
@@ -158,12 +159,12 @@ def _condition(key, value) -> tuple[str, tuple]:
     return "eq", (_number(key, value),)
 
 
-def _ids(value, what: str) -> tuple[int, ...] | None:
+def _ids(value: Ids | None, what: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if isinstance(value, (str, bytes, bool)):
         raise InvalidArgumentError(f"{what} must be integer ids, got {value!r}")
-    a = np.asarray([value] if np.isscalar(value) else list(value))
+    a = np.asarray(list(value) if isinstance(value, Iterable) and not np.isscalar(value) else [value])
     if a.size and (a.dtype == bool or a.dtype.kind not in "iu"):
         raise InvalidArgumentError(f"{what} must be integer ids, got {value!r}")
     return tuple(int(x) for x in np.unique(a.astype(np.int64))) if a.size else ()
@@ -174,8 +175,8 @@ class Spec:
     """The narrowings of one query (immutable; ``and_`` intersects two)."""
 
     ndim: int
-    bbox: tuple | None = None  # (lo tuple, hi tuple)
-    near: tuple | None = None  # (center tuple, radius)
+    bbox: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    near: tuple[tuple[float, ...], float] | None = None  # (center, radius)
     objects: tuple[int, ...] | None = None
     groups: tuple[int, ...] | None = None
     where: tuple[Term, ...] = ()
@@ -250,14 +251,15 @@ class Spec:
     # ------------------------------------------------------------- derived
     def box(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The box that bounds every match: bbox intersected with the ball's box."""
-        lo = hi = None
+        lo: np.ndarray | None = None
+        hi: np.ndarray | None = None
         if self.bbox is not None:
             lo, hi = np.asarray(self.bbox[0], np.float64), np.asarray(self.bbox[1], np.float64)
         if self.near is not None:
             c, r = np.asarray(self.near[0], np.float64), self.near[1]
             lo = c - r if lo is None else np.maximum(lo, c - r)
             hi = c + r if hi is None else np.minimum(hi, c + r)
-        return None if lo is None else (lo, hi)
+        return None if lo is None or hi is None else (lo, hi)
 
     def is_empty(self) -> bool:
         b = self.box()
@@ -293,7 +295,7 @@ class Spec:
         return ", ".join(bits) or "everything"
 
 
-def _meet(a, b):
+def _meet(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> tuple[int, ...] | None:
     if a is None:
         return b
     if b is None:

@@ -73,7 +73,8 @@ def _dense_match(known: np.ndarray, query: np.ndarray, max_cells: int) -> np.nda
         col = query[:, d]
         inside &= (col >= lo[d]) & (col <= hi[d])
     if inside.all():
-        return table[box_cells(query, lo, span)]
+        found: np.ndarray = table[box_cells(query, lo, span)]
+        return found
     out = np.full(len(query), -1, dtype=np.int64)
     out[inside] = table[box_cells(query[inside], lo, span)]
     return out

@@ -19,10 +19,13 @@ from .cells import CellArray
 from .dense import read_dense
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
     from .context import ReadContext
+    from .load import Level
 
 
-def split_manifest_stream(buf, ndim: int, count: int | None = None, *, key: str = "?") -> list[memoryview]:
+def split_manifest_stream(buf: Buffer, ndim: int, count: int | None = None, *, key: str = "?") -> list[memoryview]:
     """Cut back-to-back manifests (seed ``object_index/data`` without offsets) apart.
 
     Manifests are self-delimiting (``u32 B`` then B blocks whose size follows
@@ -73,7 +76,7 @@ def split_manifest_stream(buf, ndim: int, count: int | None = None, *, key: str 
     return out
 
 
-async def read_blob(rc: ReadContext, level, path: str) -> bytes | None:
+async def read_blob(rc: ReadContext, level: Level, path: str) -> bytes | None:
     """Bytes of a seed "single flat blob": a raw object, or a Zarr array at ``path``.
 
     A Zarr array may be a dense numeric array (its bytes, little endian) or a
@@ -100,7 +103,7 @@ async def read_blob(rc: ReadContext, level, path: str) -> bytes | None:
     return np.ascontiguousarray(data).astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
-async def read_seed_object_index(rc: ReadContext, level) -> tuple[np.ndarray, ManifestTable]:
+async def read_seed_object_index(rc: ReadContext, level: Level) -> tuple[np.ndarray, ManifestTable]:
     """(object ids, ManifestTable) from the seed layout ``<level>/object_index/data``.
 
     Definition (seed 003 §7.6 and seed 000 "object_index/"):
@@ -155,7 +158,8 @@ async def read_seed_object_index(rc: ReadContext, level) -> tuple[np.ndarray, Ma
     return oids, table
 
 
-async def seed_cross_records(rc: ReadContext, level, width: int):
+async def seed_cross_records(rc: ReadContext, level: Level, width: int
+                             ) -> tuple[str, np.ndarray, np.ndarray] | None:
     """(key, coords (M, L, ndim), local (M, L)) from ``cross_chunk_links/0/data``, or None.
 
     Seed 003 §7.7: ``num_links`` records of ``link_width`` endpoints, each
