@@ -47,24 +47,12 @@ import numpy as np
 from ..errors import FormatError, InvalidArgumentError
 from ..format.grid import row_positions
 from . import inputs, layout
+from . import object_cells as cell_writers
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
 from .level import fragment_shard
-from .object_cells import (
-    PathRuns,
-    chunk_slice,
-    graph_links,
-    path_links,
-    put_connected_chunk,
-    put_connected_index,
-    put_link_records,
-    put_no_rows,
-    put_path_chunk,
-    put_path_index,
-    put_tables,
-)
 from .object_inputs import group_attributes_table, object_attributes_table, object_tables
-from .stream import level0
+from .stream import SPILL_BYTES, level0
 from .stream_objects import _ConnectedSpill, _Dtype, _PathSpill, check_roots
 from .tasks import (
     ROWS_PER_TASK,
@@ -83,7 +71,6 @@ from .tasks import (
 )
 from .types import WriteConfig, WriteSummary
 
-SPILL_BYTES = 32 << 20  # a routing task's local spill buffer
 CONNECTED = ("graph", "skeleton", "mesh")
 
 
@@ -165,7 +152,7 @@ class ObjectPlan(GridPlan):
     """An object write's plan: besides the layout and the cell tasks' chunk groups, what the commit
     needs -- paths: the runs; graphs, skeletons, meshes: the distinct object ids and the link layout."""
 
-    runs: PathRuns | None = None
+    runs: cell_writers.PathRuns | None = None
     object_attributes: dict[str, np.ndarray] | None = None  # paths: given per batch, concatenated
     uniq: np.ndarray | None = None  # connected: distinct object ids
     width: int = 2  # connected: endpoints per link record
@@ -241,7 +228,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
         return plan
     at = [row_positions(chunks, c) if len(c) else np.zeros(0, np.int64) for c in every]  # source chunk id -> row
     plan.num = int(sum(s["objects"] for s in summaries))
-    plan.runs = PathRuns.build(np.concatenate([a[s["run_gid"]] for a, s in zip(at, summaries)]),
+    plan.runs = cell_writers.PathRuns.build(np.concatenate([a[s["run_gid"]] for a, s in zip(at, summaries)]),
                                np.concatenate([s["run_count"] for s in summaries]),
                                np.concatenate([s["obj_runs"] for s in summaries]), np.arange(len(chunks)))
     names = sorted({k[6:] for s in summaries for k in s if k.startswith("oattr:")})
@@ -303,8 +290,8 @@ def _runs_key(job: WriteJob, index: int) -> str:
 
 
 async def put_runs(job: WriteJob, plan: ObjectPlan, indexes: list[int]) -> None:
-    """Paths: each cell task's slice of the runs (:meth:`PathRuns.for_chunks`, a few integers per fragment),
-    uploaded under the job prefix for the task to read: task data goes through the store, not the
+    """Paths: each cell task's slice of the runs (:meth:`~.object_cells.PathRuns.for_chunks`, a few integers
+    per fragment), uploaded under the job prefix for the task to read: task data goes through the store, not the
     scheduler."""
     if plan.runs is None:
         return
@@ -353,22 +340,23 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
     async with CellWriter(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), bool(task["attributes"]),
                        task["fragment_shard"])
-        links = None if linked else path_links(level, ndim)
+        links = None if linked else cell_writers.path_links(level, ndim)
         frag_attrs = FragmentAttributes(task["fragment_attributes"], ndim)
         for k, chunk in enumerate(chunks):
             pos = rows.take("positions", k, dtype, (ndim,))
             attrs = {name: rows.take(f"attr:{name}", k, np.dtype(d), tuple(r))
                      for name, (d, r) in task["attributes"].items()}
             if links is not None:
-                first, count, b_chunks, b_vi = chunk_slice(work, k)
+                first, count, b_chunks, b_vi = cell_writers.chunk_slice(work, k)
                 if int(count.sum()) != len(pos):
                     raise FormatError(f"{job.prefix}: chunk {tuple(chunk.tolist())} has {len(pos)} spilled rows, "
                                       f"its runs {int(count.sum())}")
-                await put_path_chunk(level, links, frag_attrs, chunk, first, count, pos, attrs, b_chunks, b_vi)
+                await cell_writers.put_path_chunk(level, links, frag_attrs, chunk, first, count, pos, attrs, b_chunks,
+                                                  b_vi)
                 continue
             oids = rows.take("object_ids", k, np.dtype(np.int64), ())
             vertex = rows.take("vertex", k, np.dtype(np.int64), ())
-            got = await put_connected_chunk(level, frag_attrs, level_layout, chunk, pos, oids, attrs,
+            got = await cell_writers.put_connected_chunk(level, frag_attrs, level_layout, chunk, pos, oids, attrs,
                                             job.geometry == "skeleton")
             table = {"vertex": vertex, "local": got.local.astype(np.int64)}
             if got.starts is not None:
@@ -441,7 +429,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]
     width = task["width"]
     async with CellWriter(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), False)
-        links = graph_links(level, ndim, width, task["link_attributes"])
+        links = cell_writers.graph_links(level, ndim, width, task["link_attributes"])
         for k in range(len(task["chunks"])):
             v = recs.take("vertex", k, np.dtype(np.int64), (width,))
             if not len(v):
@@ -450,7 +438,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]
             la = {name: recs.take(f"attr:{name}", k, np.dtype(d), tuple(r))
                   for name, (d, r) in task["link_attributes"].items()}
             at = row_of(v.reshape(-1)).reshape(v.shape)
-            await put_link_records(links, c, local[at], la, None if starts is None else starts[at[:, 0]])
+            await cell_writers.put_link_records(links, c, local[at], la, None if starts is None else starts[at[:, 0]])
         await level.finish()
     summary = {"cells": writer.cells_written, "bytes": writer.bytes_written, "links": int(links.total),
                "arrays": _arrays(level)}
@@ -494,9 +482,12 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
                                                         for k in ("shard", "inner", "lengths", "bytes")},
                                                        f"{job.prefix}cells/{i:06d}.npz")
         if not len(plan.chunks):
-            await put_no_rows(level, ndim, plan.dtype, plan.attributes)
+            await cell_writers.put_no_rows(level, ndim, plan.dtype, plan.attributes)
         fragment_attributes.finish(writer, arrays_present)
-        links = graph_links(level, ndim, plan.width, plan.link_attributes or {}) if linked else path_links(level, ndim)
+        if linked:
+            links = cell_writers.graph_links(level, ndim, plan.width, plan.link_attributes or {})
+        else:
+            links = cell_writers.path_links(level, ndim)
         links.total = sum(int(c["links"]) for c in cells)
         await level.finish()
         links.finish()
@@ -505,13 +496,13 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
             frag = [np.concatenate([c[k] for c in cell] or [np.zeros(0, np.int64)])
                     for k in ("frag_keys", "frag_chunk", "frag_local")]
             fragments = len(frag[0])
-            await put_connected_index(writer, *frag, plan.uniq, plan.chunks, ndim, compression=cfg.compression,
-                                      layout=cfg.object_index_layout)
+            await cell_writers.put_connected_index(writer, *frag, plan.uniq, plan.chunks, ndim,
+                                                   compression=cfg.compression, layout=cfg.object_index_layout)
         else:
             fragments = len(plan.runs.run_gid)
-            await put_path_index(writer, plan.runs, plan.chunks, num, ndim, compression=cfg.compression,
-                                 layout=cfg.object_index_layout)
-        await put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
+            await cell_writers.put_path_index(writer, plan.runs, plan.chunks, num, ndim, compression=cfg.compression,
+                                              layout=cfg.object_index_layout)
+        await cell_writers.put_tables(writer, obj_attrs, group_rows, grp_attrs, cfg.compression)
         add_level0_documents(writer, ex.handle.url, geometry=job.geometry, n=plan.n, arrays_present=arrays_present,
                              chunk_shape=list(job.chunk_shape), bounds=(plan.lo, plan.hi),
                              bin_shape=None if job.bin_shape is None else list(job.bin_shape))

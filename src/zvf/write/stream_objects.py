@@ -63,6 +63,7 @@ from .object_inputs import (
     polyline_input,
 )
 from .stream import (
+    SPILL_BYTES,
     ChunkIds,
     DistinctIds,
     RunSpill,
@@ -79,9 +80,7 @@ if TYPE_CHECKING:
     from ..io.store import Target
     from .types import ObjectBatches, ObjectWriteOptions, Shape, SpillDir
 
-# Half the point stream's buffers: flushing a run briefly holds ~3x its buffer, and at these
-# sizes 200 k streamlines peak at ~2x their input (64 MiB buffers: ~3x) at the same speed.
-SPILL_BYTES = 32 << 20
+# Half the point stream's upload queue: at this size 200 k streamlines peak at ~2x their input.
 UPLOAD_BYTES = 32 << 20
 
 _KEYS = {
