@@ -5,17 +5,14 @@ Links and objects have their own passes (:mod:`.link_pass`, :mod:`.object_pass`)
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..errors import FormatError, ZvfError
 from ..format.fragments import FragmentIndex, decode_fragment_index
 from ..format.keys import format_chunk_id
 from ..format.layout import LevelLayout
-from ..format.shard import decode_shard_index, index_nbytes
 from .link_pass import LinkChecks
-from .model import FAILED, ArrayInfo, LevelInfo, strip_key
+from .model import ArrayInfo, Failed, LevelInfo, strip_key
 from .object_pass import ObjectChecks
 
 
@@ -40,31 +37,12 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                 await self._object_pass(lv)
                 await self._dense_pass(lv)
 
-    async def _shard_index(self, info: ArrayInfo, shard_key: str) -> Any:
-        """(offsets, nbytes) of one shard, FAILED (reported) or None if absent."""
-        if shard_key in self._shard_cache:
-            return self._shard_cache[shard_key]
-        n_inner = int(np.prod(info.codec.shard))
-        size = self.sizes.get(shard_key)
-        if size is None:
-            return None
-        try:
-            tail = await self.ex.get_suffix(shard_key, index_nbytes(n_inner))
-            if tail is None:
-                res: Any = None
-            else:
-                res = decode_shard_index(tail, n_inner, key=shard_key, shard_size=size)
-        except ZvfError as e:
-            self.error(3, shard_key, strip_key(str(e), shard_key), kind="shard")
-            res = FAILED
-        self._shard_cache[shard_key] = res
-        return res
-
     async def _presence(self, lv: LevelInfo) -> None:
         """Stored cells of every spatial array vs its nonempty_chunks."""
         spatial = {id(a) for a in lv.spatial}
         for info in lv.arrays.values():
-            if not info.usable or info.codec is None:
+            keys, origin = info.keys, info.origin
+            if not info.usable or info.codec is None or keys is None or origin is None:  # usable: both parsed
                 continue
             ndim = info.meta.ndim
             prefix = len(info.path) + 1
@@ -73,7 +51,7 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
             n_grid = -(-shape // per)
             for k in info.stored:
                 try:
-                    g = info.keys.parse(k[prefix:], ndim)
+                    g = keys.parse(k[prefix:], ndim)
                 except FormatError:
                     self.error(3, k, f"not a chunk key of {info.path} (stray object inside the array)", kind="stray")
                     continue
@@ -85,13 +63,13 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
             if id(info) not in spatial:
                 continue
             present: set[tuple[int, ...]] = set()
-            org = info.origin.tolist()
+            org = origin.tolist()
             if info.codec.shard is None:
                 present = {tuple(a + o for a, o in zip(g, org)) for g in info.grid_cells}
             else:
-                idx = await self.ex.gather([self._shard_index(info, k) for k in info.grid_cells.values()])
+                idx = await self.ex.gather([self._shard_index(info.codec.shard, k) for k in info.grid_cells.values()])
                 for g, res in zip(info.grid_cells, idx):
-                    if res is None or res is FAILED:
+                    if res is None or isinstance(res, Failed):
                         continue
                     offsets, _ = res
                     inner = np.flatnonzero(offsets != np.uint64(2**64 - 1))
@@ -113,46 +91,17 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                                                 f"{info.path} nonempty_chunks (leftover of an interrupted or "
                                                 "failed write?)", kind="unlisted-cell")
 
-    async def _payload(self, info: ArrayInfo | None, chunk: tuple[int, ...]) -> Any:
-        """Decoded payload of a stored cell; None when not stored; FAILED when broken (reported)."""
-        if info is None or not info.usable or info.present is None or chunk not in info.present:
-            return None
-        key = info.cell_key(chunk)
-        try:
-            if info.codec.shard is None:
-                raw = await self.ex.get(key)
-                if raw is None:
-                    self.error(3, key, "cell vanished while validating", kind="read")
-                    return FAILED
-                return info.codec.decode(raw, key=key)
-            grid = tuple(int(c) - int(o) for c, o in zip(chunk, info.origin))
-            per = info.codec.shard
-            shard = tuple(g // s for g, s in zip(grid, per))
-            skey = info.keys.key(info.path, shard)
-            res = await self._shard_index(info, skey)
-            if res is None or res is FAILED:
-                return FAILED
-            offsets, nbytes = res
-            slot = int(np.ravel_multi_index(tuple(g - s * p for g, s, p in zip(grid, shard, per)), per))
-            start, n = int(offsets[slot]), int(nbytes[slot])
-            raw = await self.ex.get_range(skey, start, start + n)
-            if raw is None or len(raw) != n:
-                self.error(3, key, "inner chunk shorter than its shard index says", kind="decode")
-                return FAILED
-            return info.codec.decode(raw, key=key)
-        except ZvfError as e:
-            self.error(3, key, f"cell does not decode: {strip_key(str(e), key)}", kind="decode")
-            return FAILED
-
     async def _vertex_pass(self, lv: LevelInfo) -> None:
         vert = lv.array("vertices")
+        if vert is None:  # asked only of levels with a vertices array
+            return
         frag = lv.array("vertex_fragments")
         attrs = [lv.arrays[f"vertex_attributes/{a}"] for a in lv.named("vertex_attributes")]
         fattrs = [lv.arrays[f"fragment_attributes/{a}"] for a in lv.named("fragment_attributes")]
         group = [a for a in [vert, frag, *attrs, *fattrs] if a is not None and a.present is not None]
         chunks: set[tuple[int, ...]] = set()
         for a in group:
-            chunks |= a.present
+            chunks |= a.present or set()
         if not vert.usable or vert.present is None:
             lv.vertex_total_known = False
             return
@@ -166,14 +115,16 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
         await self.ex.map(one, sorted(chunks))
         self.counts["chunks"] += len(chunks)
         key = lv.doc_key
-        if lv.vertex_total_known and lv.meta.vertex_count != lv.vertex_total:
-            self.error(3, key, f"vertex_count is {lv.meta.vertex_count} but the cells hold {lv.vertex_total} "
+        if lv.vertex_total_known and lv.parsed.vertex_count != lv.vertex_total:
+            self.error(3, key, f"vertex_count is {lv.parsed.vertex_count} but the cells hold {lv.vertex_total} "
                                "vertices")
 
-    def _check_vertex_chunk(self, lv, chunk, pay, vert, frag, attrs, fattrs, layout) -> None:
+    def _check_vertex_chunk(self, lv: LevelInfo, chunk: tuple[int, ...], pay: dict[str, bytes | Failed | None],
+                            vert: ArrayInfo, frag: ArrayInfo | None, attrs: list[ArrayInfo], fattrs: list[ArrayInfo],
+                            layout: LevelLayout | None) -> None:
         cid = format_chunk_id(chunk)
         vp = pay[vert.path]
-        if vp is FAILED:
+        if isinstance(vp, Failed):
             lv.bad_chunks.add(chunk)
             lv.vertex_total_known = False
             return
@@ -214,16 +165,16 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                 if n:
                     self.error(3, frag.cell_key(chunk), f"chunk {cid} has {n} vertices but no fragment index",
                                kind="no-fragments")
-            elif fp is not FAILED:
+            elif not isinstance(fp, Failed):
                 try:
                     fi = decode_fragment_index(fp, key=frag.cell_key(chunk), n_rows=n)
                 except ZvfError as e:
                     self.error(3, frag.cell_key(chunk), f"fragment index invalid: "
                                                         f"{strip_key(str(e), frag.cell_key(chunk))}", kind="fragments")
-        if fi is not None:
+        if fi is not None and frag is not None:  # fi is decoded from frag
             lv.n_frags[chunk] = fi.num_fragments
             self.counts["fragments"] += fi.num_fragments
-            if lv.meta.fragments_tile and not fi.tiles(n):
+            if lv.parsed.fragments_tile and not fi.tiles(n):
                 self.error(3, frag.cell_key(chunk), f"fragments_tile is set on {lv.doc_key} but the fragments of "
                                                     f"chunk {cid} do not tile its {n} rows", kind="tile")
             if (layout is not None and layout.fragments_are_bins and "object_index" not in lv.groups
@@ -234,7 +185,7 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
             if not a.usable:
                 continue
             ap = pay.get(a.path)
-            if ap is FAILED:
+            if isinstance(ap, Failed):
                 continue
             if ap is None:
                 if n:
@@ -258,7 +209,7 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                                                  f"(not row-aligned with {vert.cell_key(chunk)})", kind="attr-rows")
         for a in fattrs:
             ap = pay.get(a.path)
-            if ap is FAILED or ap is None or fi is None or not a.usable:
+            if isinstance(ap, Failed) or ap is None or fi is None or not a.usable:
                 continue
             adt, aw = self._row_layout(a)
             nb = memoryview(ap).nbytes
@@ -266,7 +217,7 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                 self.error(3, a.cell_key(chunk), f"{nb / (adt.itemsize * aw):g} fragment-attribute rows for "
                                                  f"{fi.num_fragments} fragments", kind="fattr-rows")
 
-    def _check_place(self, key: str, chunk, positions: np.ndarray, layout: LevelLayout) -> None:
+    def _check_place(self, key: str, chunk: tuple[int, ...], positions: np.ndarray, layout: LevelLayout) -> None:
         """Level 4: every vertex lies in the chunk it is filed under, by either placement rule of the
         level's layout -- exactly the rows a box query finds there."""
         spatial = np.asarray(chunk[len(chunk) - layout.ndim:], dtype=np.int64)
@@ -279,7 +230,8 @@ class ConsistencyChecks(LinkChecks, ObjectChecks):
                                f"{format_chunk_id(where)} of edge {list(layout.chunk_shape)}): box queries miss "
                                "them", kind="placement")
 
-    def _check_bins(self, key: str, chunk, positions: np.ndarray, fi: FragmentIndex, layout: LevelLayout) -> None:
+    def _check_bins(self, key: str, chunk: tuple[int, ...], positions: np.ndarray, fi: FragmentIndex,
+                    layout: LevelLayout) -> None:
         """Level 4: a point cloud's fragment f holds exactly the rows of bin f (C order), placed by
         the level's layout (bin-narrowed reads and counts read only the bins a box touches)."""
         nb = layout.bins_in_chunk

@@ -5,18 +5,21 @@ canonical, link fragments and link attributes agree with the link rows.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import FormatError, ZvfError
 from ..format import metadata as md
 from ..format.fragments import decode_fragment_index
 from ..format.keys import format_chunk_id, parse_delta, parse_offsets_name
 from ..format.links import decode_intra_links, decode_ragged_links_groups, unpermute
-from .model import FAILED, ArrayInfo, LevelInfo, ValidatorBase, strip_key
+from .cells import CellReads
+from .model import ArrayInfo, Failed, LevelInfo, strip_key
 
 
-class LinkChecks(ValidatorBase):
+class LinkChecks(CellReads):
     """Level 3, link cells checks of :class:`zvf.validation.checks.Validator`."""
 
     def _scale(self, lv: LevelInfo) -> np.ndarray:
@@ -27,7 +30,7 @@ class LinkChecks(ValidatorBase):
 
     async def _link_pass(self, lv: LevelInfo) -> None:
         n = lv.index
-        fam_rows: Counter = Counter()
+        fam_rows: Counter[str] = Counter()
         link_rows: dict[tuple[str, tuple[int, ...]], int] = {}
         vert = lv.arrays.get("vertices")
         if vert is not None and vert.meta is not None and vert.meta.attributes.get("encoding", "raw") != "raw":
@@ -49,24 +52,26 @@ class LinkChecks(ValidatorBase):
             has_perm = bool(info.attrs.get("has_perm", False))
             dtype = info.attrs.get("dtype", "int64")
             target = self.levels.get(n + delta)
-            if delta != 0 and (target is None or target.meta is None):
+            if target is None or (delta != 0 and target.meta is None):  # at delta 0 the target is lv
                 continue
             if self.max_level >= 3 and delta == 0 and not fam.get("directed", False) \
                     and fam.get("store", "canonical") == "canonical" and not intra:
                 self._canonical(info, offs)
             s_src, s_trg = self._scale(lv), self._scale(target if delta else lv)
 
-            async def one(chunk, info=info, offs=offs, intra=intra, has_perm=has_perm, lw=lw, dtype=dtype,
-                          delta=delta, target=target, s_src=s_src, s_trg=s_trg, rel=rel):
+            async def one(chunk: tuple[int, ...], info: ArrayInfo = info, offs: npt.NDArray[np.int64] = offs,
+                          intra: bool = intra, has_perm: bool = has_perm, lw: int = lw, dtype: npt.DTypeLike = dtype,
+                          delta: int = delta, target: LevelInfo = target, s_src: np.ndarray = s_src,
+                          s_trg: np.ndarray = s_trg, rel: str = rel) -> None:
                 p = await self._payload(info, chunk)
-                if p is None or p is FAILED:
+                if p is None or isinstance(p, Failed):
                     return
                 key = info.cell_key(chunk)
                 nsrc = lv.n_rows.get(chunk)
                 try:
                     if intra:
                         rows = decode_intra_links(p, lw, key=key, dtype=dtype)
-                        perm = None
+                        perm: npt.NDArray[np.int64] | None = None
                     else:
                         rows, perm, _ = decode_ragged_links_groups(p, lw, has_perm, key=key, dtype=dtype)
                 except ZvfError as e:
@@ -116,7 +121,7 @@ class LinkChecks(ValidatorBase):
                     self.error(4, key, f"{len(rows)} intra-chunk link row(s), but {self.geometry}s store no "
                                        "intra links (implicit sequential)", kind="seq")
 
-            await self.ex.map(one, sorted(info.present))
+            await self.ex.map(one, sorted(info.present or ()))
 
         for fam_rel, attrs in sorted(lv.groups.items()):
             parts = fam_rel.split("/")
@@ -154,9 +159,9 @@ class LinkChecks(ValidatorBase):
         if lf is None or not lf.usable or lf.present is None:
             return
 
-        async def one(chunk):
+        async def one(chunk: tuple[int, ...]) -> None:
             p = await self._payload(lf, chunk)
-            if p is None or p is FAILED:
+            if p is None or isinstance(p, Failed):
                 return
             key = lf.cell_key(chunk)
             m = lv.intra_rows.get(chunk, 0)
@@ -168,7 +173,7 @@ class LinkChecks(ValidatorBase):
 
         await self.ex.map(one, sorted(lf.present))
 
-    async def _link_attributes(self, lv: LevelInfo, link_rows: dict) -> None:
+    async def _link_attributes(self, lv: LevelInfo, link_rows: dict[tuple[str, tuple[int, ...]], int]) -> None:
         for rel, info in sorted(lv.arrays.items()):
             if info.zv != "link_attribute" or not info.usable or info.present is None:
                 continue
@@ -179,9 +184,10 @@ class LinkChecks(ValidatorBase):
                 continue
             adt, aw = self._row_layout(info)
 
-            async def one(chunk, info=info, links_rel=links_rel, adt=adt, aw=aw):
+            async def one(chunk: tuple[int, ...], info: ArrayInfo = info, links_rel: str = links_rel,
+                          adt: np.dtype[Any] = adt, aw: int = aw) -> None:
                 p = await self._payload(info, chunk)
-                if p is None or p is FAILED:
+                if p is None or isinstance(p, Failed):
                     return
                 want = link_rows.get((links_rel, chunk), 0)
                 nb = memoryview(p).nbytes
@@ -192,7 +198,8 @@ class LinkChecks(ValidatorBase):
 
             await self.ex.map(one, sorted(info.present))
 
-    def _collect_skeleton(self, chunk, offs, intra: bool, rows: np.ndarray, perm) -> None:
+    def _collect_skeleton(self, chunk: tuple[int, ...], offs: npt.NDArray[np.int64], intra: bool, rows: np.ndarray,
+                          perm: npt.NDArray[np.int64] | None) -> None:
         """Skeleton rows as (child, parent) global vertex ids (chunk number << 32 | local row)."""
         if rows.shape[1] != 2:
             return

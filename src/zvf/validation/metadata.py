@@ -47,12 +47,12 @@ class MetadataChecks(ValidatorBase):
         vert = lv.array("vertices")
         ref_shape = vert.meta.shape if vert is not None else None
         ref_origin = tuple(vert.origin.tolist()) if vert is not None and vert.origin is not None else None
-        sid = self.ndim + (1 if lv.meta.chunk_dims else 0)
+        sid = self.ndim + (1 if lv.parsed.chunk_dims else 0)
         for rel, info in sorted(lv.arrays.items()):
             key = f"{info.path}/zarr.json"
             meta = info.meta
             try:
-                info.codec = CellCodec.from_array_metadata(meta.raw, key=key)
+                codec = info.codec = CellCodec.from_array_metadata(meta.raw, key=key)
             except FormatError as e:
                 self.error(2, key, f"codecs not supported: {strip_key(str(e), key)}")
                 info.usable = False
@@ -69,14 +69,16 @@ class MetadataChecks(ValidatorBase):
                     self.error(2, key, f"shape {list(meta.shape)} has {meta.ndim} axes, expected {sid}")
                     info.usable = False
                     continue
-                if info.codec.shard is None and any(c != 1 for c in meta.chunk_shape):
+                if codec.shard is None and any(c != 1 for c in meta.chunk_shape):
                     self.error(2, key, f"chunk_grid chunk_shape {list(meta.chunk_shape)} must be all ones "
                                        "(one cell per spatial chunk)")
                     info.usable = False
                     continue
-                if ref_shape is not None and info is not vert and (
-                        meta.shape != ref_shape or tuple(info.origin.tolist()) != ref_origin):
-                    self.error(2, key, f"grid shape {list(meta.shape)} / origin {info.origin.tolist()} differ from "
+                origin = info.origin
+                assert origin is not None  # structure() marks an array without a grid origin unusable
+                if ref_shape is not None and ref_origin is not None and info is not vert and (
+                        meta.shape != ref_shape or tuple(origin.tolist()) != ref_origin):
+                    self.error(2, key, f"grid shape {list(meta.shape)} / origin {origin.tolist()} differ from "
                                        f"{n}/vertices ({list(ref_shape)} / {list(ref_origin)})")
                 try:
                     nonempty = meta.nonempty_chunk_array
@@ -86,18 +88,18 @@ class MetadataChecks(ValidatorBase):
                 if "nonempty_chunks" not in meta.attributes:
                     self.warn(2, key, "no nonempty_chunks attribute: readers will see no cells")
                 if len(nonempty):
-                    rel_c = nonempty - info.origin
+                    rel_c = nonempty - origin
                     out = np.any((rel_c < 0) | (rel_c >= np.asarray(meta.shape)), axis=1)
                     for row in nonempty[out][:MAX_SIMILAR].tolist():
                         self.error(2, key, f"nonempty_chunks lists chunk {format_chunk_id(row)} outside the "
-                                           f"grid (origin {info.origin.tolist()}, shape {list(meta.shape)})")
+                                           f"grid (origin {origin.tolist()}, shape {list(meta.shape)})")
                     u = np.unique(nonempty, axis=0)
                     if len(u) != len(nonempty):
                         self.warn(2, key, f"nonempty_chunks repeats {len(nonempty) - len(u)} chunk(s)")
                 info.listed = set(map(tuple, nonempty.tolist()))
                 self._check_dtype(info, key)
             elif zv in DENSE_ZV or rel == "object_index/object_ids":
-                if meta.is_vlen or info.codec.serializer != "bytes":
+                if meta.is_vlen or codec.serializer != "bytes":
                     self.error(2, key, f"a dense array must use the bytes serializer, got {meta.data_type!r}")
                     info.usable = False
                 elif meta.data_type not in md.NUMERIC_DTYPES:
@@ -108,7 +110,7 @@ class MetadataChecks(ValidatorBase):
                                    f"shape {list(meta.shape)}")
                 info.usable = False
         if vert is not None and vert.usable and lv.layout is not None and ref_shape is not None:
-            self._grid_vs_bounds(lv, vert)
+            self._grid_vs_bounds(lv, lv.layout, vert)
         self._links_meta(lv)
         self._objects_meta(lv)
 
@@ -139,14 +141,14 @@ class MetadataChecks(ValidatorBase):
                                                   or len(a["channel_names"]) != rs[0]):
                 self.warn(2, key, f"channel_names {a['channel_names']!r} do not match row_shape {rs}")
 
-    def _grid_vs_bounds(self, lv: LevelInfo, vert: ArrayInfo) -> None:
-        if lv.meta.chunk_dims:
+    def _grid_vs_bounds(self, lv: LevelInfo, layout: LevelLayout, vert: ArrayInfo) -> None:
+        org = vert.origin
+        if lv.parsed.chunk_dims or org is None:  # no origin: structure() marked vertices unusable
             return
         lo, hi = (np.asarray(b, dtype=np.float64) for b in self.root.bounds)
-        cs = np.asarray(lv.layout.chunk_shape, dtype=np.float64)
+        cs = np.asarray(layout.chunk_shape, dtype=np.float64)
         need_lo = np.floor(lo / cs).astype(np.int64)
         need_hi = np.ceil(hi / cs).astype(np.int64)  # exclusive: cells with points strictly inside
-        org = vert.origin
         top = org + np.asarray(vert.meta.shape, dtype=np.int64)
         if np.any(org > need_lo) or np.any(top < np.maximum(need_hi, need_lo + 1)):
             self.warn(2, f"{vert.path}/zarr.json",
@@ -220,14 +222,14 @@ class MetadataChecks(ValidatorBase):
         if oi is not None:
             key = f"{n}/object_index/zarr.json"
             num = oi.get("num_objects")
-            if num is None and not lv.meta.vertex_count:
+            if num is None and not lv.parsed.vertex_count:
                 lv.num_objects = 0
             elif not isinstance(num, int) or isinstance(num, bool) or num < 0:
                 self.error(2, key, f"num_objects {num!r} must be a non-negative integer")
             else:
                 lv.num_objects = num
             sidn = oi.get("sid_ndim")
-            exp = self.ndim + (1 if lv.meta.chunk_dims else 0)
+            exp = self.ndim + (1 if lv.parsed.chunk_dims else 0)
             if sidn is not None and sidn != exp:
                 self.error(2, key, f"sid_ndim {sidn!r} but chunk coordinates have {exp} axes")
             np_ = oi.get("num_present")

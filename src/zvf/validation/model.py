@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import ZvfError
 from ..format import metadata as md
@@ -46,11 +47,13 @@ CONVENTIONS = {
 }
 
 
-class _Failed:
+class Failed:
     """Marker for a cell whose read or decode already produced an issue."""
 
 
-FAILED = _Failed()
+FAILED = Failed()
+# (offsets, nbytes) of one shard's inner chunks
+ShardIndex = tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]
 
 
 @dataclass
@@ -74,10 +77,12 @@ class ArrayInfo:
         return self.meta.zv_array
 
     @property
-    def attrs(self) -> dict:
+    def attrs(self) -> dict[str, Any]:
         return self.meta.attributes
 
     def cell_key(self, chunk: tuple[int, ...]) -> str:
+        # only asked of arrays structure() parsed a key encoding and grid origin for
+        assert self.keys is not None and self.origin is not None, self.path
         grid = tuple(int(c) - int(o) for c, o in zip(chunk, self.origin))
         if self.codec is not None and self.codec.shard is not None:
             shard = tuple(g // s for g, s in zip(grid, self.codec.shard))
@@ -103,6 +108,13 @@ class LevelInfo(LevelNodes[ArrayInfo]):
     vertex_total_known: bool = True
 
     @property
+    def parsed(self) -> md.LevelMeta:
+        """The level's parsed document: the passes after structure() skip levels without one."""
+        if self.meta is None:
+            raise RuntimeError(f"{self.doc_key} was not parsed")
+        return self.meta
+
+    @property
     def spatial(self) -> list[ArrayInfo]:
         return [a for a in self.arrays.values() if a.zv in SPATIAL_ZV or (a.meta.is_vlen and a.zv is None
                                                                            and a.meta.ndim > 1)]
@@ -118,23 +130,30 @@ class ValidatorBase:
         self.report = Report(url, level)
         self.sizes: dict[str, int] = {}
         self.keys: list[str] = []
-        self.docs: dict[str, dict] = {}  # node path ("" = root) -> decoded zarr.json
-        self.root: md.RootMeta | None = None
+        self.docs: dict[str, dict[str, Any]] = {}  # node path ("" = root) -> decoded zarr.json
+        self._root: md.RootMeta | None = None
         self.geometry: str | None = None
         self.ndim = 0
         self.levels: dict[int, LevelInfo] = {}
-        self._similar: Counter = Counter()
-        self._suppressed: Counter = Counter()
-        self._shard_cache: dict[str, Any] = {}
-        self.counts: Counter = Counter()
+        self._similar: Counter[tuple[str, str]] = Counter()
+        self._suppressed: Counter[tuple[tuple[str, str], str, int]] = Counter()
+        self._shard_cache: dict[str, ShardIndex | Failed | None] = {}
+        self.counts: Counter[str] = Counter()
         # level 4 material gathered during the link pass
         self._skeleton_edges: list[np.ndarray] = []
         self._chunk_ids: dict[tuple[int, ...], int] = {}
         # versions (zvf.format.versions): families kept versions use, and cells in other families
         self.record: Record | None = None
         self.kept: dict[str, set[str]] = {}
-        self._kept_cells: Counter = Counter()
-        self._leftover: Counter = Counter()
+        self._kept_cells: Counter[str] = Counter()
+        self._leftover: Counter[tuple[str, str]] = Counter()
+
+    @property
+    def root(self) -> md.RootMeta:
+        """The parsed root document: the passes after structure() run only once it parsed."""
+        if self._root is None:
+            raise RuntimeError("the root document was not parsed")
+        return self._root
 
     def issue(self, severity: str, level: int, key: str, text: str, *, kind: str | None = None) -> None:
         """Record an issue, keeping at most MAX_SIMILAR of one ``kind`` per array."""

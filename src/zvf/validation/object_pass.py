@@ -4,13 +4,25 @@ groups and vlen per-object rows agree with the object count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 
 from ..errors import ZvfError
 from ..format.keys import format_chunk_id
 from ..format.manifest import decode_manifests
 from ..format.shard import decode_shard_index
-from .model import DENSE_LIMIT, FAILED, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, dense_alloc_bytes, strip_key
+from .model import DENSE_LIMIT, MAX_SIMILAR, ArrayInfo, Failed, LevelInfo, ValidatorBase, dense_alloc_bytes, strip_key
+
+
+class VlenRows(NamedTuple):
+    """The stored rows of a 1-D variable-length array."""
+
+    rows: list[int]  # row numbers
+    payloads: list[bytes]
+    keys: list[str]  # key of the cell holding each row
+    missing: int  # rows of the shape no stored cell holds
 
 
 class ObjectChecks(ValidatorBase):
@@ -20,7 +32,7 @@ class ObjectChecks(ValidatorBase):
         n = lv.index
         man = lv.array("object_index/manifests")
         ids_arr = lv.array("object_index/object_ids")
-        if ids_arr is not None and ids_arr.usable:
+        if ids_arr is not None and ids_arr.usable and ids_arr.keys is not None:  # usable arrays have keys
             ids = await self._dense(ids_arr)
             if ids is not None:
                 ids = np.asarray(ids).reshape(-1).astype(np.int64)
@@ -33,7 +45,7 @@ class ObjectChecks(ValidatorBase):
                                f"object_ids must be sorted and unique; {what} at rows {r}..{r + 1} "
                                f"({int(ids[r])}, {int(ids[r + 1])})")
         got = await self._vlen_rows(man, "manifest")
-        if got is None:
+        if got is None or man is None or man.keys is None:  # None for an absent or unusable array
             return
         row_no, payloads, cell_of, missing = got
         o = int(man.meta.shape[0])
@@ -41,7 +53,7 @@ class ObjectChecks(ValidatorBase):
             first = next(c for c in range(len(man.grid_cells) + 1) if (c,) not in man.grid_cells)
             self.error(3, man.keys.key(man.path, (first,)),
                        f"{missing} of {o} object(s) have no stored manifest (cell missing)")
-        sid = self.ndim + (1 if lv.meta.chunk_dims else 0)
+        sid = self.ndim + (1 if lv.parsed.chunk_dims else 0)
         try:
             table = decode_manifests(payloads, sid, key=f"{man.path}")
         except ZvfError as e:
@@ -60,7 +72,7 @@ class ObjectChecks(ValidatorBase):
         has_v = np.array([tuple(c) in lv.n_rows for c in uniq.tolist()], dtype=bool)
         bad_c = np.array([tuple(c) in lv.bad_chunks for c in uniq.tolist()], dtype=bool)
         fcount = f_of[inv]
-        def bad_blocks(mask: np.ndarray, kind: str, says, more: str) -> None:
+        def bad_blocks(mask: np.ndarray, kind: str, says: Callable[[int], str], more: str) -> None:
             """The first MAX_SIMILAR manifest blocks ``mask`` flags, at the manifest cell of their object
             (``says(block, object row)`` what is wrong), and a count of the rest."""
             for i in np.flatnonzero(mask)[:MAX_SIMILAR].tolist():
@@ -77,7 +89,7 @@ class ObjectChecks(ValidatorBase):
                              f", which has only {int(fcount[i])} fragments",
                    "fragments past their chunk's count")
         # level 4: at level 0 every fragment belongs to some object (one per object and chunk)
-        if self.max_level >= 4 and n == 0 and not lv.meta.shared_fragments:
+        if self.max_level >= 4 and n == 0 and not lv.parsed.shared_fragments:
             valid = has_v[inv] & (fcount >= 0) & (table.fragment < np.maximum(fcount, 0))
             chunk_ix = inv[valid]
             base = np.concatenate(([0], np.cumsum(np.maximum(f_of, 0))))
@@ -90,7 +102,7 @@ class ObjectChecks(ValidatorBase):
             if unused:
                 self.warn(4, f"{man.path}", f"{unused} fragment(s) of level {n} belong to no object's manifest")
 
-    async def _vlen_rows(self, info: ArrayInfo | None, what: str):
+    async def _vlen_rows(self, info: ArrayInfo | None, what: str) -> VlenRows | None:
         """Stored rows of a 1-D vlen array (plain or sharded: manifests, groups) among 0..shape[0]-1.
 
         Returns (row numbers, payloads, key of each row, rows missing) or None when the
@@ -112,7 +124,7 @@ class ObjectChecks(ValidatorBase):
             if c >= n_chunks:
                 continue  # reported as outside the grid
             raw = await self._get_or_issue(key, 3)
-            if raw is FAILED or raw is None:
+            if isinstance(raw, Failed) or raw is None:
                 return None
             lo = c * per
             try:
@@ -137,7 +149,7 @@ class ObjectChecks(ValidatorBase):
             except ZvfError as e:
                 self.error(3, key, f"{what} chunk does not decode: {strip_key(str(e), key)}")
                 return None
-        return rows, payloads, keys, count - len(rows)
+        return VlenRows(rows, payloads, keys, count - len(rows))
 
     async def _dense(self, info: ArrayInfo) -> np.ndarray | None:
         """A whole dense array (object ids, attributes) or None when broken (reported)."""
@@ -165,7 +177,7 @@ class ObjectChecks(ValidatorBase):
                 await self._dense(info)
         grp = lv.array("groups")
         got = await self._vlen_rows(grp, "groups")
-        if got is None:
+        if got is None or grp is None:  # None for an absent or unusable array
             return
         members: list[np.ndarray] = []
         for i, row, key in zip(*got[:3]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ..format.versions import Record, array_families, family_of, family_of_key, 
 from ..write.lock import TAKEOVER, holder_state
 from ..write.lock import holder_record as lock_holder
 from ..write.publish import is_control_key, kept_families, section_nodes
-from .model import FAILED, MAX_SIMILAR, ArrayInfo, LevelInfo, ValidatorBase, array_of, strip_key
+from .model import MAX_SIMILAR, ArrayInfo, Failed, LevelInfo, ValidatorBase, array_of, strip_key
 
 MAX_LOCK_BYTES = 64 << 10  # a lock body is a short JSON record; a larger one is not read
 
@@ -36,7 +37,7 @@ def _duration(seconds: float) -> str:
     return f"{max(seconds, 0.0):.0f} s"
 
 
-def _state(rec: dict) -> str:
+def _state(rec: dict[str, Any]) -> str:
     dead, why = holder_state(rec)
     return f"{'dead' if dead else 'live'} ({why})"
 
@@ -66,7 +67,7 @@ class StructureChecks(ValidatorBase):
         doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOCUMENT_BYTES]
         raws = await self.ex.gather([self._get_or_issue(k) for k in doc_keys])
         for k, raw in zip(doc_keys, raws):
-            if raw is None or raw is FAILED:
+            if raw is None or isinstance(raw, Failed):
                 continue
             path = k[: -len("zarr.json")].rstrip("/")
             try:
@@ -103,7 +104,7 @@ class StructureChecks(ValidatorBase):
             self.error(1, "zarr.json", "a Zarr group without the 'zarr_vectors' attributes: not a ZVF store")
             return False
         try:
-            self.root = parse.parse_root(root_doc, key="zarr.json")
+            self._root = parse.parse_root(root_doc, key="zarr.json")
         except (NotZvfStoreError, FormatError) as e:
             self.error(1, "zarr.json", strip_key(str(e), "zarr.json"))
             return False
@@ -130,10 +131,10 @@ class StructureChecks(ValidatorBase):
                 self.warn(1, markers[0], f"{len(markers)} takeover marker(s) of a store lock that is no longer "
                                          "held (a holder died while releasing it); `zvf gc` removes them")
             return
-        rec: dict = {}
+        rec: dict[str, Any] = {}
         if self.sizes[md.CLAIM_KEY] <= MAX_LOCK_BYTES:
             body = await self._get_or_issue(md.CLAIM_KEY)
-            if body is FAILED or body is None:  # unreadable (reported) or released since the listing
+            if isinstance(body, Failed) or body is None:  # unreadable (reported) or released since the listing
                 return
             rec = lock_holder(bytes(body))
         rooted = "zarr.json" in self.sizes
@@ -240,7 +241,7 @@ class StructureChecks(ValidatorBase):
         self.counts["levels"] = len(self.levels)
         self.counts["arrays"] = sum(len(lv.arrays) for lv in self.levels.values())
 
-    def _adopt_published(self, root_doc: dict) -> None:
+    def _adopt_published(self, root_doc: dict[str, Any]) -> None:
         """On a root zvf's publication protocol wrote (its version record), the version is what its
         consolidated section says: the documents on disk follow it only after the root, so documents that
         differ (an interrupted publication) or that it does not name are leftovers (warnings: the next
@@ -295,8 +296,9 @@ class StructureChecks(ValidatorBase):
             if k.rsplit("/", 1)[-1] in (".zgroup", ".zarray", ".zattrs"):
                 continue
             owner = next((a for a in self.kept if k.startswith(a + "/")), None)
-            if owner is not None and family_of_key(k[len(owner) + 1:]) is not None:
-                self._other_version(owner, k, family_of_key(k[len(owner) + 1:]))
+            fam = family_of_key(k[len(owner) + 1:]) if owner is not None else None
+            if owner is not None and fam is not None:
+                self._other_version(owner, k, fam)
                 continue
             orphans[array_of(k) or "."].append(k)
         for d, ks in sorted(orphans.items()):
