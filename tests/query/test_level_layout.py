@@ -111,6 +111,19 @@ def test_read_all_of_a_coarse_streamline_level_keeps_shared_vertices(streamline_
     ds.close()
 
 
+def test_iter_chunks_of_a_coarse_streamline_level_labels_rows_as_read_all(streamline_pyramid):
+    """A metavertex shared by several streamlines comes once per streamline, with that streamline's id (it
+    came once, labelled with whichever object the owner table kept last)."""
+    ds = zvf.open(streamline_pyramid)
+    for level in ds.levels:
+        whole = ds.read_all(level=level)
+        for batch_chunks in (1, 7):
+            batches = list(ds.iter_chunks(level=level, batch_chunks=batch_chunks))
+            rows = np.concatenate([_rows(b) for b in batches])
+            np.testing.assert_array_equal(rows[np.lexsort(rows.T[::-1])], _rows(whole), err_msg=f"level {level}")
+    ds.close()
+
+
 # ---------------------------------------------------------------- count from fragment indexes
 
 

@@ -39,7 +39,7 @@ from .box import needs_chunkset, read_rows
 from .chunkset import ChunkSet
 from .load import LINKED
 from .objects import SEQUENTIAL, level_attributes, prepare, read_grouped, split_ranges
-from .points import pick_attributes, read_chunks, row_nbytes, size_concurrency
+from .points import fragment_indexes, pick_attributes, read_chunks, row_nbytes, size_concurrency
 from .rowops import expand_ranges, match_rows, unique_rows
 from .selection import Selection
 from .writers import check_out, format_of, link_table, open_writer
@@ -172,11 +172,39 @@ def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
         return [chunks[i:i + batch_chunks] for i in range(0, len(chunks), batch_chunks)]
 
     async def fetch(chunks: np.ndarray) -> Selection:
-        if needs_chunkset(state["level"]):  # category axis or Draco cells: rows as read_all lays them out
+        lvl = state["level"]
+        if needs_chunkset(lvl):  # category axis or Draco cells: rows as read_all lays them out
             return await read_rows(ds.context, level, attributes, chunks=chunks)
-        return await read_chunks(ds.context, state["level"], chunks, state["names"], sweep=True)
+        if lvl.meta.shared_fragments and ds.geometry_type in SEQUENTIAL:
+            return await _shared_chunks(ds, lvl, chunks, state["names"])
+        return await read_chunks(ds.context, lvl, chunks, state["names"], sweep=True)
 
     return BatchStream(setup, fetch, prefetch=prefetch)
+
+
+async def _shared_chunks(ds, lvl, chunks: np.ndarray, names: list[str]) -> Selection:
+    """Rows of ``chunks`` on a level whose polylines share vertices (a pyramid's coarse levels): each
+    fragment's rows once per object through it, labelled with that object, objects ascending in a chunk --
+    what ``read_all`` and ``select(level=).read()`` return, where a fragment's single owner would be
+    any one of its objects."""
+    rc = ds.context
+    cells = await rc.ex.gather([read_chunks(rc, lvl, c[None, :], names, sweep=True) for c in chunks])
+    fis = await fragment_indexes(lvl.array("vertex_fragments"), [tuple(c) for c in chunks.tolist()])
+    oids, table = await rc.manifests(lvl.index)
+    key = f"{lvl.index}/vertex_fragments"
+    parts: list[Selection] = []
+    for chunk, cell, fi in zip(chunks, cells, fis):
+        refs = np.flatnonzero(np.all(table.coords == chunk, axis=1))
+        ref_ids = oids[table.object_row[refs]]
+        order = np.lexsort((table.fragment[refs], ref_ids))
+        rows, lengths = fi.gather(table.fragment[refs][order], key=key)
+        parts.append(Selection(cell.positions[rows], {k: v[rows] for k, v in cell.attributes.items()},
+                               np.repeat(ref_ids[order], lengths)))
+    if not parts:
+        return await read_chunks(rc, lvl, chunks, names)
+    return Selection(np.concatenate([p.positions for p in parts]),
+                     {k: np.concatenate([p.attributes[k] for p in parts]) for k in parts[0].attributes},
+                     np.concatenate([p.object_ids for p in parts]))
 
 
 def iter_objects(ds, ids=None, *, level: int = 0, attributes=None, batch: int = 256,
