@@ -29,9 +29,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         kw["shard_shape"] = _args.cells(args.shard_shape)
     from ..distributed.run import client_for
 
+    chunk_shape = _args.shape(args.chunk_shape)
+    if chunk_shape is None:  # --chunk-shape none: a store needs chunks
+        raise SystemExit(f"zvf: --chunk-shape must be numbers like 10,10,5, got {args.chunk_shape!r}")
     workers = args.workers or os.cpu_count() or 1
     with ProgressBar("ingest", quiet=args.quiet) as bar, client_for(workers, args.scheduler) as client:
-        s = zd.write_points(args.target, args.sources, chunk_shape=_args.shape(args.chunk_shape),
+        s = zd.write_points(args.target, args.sources, chunk_shape=chunk_shape,
                             bin_shape=_args.shape(args.bin_shape), compression=args.compression, dtype=args.dtype,
                             overwrite=args.overwrite, job=args.job, storage_options=_args.options(args.option),
                             client=client, progress=bar_progress(bar), **kw)

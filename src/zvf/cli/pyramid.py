@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from . import _args
 from .progress import ProgressBar
-
-if TYPE_CHECKING:
-    from ..lifecycle.pyramid import PyramidSummary
 
 
 def parse_factor(text: str) -> tuple[int, float]:
@@ -47,8 +44,7 @@ def cmd_pyramid(args: argparse.Namespace) -> int:
         from ..distributed.run import client_for
 
         with bar, client_for(args.workers, args.scheduler) as client:
-            # the Dask engine builds the same levels and returns the same summary (its dict is not typed yet)
-            summary = cast("PyramidSummary", zd.build_pyramid(args.target, factors, client=client, **kw))
+            summary = zd.build_pyramid(args.target, factors, client=client, **kw)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
