@@ -21,9 +21,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import numpy as np
@@ -32,10 +32,13 @@ from ..errors import InvalidArgumentError, UnknownArgumentError
 
 if TYPE_CHECKING:
     from ..io.store import StorageOptions
+    from ..read.selection import Selection
 
 SOURCE_KEY = "zvf_source"
+Item = TypeVar("Item")  # what a stream Written counts yields: a Selection or an (index, Selection) pair
 BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
 AXES = ("x", "y", "z")  # coordinate names in the files that name them (PLY, tables, GraphML)
+OBJECT_ID = "object_id"  # the column (table) or vertex property (PLY) naming each row's object
 
 
 @dataclass
@@ -267,16 +270,16 @@ class Written:
         if self.progress is not None:
             self.progress({"done": self.done, "total": self.total, "unit": "vertices"})
 
-    async def each(self, batches: AsyncIterator[Any], level: int) -> AsyncIterator[Any]:
+    async def each(self, batches: AsyncIterable[Item], level: int) -> AsyncGenerator[Item, None]:
         """``batches`` of ``level`` (Selections, or (index, Selection) pairs), each counted as it is read."""
         await self.start(level)
         async for item in batches:
-            self.add(len(item[1] if isinstance(item, tuple) else item))
+            self.add(len(cast("Selection", item[1] if isinstance(item, tuple) else item)))
             yield item
 
 
-async def object_batches(ds: Any, level: int, written: Written, step: int = OBJECT_BATCH) -> AsyncIterator[
-        tuple[int, Any]]:
+async def object_batches(ds: Any, level: int, written: Written,
+                         step: int = OBJECT_BATCH) -> AsyncGenerator[tuple[int, Selection], None]:
     """(index of the first object, one combined Selection) for every ``step`` objects in id order
     (:func:`zvf.read.export.object_batches`: each cell read about once where the level fits its cache),
     counted by ``written``."""
@@ -285,7 +288,12 @@ async def object_batches(ds: Any, level: int, written: Written, step: int = OBJE
     lo = 0
     async for sel in written.each(batches(ds, level=level, batch=step), level):
         yield lo, sel
-        lo += len(sel.offsets) - 1
+        lo += len(object_offsets(sel)) - 1
+
+
+def object_offsets(sel: Selection) -> np.ndarray:
+    """``sel.offsets``, which every Selection read by objects has (rows grouped by object)."""
+    return cast(np.ndarray, sel.offsets)
 
 
 async def object_attribute_names(ds: Any, level: int = 0) -> list[str]:

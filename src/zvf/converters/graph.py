@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -28,12 +28,15 @@ from ..errors import InputFileError, InvalidArgumentError
 from .base import AXES, StoreOptions, Written, object_attributes, source_record, stamp, take_options
 from .parsing import need, reading
 
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+
 _TYPES = {"boolean": np.bool_, "int": np.int32, "long": np.int64, "float": np.float32, "double": np.float64}
 COLUMNS_KEY = "zvf_columns"  # graph data recording how zvf encoded its columns (module docstring)
 OBJECT_PREFIX = "object:"
 
 
-def _nx():
+def _nx() -> Any:
     return need("networkx", "graph", "GraphML")
 
 
@@ -49,7 +52,8 @@ def _key_types(src: str) -> dict[tuple[str, str], np.dtype]:
     return out
 
 
-def _table(items: list[dict[str, Any]], domain: str, types: dict[str, Any], src: str) -> dict[str, np.ndarray]:
+def _table(items: list[dict[str, Any]], domain: str, types: dict[tuple[str, str], np.dtype[Any]],
+           src: str) -> dict[str, np.ndarray]:
     names = sorted({k for d in items for k in d})
     out = {}
     for name in names:
@@ -153,7 +157,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "edges": len(edges), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0})
     nx = _nx()
     rec = source_record(ds, "graphml")
@@ -177,7 +181,7 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
         names = (ids.astype(np.int64) if ids is not None else np.arange(base, base + k)).astype(str).tolist()
         cols = dict(zip(AXES, sel.positions.T.tolist()))
         if several:
-            cols["object_id"] = [int(sel.object_ids[0])] * k
+            cols["object_id"] = [int(cast(np.ndarray, sel.object_ids)[0])] * k  # set by iter_objects
         cols.update(_encoded({n: v for n, v in sel.attributes.items() if n != "node_id"}, columns["node"], ""))
         cols.update(_encoded({n: np.repeat(v[row:row + 1], k, axis=0) for n, v in oattrs.items()},
                              columns["object"], OBJECT_PREFIX))

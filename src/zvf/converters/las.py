@@ -13,7 +13,8 @@ the smallest point format holding its attributes (others become extra bytes) and
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,14 +23,17 @@ from .base import BATCH_ROWS, StoreOptions, Written, source_record, stamp, take_
 from .parsing import guarded, need, reading
 from .source_order import numbered, point_batches
 
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+
 COORDS = ("X", "Y", "Z")
 
 
-def _laspy():
+def _laspy() -> Any:
     return need("laspy", "las", "LAS/LAZ")
 
 
-def _record(header) -> dict[str, Any]:
+def _record(header: Any) -> dict[str, Any]:
     pf = header.point_format
     return {
         "format": "las",
@@ -62,7 +66,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     if count == 0:
         raise InputFileError(f"{src}: its header says it holds no points")
 
-    def batches():
+    def batches() -> Iterator[dict[str, Any]]:
         n = 0
         with laspy.open(src) as rd:
             for pts in rd.chunk_iterator(int(opts["batch_rows"])):
@@ -81,8 +85,8 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": summary.vertex_count}
 
 
-def _header(laspy, rec: dict[str, Any], sample: dict[str, np.ndarray], lo: np.ndarray, scale: float | None,
-            point_format: int | None = None):
+def _header(laspy: Any, rec: dict[str, Any], sample: dict[str, np.ndarray], lo: np.ndarray, scale: float | None,
+            point_format: int | None = None) -> Any:
     """The LAS header to write: the recorded one (``point_format`` overriding its format), or one made
     for the store's attributes: a ``classification`` takes point format 6/7 (LAS 1.4: classes 0..255;
     formats 0-5 hold 0..31)."""
@@ -113,7 +117,7 @@ def _header(laspy, rec: dict[str, Any], sample: dict[str, np.ndarray], lo: np.nd
     return header
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4,
                                        "point_format": None, "keep_order": None})
     point_format = None if opts["point_format"] is None else int(opts["point_format"])
@@ -123,7 +127,8 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
     if ds.ndim != 3:
         raise InvalidArgumentError(f"{ds.url}: LAS holds 3-D points, the store is {ds.ndim}-D")
     compress = dst.lower().endswith(".laz") if opts["compress"] is None else bool(opts["compress"])
-    n, writer, header = 0, None, None
+    n, writer = 0, None
+    header: Any = None  # a laspy.LasHeader from the first batch on
     try:
         async for sel in await point_batches(ds, opts["level"], opts["keep_order"], written, int(opts["batch_chunks"])):
             if writer is None:

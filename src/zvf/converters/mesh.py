@@ -12,12 +12,16 @@ word is written as 0.  Files are parsed whole (both formats are one text or reco
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
 from .base import StoreOptions, Written, source_record, stamp, take_options
+
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+    from ..read.selection import Selection
 
 _STL_RECORD = np.dtype([("normal", "<f4", (3,)), ("v", "<f4", (3, 3)), ("attr", "<u2")])
 
@@ -76,7 +80,7 @@ class ObjOut:
         self.fh.write("# written by zvf\n")
         self.nv = self.nf = 0
 
-    def write(self, oid: int, sel, name: str | None = None) -> None:
+    def write(self, oid: int, sel: Selection, name: str | None = None) -> None:
         self.fh.write(f"o {name or f'object_{oid}'}\n")
         cols = [sel.positions.astype(np.float64)]
         color = sel.attributes.get("color")
@@ -159,7 +163,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "faces": len(faces), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "ascii": False})
     level = opts["level"]
     ids = await ds.object_ids(level=level)

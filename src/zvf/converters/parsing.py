@@ -34,11 +34,11 @@ def reading(src: str, fmt: str, errors: tuple[type[BaseException], ...]) -> Iter
                              f"{detail}") from exc
 
 
-def guarded(batches: Callable[[], Iterable[dict]], src: str, fmt: str,
-            errors: tuple[type[BaseException], ...]) -> Callable[[], Iterator[dict]]:
+def guarded(batches: Callable[[], Iterable[dict[str, Any]]], src: str, fmt: str,
+            errors: tuple[type[BaseException], ...]) -> Callable[[], Iterator[dict[str, Any]]]:
     """``batches`` whose parser errors become InputFileErrors (see :func:`reading`)."""
 
-    def run() -> Iterator[dict]:
+    def run() -> Iterator[dict[str, Any]]:
         with reading(src, fmt, errors):
             yield from batches()
 

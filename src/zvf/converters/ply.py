@@ -16,26 +16,40 @@ and integers PLY cannot hold exactly, are refused naming the attribute.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import AXES, StoreOptions, Written, object_attributes, source_record, stamp, take_options, write_batches
+from .base import (
+    AXES,
+    OBJECT_ID,
+    StoreOptions,
+    Written,
+    object_attributes,
+    source_record,
+    stamp,
+    take_options,
+    write_batches,
+)
 from .parsing import need, reading
 from .source_order import numbered, point_batches
 
-OBJECT_ID = "object_id"  # the vertex property and the ``object`` element property naming objects
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+    from ..read.selection import Selection
+
 FACE_LISTS = ("vertex_indices", "vertex_index")
 # PLY has no 64-bit integers: what a store's dtype becomes in a PLY property
 _PLY_CAST = {"int64": "i4", "uint64": "u4", "bool": "u1", "float16": "f4"}
 
 
-def _plyfile():
+def _plyfile() -> Any:
     return need("plyfile", "ply", "PLY")
 
 
-def _faces(ply, src: str) -> tuple[np.ndarray | None, dict[str, Any]]:
+def _faces(ply: Any, src: str) -> tuple[np.ndarray | None, dict[str, Any]]:
     if "face" not in ply:
         return None, {}
     el = ply["face"]
@@ -78,7 +92,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     if faces is None:
         rows = int(opts["batch_rows"])
 
-        def batches():
+        def batches() -> Iterator[dict[str, Any]]:
             for i in range(0, len(pos), rows):
                 yield {"positions": pos[i:i + rows], "attributes": {k: a[i:i + rows] for k, a in attrs.items()}}
 
@@ -98,7 +112,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return out
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "ascii": None, "keep_order": None})
     plyfile = _plyfile()
     rec = source_record(ds, "ply")
@@ -117,12 +131,14 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
             if OBJECT_ID in sel.attributes:
                 raise InvalidArgumentError(f"{ds.url}: the vertex attribute {OBJECT_ID!r} has the name PLY's "
                                            f"object ids are written under; rename it to convert the mesh to PLY")
-            sizes = np.diff(sel.offsets)
+            objects_of = cast(np.ndarray, sel.objects)  # a combined read of objects names them
+            offsets = cast(np.ndarray, sel.offsets)  # likewise its object boundaries
+            sizes = np.diff(offsets)
             if (sizes == 0).any():
-                raise InvalidArgumentError(f"{ds.url}: object {int(sel.objects[np.argmax(sizes == 0)])} has no "
+                raise InvalidArgumentError(f"{ds.url}: object {int(objects_of[np.argmax(sizes == 0)])} has no "
                                            f"vertices; a PLY mesh names its objects through their vertices")
-            oids = np.repeat(sel.objects, sizes)
-            objects = _element({OBJECT_ID: np.asarray(sel.objects), **oattrs}, [], {}, ds.url, "object")
+            oids = np.repeat(objects_of, sizes)
+            objects = _element({OBJECT_ID: objects_of, **oattrs}, [], {}, ds.url, "object")
     else:
         sel = _concat([s async for s in await point_batches(ds, level, opts["keep_order"], written)], ds.ndim)
     axes = list(AXES[:ds.ndim])
@@ -188,7 +204,7 @@ def _objects(ply: Any, attrs: dict[str, np.ndarray], src: str) -> tuple[np.ndarr
     return oids, oattrs or None
 
 
-def _concat(parts: list, ndim: int):
+def _concat(parts: list[Selection], ndim: int) -> Selection:
     """One Selection from chunk batches (PLY is written whole)."""
     from ..read.selection import Selection
 

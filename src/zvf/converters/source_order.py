@@ -20,11 +20,11 @@ from .base import BATCH_ROWS, Written
 SOURCE_ROW = "zvf_source_row"  # vertex attribute: a point's row in its source file (keep_order=True)
 
 
-def numbered(batches: Callable[[], Iterable[dict]]) -> Callable[[], Iterator[dict]]:
+def numbered(batches: Callable[[], Iterable[dict[str, Any]]]) -> Callable[[], Iterator[dict[str, Any]]]:
     """``batches`` of points with each row's position in the source as the attribute ``SOURCE_ROW``
     (``keep_order=True``), so that converting back writes the rows in the file's order."""
 
-    def run() -> Iterator[dict]:
+    def run() -> Iterator[dict[str, Any]]:
         row = 0
         for batch in batches():
             n = len(batch["positions"])

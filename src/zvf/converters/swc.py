@@ -9,13 +9,16 @@ lines go to the ``zvf_source`` record.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
 
 from ..errors import InputFileError
 from .base import StoreOptions, Written, source_record, stamp, take_options
+
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
 
 
 def read_swc(src: str) -> tuple[np.ndarray, list[str]]:
@@ -103,7 +106,7 @@ async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0})
     rec = source_record(ds, "swc")
     n = objects = 0

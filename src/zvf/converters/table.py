@@ -16,7 +16,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
@@ -26,10 +26,12 @@ from .base import (
     AXES,
     BATCH_ROWS,
     OBJECT_BATCH,
+    OBJECT_ID,
     StoreOptions,
     Written,
     object_attributes,
     object_batches,
+    object_offsets,
     source_record,
     stamp,
     take_options,
@@ -38,12 +40,15 @@ from .base import (
 from .parsing import guarded, need, reading
 from .source_order import numbered, point_batches
 
-OBJECT_ID = "object_id"
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+    from ..read.selection import Selection
+
 OBJECT_PREFIX = "object."
 _CHANNEL = re.compile(r"^(.+)_(\d+)$")
 
 
-def _pyarrow():
+def _pyarrow() -> Any:
     need("pyarrow", "parquet", "Parquet")
     import pyarrow.parquet as pq
 
@@ -101,7 +106,8 @@ def _csv_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray]]:
             yield {n: np.ascontiguousarray(table[n]) for n in names}
 
 
-def _csv_parse(src: str, lines: list[str], names: list[str], delimiter: str, dtype, numbers: list[int]):
+def _csv_parse(src: str, lines: list[str], names: list[str], delimiter: str, dtype: np.dtype[Any],
+               numbers: list[int]) -> np.ndarray:
     """``lines`` parsed as ``dtype`` (numpy's errors told as the file's line and column)."""
     try:
         return np.loadtxt(lines, delimiter=delimiter, dtype=dtype, quotechar='"', ndmin=1, comments=None)
@@ -159,7 +165,7 @@ def _parquet_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray
     pf = pq.ParquetFile(src)
     geo = _geo_column(pf.schema_arrow.metadata)
     for rb in pf.iter_batches(batch_size=batch_rows):
-        cols = {}
+        cols: dict[str, np.ndarray] = {}
         for name, arr in zip(rb.schema.names, rb.columns):
             if name == geo:
                 cols.update(zip(AXES, _wkb_points(arr, src).T))
@@ -168,24 +174,24 @@ def _parquet_batches(src: str, batch_rows: int) -> Iterator[dict[str, np.ndarray
         yield cols
 
 
-def _geo_column(meta: dict[str, Any] | None) -> str | None:
+def _geo_column(meta: dict[bytes, bytes] | None) -> str | None:
     if not meta or b"geo" not in meta:
         return None
-    return json.loads(meta[b"geo"]).get("primary_column", "geometry")
+    return str(json.loads(meta[b"geo"]).get("primary_column", "geometry"))
 
 
-def _column(arr, name: str, src: str) -> np.ndarray:
+def _column(arr: Any, name: str, src: str) -> np.ndarray:
     import pyarrow as pa
 
     if pa.types.is_fixed_size_list(arr.type):
         flat = arr.flatten().to_numpy(zero_copy_only=False)
-        return flat.reshape(len(arr), arr.type.list_size)
+        return np.asarray(flat).reshape(len(arr), arr.type.list_size)
     if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_boolean(arr.type)):
         raise InvalidArgumentError(f"{src}: column {name!r} has type {arr.type}; only numeric columns convert")
-    return arr.to_numpy(zero_copy_only=False)
+    return np.asarray(arr.to_numpy(zero_copy_only=False))
 
 
-def _wkb_points(arr, src: str) -> np.ndarray:
+def _wkb_points(arr: Any, src: str) -> np.ndarray:
     """WKB POINT / POINT Z values (ISO or EWKB, either byte order) as (n, ndim) float64."""
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
@@ -221,7 +227,8 @@ def position_columns(names: list[str], src: str) -> list[str]:
     return [found[a] for a in AXES if a in found]
 
 
-def _split(cols: dict[str, np.ndarray], axes: list[str]) -> tuple[np.ndarray, dict[str, Any], np.ndarray | None, dict[str, Any]]:
+def _split(cols: dict[str, np.ndarray],
+           axes: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None, dict[str, np.ndarray]]:
     pos = np.column_stack([np.asarray(cols[a], dtype=np.float64) for a in axes])
     oid = cols.get(OBJECT_ID)
     rest = {k: v for k, v in cols.items() if k not in axes and k != OBJECT_ID}
@@ -261,7 +268,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         raise InputFileError(f"{src}: no rows")
     axes = axes or [a for a in AXES if a in first]  # GeoParquet: its points' axes
     if OBJECT_ID not in first:
-        def batches():
+        def batches() -> Iterator[dict[str, Any]]:
             for cols in tables():
                 pos, attrs, _, obj = _split(cols, axes)
                 if obj:
@@ -329,7 +336,7 @@ def _names(ndim: int) -> list[str]:
     return list(AXES[:ndim]) if ndim <= 3 else [f"d{i}" for i in range(ndim)]
 
 
-def _rows(sel, oid: np.ndarray | None, obj: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _rows(sel: Selection, oid: np.ndarray | None, obj: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     cols = dict(zip(_names(sel.positions.shape[1]), sel.positions.T))
     if oid is not None:
         cols[OBJECT_ID] = oid
@@ -365,7 +372,8 @@ class _CsvOut:
 class _ParquetOut:
     def __init__(self, path: str, geo: bool, ndim: int, column: str = "geometry"):
         self.pq = _pyarrow()
-        self.path, self.geo, self.ndim, self.column, self.writer = path, geo, ndim, column, None
+        self.path, self.geo, self.ndim, self.column = path, geo, ndim, column
+        self.writer: Any = None  # a pyarrow.parquet.ParquetWriter once the first batch names the schema
 
     def write(self, cols: dict[str, np.ndarray]) -> None:
         import pyarrow as pa
@@ -397,7 +405,7 @@ class _ParquetOut:
             self.writer.close()
 
 
-def _wkb_array(pos: np.ndarray):
+def _wkb_array(pos: np.ndarray) -> Any:
     """Little-endian ISO WKB points, built as one buffer."""
     import pyarrow as pa
 
@@ -411,7 +419,7 @@ def _wkb_array(pos: np.ndarray):
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH, "keep_order": None})
     level = opts["level"]
     if fmt == "csv":
@@ -436,7 +444,7 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
             if src_ids is None:
                 src_ids = await ds.object_ids(level=level)
             async for lo, sel in object_batches(ds, level, written, int(opts["batch_objects"])):
-                lens = np.diff(sel.offsets)
+                lens = np.diff(object_offsets(sel))
                 rows = np.repeat(np.arange(lo, lo + len(lens)), lens)
                 out.write(_rows(sel, np.asarray(src_ids)[rows].astype(np.int64), {k: v[rows] for k, v in obj.items()}))
                 n += len(sel)

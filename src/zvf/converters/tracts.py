@@ -14,9 +14,9 @@ assembled whole, as trx-python builds its file from whole arrays.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -35,28 +35,30 @@ from .base import (
 )
 from .parsing import guarded, need, reading
 
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+
 BATCH = 10_000  # streamlines per batch read
 
 
-def _nib():
+def _nib() -> Any:
     return need("nibabel", "neuro", "TRK/TCK")
 
 
-def _trx():
+def _trx() -> Any:
     need("trx", "neuro", "TRX")
     import trx.trx_file_memmap as tmm
 
     return tmm
 
 
-def _nib_batches(tractogram, batch: int) -> Iterator[dict[str, Any]]:
+def _nib_batches(tractogram: Any, batch: int) -> Iterator[dict[str, Any]]:
     """Batches of a (lazy) nibabel tractogram, one streamline at a time from the file.
 
     A lazy tractogram's items are in the file's space; its pending affine (what its
     ``streamlines`` property applies) takes them to RASMM.
     """
-    from nibabel.affines import apply_affine
-
+    apply_affine = _nib().affines.apply_affine
     affine = np.asarray(getattr(tractogram, "_affine_to_apply", np.eye(4)))
     identity = np.array_equal(affine, np.eye(4))
     out: dict[str, Any] = {"polylines": [], "attributes": {}, "object_attributes": {}}
@@ -79,7 +81,7 @@ def _stack(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _trx_batches(trx, batch: int) -> Iterator[dict[str, Any]]:
+def _trx_batches(trx: Any, batch: int) -> Iterator[dict[str, Any]]:
     """Batches of views into the TRX memory maps."""
     seq = trx.streamlines
     offsets = np.asarray(seq._offsets, dtype=np.int64)
@@ -194,7 +196,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"level": 0})
     level = opts["level"]
     if ds.ndim != 3:
@@ -208,7 +210,8 @@ async def from_store(fmt: str, ds, dst: str, written: Written, **options: Any) -
     return await _save_nibabel(fmt, ds, dst, level, rec, dps, affine, dims, written)
 
 
-async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict[str, Any], dps: dict[str, Any], affine, dims,
+async def _save_nibabel(fmt: str, ds: DatasetReader, dst: str, level: int, rec: dict[str, Any],
+                        dps: dict[str, np.ndarray], affine: np.ndarray, dims: list[int],
                         written: Written) -> dict[str, Any]:
     """TRK/TCK written as the store is read: nibabel saves a lazy tractogram in one pass, so only
     one batch of objects is held at a time (a worker thread pulls the batches from the event loop)."""
@@ -216,7 +219,6 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict[str, Any],
     import anyio.to_thread
 
     nib = _nib()
-    from nibabel.streamlines import LazyTractogram
 
     batches = object_batches(ds, level, written)
     counts = {"vertices": 0, "objects": 0}
@@ -224,7 +226,7 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict[str, Any],
     point_names = await vertex_attribute_names(ds, level) if per_point else []
     # nibabel zips one generator per field; the positions' generator reads the store and leaves each
     # streamline's other fields in these queues, which the other generators take in step.
-    queues: dict[str, deque] = {k: deque() for k in [*(f"s:{k}" for k in dps if per_point),
+    queues: dict[str, deque[np.ndarray]] = {k: deque() for k in [*(f"s:{k}" for k in dps if per_point),
                                                     *(f"p:{k}" for k in point_names)]}
 
     async def next_batch() -> tuple[int, Any] | None:
@@ -247,15 +249,15 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict[str, Any],
                     queues[f"s:{k}"].append(dps[k][lo + i])
                 yield sel.positions[a:b]
 
-    def taker(key: str):
+    def taker(key: str) -> Callable[[], Iterator[np.ndarray]]:
         def take() -> Iterator[np.ndarray]:
             q = queues[key]
             while True:
                 yield q.popleft()
         return take
 
-    tract = LazyTractogram(positions, {k: taker(f"s:{k}") for k in dps} if per_point else {},
-                           {k: taker(f"p:{k}") for k in point_names}, affine_to_rasmm=np.eye(4))
+    tract = nib.streamlines.LazyTractogram(positions, {k: taker(f"s:{k}") for k in dps} if per_point else {},
+                                           {k: taker(f"p:{k}") for k in point_names}, affine_to_rasmm=np.eye(4))
     F = nib.streamlines.Field
     header = {F.VOXEL_TO_RASMM: affine}
     if fmt == "trk":
@@ -269,19 +271,20 @@ async def _save_nibabel(fmt: str, ds, dst: str, level: int, rec: dict[str, Any],
     return counts
 
 
-async def _save_trx(ds, dst: str, level: int, rec: dict[str, Any], dps: dict[str, Any], affine, dims, written: Written) -> dict[str, Any]:
+async def _save_trx(ds: DatasetReader, dst: str, level: int, rec: dict[str, Any], dps: dict[str, np.ndarray],
+                    affine: np.ndarray, dims: list[int], written: Written) -> dict[str, Any]:
     """TRX: trx-python builds its file from whole arrays, so the tractogram is assembled first."""
-    from nibabel.streamlines import ArraySequence, Tractogram
-
+    streamlines = _nib().streamlines
     lines: list[np.ndarray] = []
     dpp: dict[str, list[np.ndarray]] = {}
     async for _, sel in object_batches(ds, level, written):
-        cuts = sel.offsets[1:-1]
+        cuts = cast(np.ndarray, sel.offsets)[1:-1]  # set: the Selection is read by objects
         lines += np.split(sel.positions, cuts)
         for k, v in sel.attributes.items():
             dpp.setdefault(k, []).extend(np.split(v.reshape(len(v), -1), cuts))
-    tract = Tractogram(ArraySequence(lines), data_per_point={k: ArraySequence(v) for k, v in dpp.items()},
-                       data_per_streamline=dps, affine_to_rasmm=np.eye(4))
+    tract = streamlines.Tractogram(
+        streamlines.ArraySequence(lines), data_per_point={k: streamlines.ArraySequence(v) for k, v in dpp.items()},
+        data_per_streamline=dps, affine_to_rasmm=np.eye(4))
     tmm = _trx()
     ref = {"NB_VERTICES": 0, "VOXEL_TO_RASMM": affine, "DIMENSIONS": np.asarray(dims, dtype=np.uint16)}
     trx = tmm.TrxFile.from_tractogram(tract, reference=ref, dtype_dict={
