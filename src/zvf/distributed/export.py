@@ -14,20 +14,50 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..read.dataset import DatasetReader
-from .run import compute, need_dask, spec_of
+from ..read.dataset import AttributeNames, DatasetReader
+from ..read.selection import Selection
+from .run import Progress, compute, need_dask, spec_of
+
+if TYPE_CHECKING:
+    from ..format.manifest import ManifestTable
+    from ..io.store import StorageOptions
+    from ..read.query_spec import BBox
 
 TABLES = ("vertices", "edges", "faces")
 
+Box = tuple[np.ndarray, np.ndarray]
+"""A checked closed box (lo, hi)."""
 
-async def _object_tables(url: str, opts, level: int, out: str, fmt: str) -> list[str]:
+
+class _ExportPlan(TypedDict):
+    """The partitions of a Dask export: chunk coords (``kind`` "chunks") or object ids ("objects") each, the
+    attributes, the box, an empty Selection of the right shape and the link table of object geometries."""
+
+    kind: str
+    parts: list[np.ndarray]
+    names: list[str]
+    box: Box | None
+    template: Selection
+    links: str | None
+
+
+class ExportSummary(TypedDict):
+    """What ``zvf.dask.export`` returns: the files written, the vertices, partitions, format and seconds."""
+
+    files: list[str]
+    vertices: int
+    partitions: int
+    format: str
+    seconds: float
+
+
+async def _object_tables(url: str, opts: StorageOptions | None, level: int, out: str, fmt: str) -> list[str]:
     """``out/objects.<fmt>`` and ``out/groups.<fmt>``: the serial export's companion tables (written by the
     driver: dense arrays, small beside the vertices)."""
     from ..read.export import object_tables
@@ -39,7 +69,8 @@ async def _object_tables(url: str, opts, level: int, out: str, fmt: str) -> list
             for table, arrays in tables.items()]
 
 
-async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int, batch_objects: int | None) -> dict:
+async def _plan(url: str, opts: StorageOptions | None, level: int, bbox: BBox | None, attributes: AttributeNames,
+                batch_chunks: int, batch_objects: int | None) -> _ExportPlan:
     """Batches (chunk coords or object ids), attribute names and an empty Selection of the right shape."""
     from ..format.grid import check_bbox
     from ..read.load import LINKED
@@ -68,12 +99,13 @@ async def _plan(url: str, opts, level: int, bbox, attributes, batch_chunks: int,
             chunks = lvl.nonempty_chunks if box is None else lvl.chunks_in(*box)
             template = await read_chunks(ds.context, lvl, chunks[:0], names)
             parts = [chunks[i:i + batch_chunks] for i in range(0, len(chunks), batch_chunks)]
-            bbox = box
-        return {"kind": "objects" if by_object else "chunks", "parts": parts, "names": names, "box": bbox,
+        return {"kind": "objects" if by_object else "chunks", "parts": parts, "names": names,
+                "box": None if by_object else box,
                 "template": template, "links": link_table(ds.geometry_type) if by_object else None}
 
 
-def object_parts(oids: np.ndarray, table, chunks: np.ndarray, batch_chunks: int, batch_objects: int | None) -> list:
+def object_parts(oids: np.ndarray, table: ManifestTable, chunks: np.ndarray, batch_chunks: int,
+                 batch_objects: int | None) -> list[np.ndarray]:
     """Object ids by partition: grouped by the window of ``batch_chunks`` chunks (store order) that holds
     each object's last chunk, ids ascending inside a window, at most ``batch_objects`` per partition
     (None: a window each).
@@ -93,7 +125,8 @@ def object_parts(oids: np.ndarray, table, chunks: np.ndarray, batch_chunks: int,
     return parts
 
 
-async def _read(url: str, opts, level: int, kind: str, part: np.ndarray, names: list[str], box):
+async def _read(url: str, opts: StorageOptions | None, level: int, kind: str, part: np.ndarray, names: list[str],
+                box: Box | None) -> Selection:
     from ..read.points import read_chunks
 
     async with await DatasetReader.open(url, storage_options=opts) as ds:
@@ -102,7 +135,7 @@ async def _read(url: str, opts, level: int, kind: str, part: np.ndarray, names: 
         return await read_chunks(ds.context, await ds.level(level), part, names, box=box)
 
 
-def _frame(sel, table: str):
+def _frame(sel: Selection, table: str) -> Any:  # a pandas DataFrame (pandas is optional and unannotated here)
     """The pandas table of one batch, columns as the serial export names them."""
     import pandas as pd
 
@@ -112,13 +145,15 @@ def _frame(sel, table: str):
     return pd.DataFrame(dict(flat_columns(arrays)))
 
 
-def _read_frame(url: str, opts, level: int, kind: str, part, names, box, table: str):
+def _read_frame(url: str, opts: StorageOptions | None, level: int, kind: str, part: np.ndarray, names: list[str],
+                box: Box | None, table: str) -> Any:  # a pandas DataFrame
     sel = anyio.run(_read, url, opts, level, kind, part, names, box, backend="asyncio")
     return _frame(sel, table)
 
 
-def to_dask(target: Any, *, level: int = 0, bbox=None, attributes=None, table: str = "vertices",
-            batch_chunks: int = 16, batch_objects: int | None = None, storage_options=None):
+def to_dask(target: Any, *, level: int = 0, bbox: BBox | None = None, attributes: AttributeNames = None,
+            table: str = "vertices", batch_chunks: int = 16, batch_objects: int | None = None,
+            storage_options: StorageOptions | None = None) -> Any:  # a dask DataFrame
     """A level (or the points of a point cloud in the closed box ``bbox``) as a dask DataFrame.
 
     One partition per ``batch_chunks`` chunks (point clouds), or per window
@@ -141,12 +176,12 @@ def to_dask(target: Any, *, level: int = 0, bbox=None, attributes=None, table: s
     read = dask.delayed(_read_frame, pure=True)
     parts = [read(url, opts, level, p["kind"], part, p["names"], p["box"], table) for part in p["parts"]]
     if not parts:
-        return dd.from_pandas(meta, npartitions=1)
+        return dd.from_pandas(meta, npartitions=1)  # type: ignore[no-untyped-call]  # dask.dataframe's
     return dd.from_delayed(parts, meta=meta, verify_meta=False)
 
 
-def _write_part(url: str, opts, level: int, kind: str, part, names, box, path: str, fmt: str, template,
-                links) -> int:
+def _write_part(url: str, opts: StorageOptions | None, level: int, kind: str, part: np.ndarray, names: list[str],
+                box: Box | None, path: str, fmt: str, template: Selection, links: str | None) -> int:
     from ..read.writers import open_writer
 
     sel = anyio.run(_read, url, opts, level, kind, part, names, box, backend="asyncio")
@@ -161,8 +196,10 @@ def _write_part(url: str, opts, level: int, kind: str, part, names, box, path: s
 
 
 def export(target: Any, out: str | os.PathLike[str], *, format: str = "parquet", level: int = 0,
-           attributes=None, batch_chunks: int = 16, batch_objects: int | None = None, storage_options=None,
-           client: Any = None, progress: Callable[[dict], None] | None = None) -> dict:
+           attributes: AttributeNames = None, batch_chunks: int = 16, batch_objects: int | None = None,
+           storage_options: StorageOptions | None = None, client: Any = None,
+           progress: Progress | None = None) -> ExportSummary:
+
     """Write a level as ``out/part.NNNNN.<format>``, one file per partition (with ``.edges``/``.faces`` files).
 
     The files, read in name order and concatenated, hold what ``zvf export``

@@ -9,23 +9,28 @@ driver commits (documents, object index, root last).  The store equals
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..write import inputs, tasks
-from ..write.types import WriteSummary
-from .run import compute, need_dask, spec_of
+from ..write.types import Bounds, Columns, FragmentColumns, Groups, Shape, WriteSummary
+from .run import Progress, compute, need_dask, spec_of
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from ..io.store import StorageOptions
 
 
-def _route(job: tasks.WriteJob, index: int, source: Any) -> dict:
+def _route(job: tasks.WriteJob, index: int, source: Any) -> dict[str, Any]:
     return tasks.route_source(job, index, tasks.batches_of_source(source, index))
 
 
-def _sources(sources: Any) -> list:
+def _sources(sources: Any) -> list[Any]:
     """One item per source, in input order: dask array blocks, bag partitions, or the items of a list."""
     import dask.array as da
     import dask.bag as db
@@ -34,18 +39,18 @@ def _sources(sources: Any) -> list:
         if sources.ndim != 2:
             raise InvalidArgumentError(f"sources: a dask array of positions must be (N, ndim), got shape "
                                        f"{sources.shape}")
-        return list(sources.rechunk({1: -1}).to_delayed().ravel())
+        return list(sources.rechunk({1: -1}).to_delayed().ravel())  # type: ignore[no-untyped-call]  # dask's
     if isinstance(sources, db.Bag):
-        return list(sources.to_delayed())
+        return list(sources.to_delayed())  # type: ignore[no-untyped-call]  # dask.bag is unannotated
     if isinstance(sources, (list, tuple)):
         return list(sources)
     raise InvalidArgumentError(f"sources must be a dask array, a dask bag of batches or a list of sources, "
                                f"got {type(sources).__name__}")
 
 
-def _batch(positions: Any, attributes: dict, object_ids: Any) -> dict:
+def _batch(positions: Any, attributes: dict[str, Any], object_ids: Any) -> dict[str, Any]:
     """One source's batch from its blocks (on a worker)."""
-    batch: dict = {"positions": positions}
+    batch: dict[str, Any] = {"positions": positions}
     if attributes:
         batch["attributes"] = attributes
     if object_ids is not None:
@@ -53,7 +58,7 @@ def _batch(positions: Any, attributes: dict, object_ids: Any) -> dict:
     return batch
 
 
-def _aligned(sources: Any, attributes: dict | None, object_ids: Any) -> list:
+def _aligned(sources: Any, attributes: Columns | None, object_ids: Any) -> list[Any]:
     """One batch per row block of a dask array of positions, with the same rows of ``attributes`` and
     ``object_ids`` (dask or numpy arrays: rechunked to the positions' row blocks)."""
     import dask
@@ -63,11 +68,12 @@ def _aligned(sources: Any, attributes: dict | None, object_ids: Any) -> list:
         raise InvalidArgumentError("attributes= and object_ids= go with a dask array of positions (row-aligned); "
                                    "with file, bag or list sources put them in each source's batches "
                                    "(.npz keys attr_<name>, object_ids)")
-    positions = sources.rechunk({1: -1})
+    positions = sources.rechunk({1: -1})  # type: ignore[no-untyped-call]  # dask.array is unannotated
     rows = positions.chunks[0]
 
-    def blocks(name: str, values: Any) -> list:
-        arr = values if isinstance(values, da.Array) else da.from_array(np.asarray(values))
+    def blocks(name: str, values: Any) -> list[Any]:
+        arr = values if isinstance(values, da.Array) else \
+            da.from_array(np.asarray(values))  # type: ignore[no-untyped-call]  # dask.array is unannotated
         if arr.ndim == 0 or arr.shape[0] != positions.shape[0]:
             raise InvalidArgumentError(f"{name}: {arr.shape[0] if arr.ndim else 0} rows, positions have "
                                        f"{positions.shape[0]}")
@@ -75,18 +81,22 @@ def _aligned(sources: Any, attributes: dict | None, object_ids: Any) -> list:
 
     cols = {k: blocks(f"attributes[{k!r}]", v) for k, v in (attributes or {}).items()}
     ids = blocks("object_ids", object_ids) if object_ids is not None else None
-    batch = dask.delayed(_batch, pure=True)
+    batch = dask.delayed(_batch, pure=True)  # type: ignore[attr-defined]  # dask's lazy module attribute
     return [batch(p, {k: c[i] for k, c in cols.items()}, None if ids is None else ids[i])
             for i, p in enumerate(positions.to_delayed().ravel())]
 
 
 @inputs.keywords_first(())
-def write_points(target: Any, sources: Any, *, chunk_shape, attributes=None, object_ids=None,
-                 chunk_by_attribute: str | None = None, fragment_attributes=None, bin_shape=None, bounds=None,
-                 object_attributes=None, groups=None, group_attributes=None, compression: str | None = None,
-                 shard_shape=None, dtype=None, overwrite: bool = False, object_index_layout: str = "sharded",
-                 storage_options=None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
-                 client: Any = None, progress: Callable[[dict], None] | None = None) -> WriteSummary:
+def write_points(target: Any, sources: Any, *, chunk_shape: Shape, attributes: Columns | None = None,
+                 object_ids: ArrayLike | None = None, chunk_by_attribute: str | None = None,
+                 fragment_attributes: FragmentColumns | None = None, bin_shape: Shape | None = None,
+                 bounds: Bounds | None = None, object_attributes: Columns | None = None, groups: Groups | None = None,
+                 group_attributes: Columns | None = None, compression: str | None = None,
+                 shard_shape: int | Sequence[int] | None = None, dtype: DTypeLike | None = None,
+                 overwrite: bool = False, object_index_layout: str = "sharded",
+                 storage_options: StorageOptions | None = None,
+                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                 client: Any = None, progress: Progress | None = None) -> WriteSummary:
     """Write a point cloud from ``sources`` on Dask; the same store as ``zvf.write_points`` of their concatenation.
 
     ``sources``: a dask array (N, ndim) of positions, a dask bag whose items

@@ -18,7 +18,6 @@ one per chunk group, read the tables of the chunks their records reach.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Unpack
 
 import anyio
@@ -28,10 +27,10 @@ from ..write import inputs, object_tasks, tasks
 from ..write.fragment_attributes import FragmentAttributes
 from ..write.tasks import WriteJob
 from ..write.types import ObjectWriteOptions, WriteSummary
-from .run import compute, need_dask, spec_of
+from .run import Progress, compute, need_dask, spec_of
 
 
-def _load(source: Any, partition: bool) -> list:
+def _load(source: Any, partition: bool) -> list[Any]:
     """The batches of one source, on a worker."""
     out = source() if callable(source) else source
     if partition:  # a bag partition: a list of batches
@@ -46,14 +45,14 @@ def _sources(sources: Any) -> list[tuple[Any, bool]]:
     import dask.bag as db
 
     if isinstance(sources, db.Bag):
-        return [(d, True) for d in sources.to_delayed()]
+        return [(d, True) for d in sources.to_delayed()]  # type: ignore[no-untyped-call]  # dask.bag's
     if isinstance(sources, (list, tuple)):
         return [(s, False) for s in sources]
     raise InvalidArgumentError(f"sources must be a dask bag of batches or a list of sources (callables, delayed "
                                f"objects or batches), got {type(sources).__name__}")
 
 
-def _route(job: WriteJob, index: int, source: Any, partition: bool) -> dict:
+def _route(job: WriteJob, index: int, source: Any, partition: bool) -> dict[str, Any]:
     """Load one source and route its rows (on a worker)."""
     return object_tasks.route_objects(job, index, _load(source, partition))
 
@@ -67,9 +66,13 @@ def _in_batches(**per_row: Any) -> None:
                                    f"({{'polylines' | 'positions': ..., {given[0]!r}: ...}}), row-aligned with them")
 
 
-def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any, client: Any, job: str | None,
-                   rows_per_task: int, progress: Callable[[dict], None] | None, options: dict) -> WriteSummary:
-    """Route -> cells (-> links) -> commit over :mod:`zvf.write.object_tasks`: workers write every cell."""
+def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str, ...], chunk_shape: Any,
+                   client: Any, job: str | None, rows_per_task: int, progress: Progress | None,
+                   options: ObjectWriteOptions) -> WriteSummary:
+    """Route -> cells (-> links) -> commit over :mod:`zvf.write.object_tasks`: workers write every cell.
+    ``geometry`` is the writer's ``geometry_type``, one of ``kinds``."""
+    if geometry not in kinds:
+        raise InvalidArgumentError(f"geometry_type must be {' or '.join(map(repr, kinds))}, got {geometry!r}")
     dask = need_dask()
     if not isinstance(rows_per_task, int) or isinstance(rows_per_task, bool) or rows_per_task < 1:
         raise InvalidArgumentError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
@@ -91,6 +94,7 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any
         routed[i] = s
     summaries = [routed[i] for i in range(len(items))]
     plan = object_tasks.plan_objects(wj, cfg, summaries, rows_per_task=rows_per_task)
+    record_chunks = plan.record_chunks or []  # link records: graphs, skeletons and meshes only
     frag_attrs.written_elsewhere(plan.chunks)
     frag_attrs.refuse_unused()
     todo = [g for g in range(len(plan.groups)) if g not in written]
@@ -106,18 +110,20 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, chunk_shape: Any
         todo = [g for g in range(len(plan.groups)) if g not in linked]
         links = dask.delayed(object_tasks.link_cells, pure=False)
         jobs = [links(wj, g, object_tasks.link_task(plan, g),
-                      tasks.source_slices(plan.groups[g], plan.record_chunks, summaries, counts="rec_counts",
+                      tasks.source_slices(plan.groups[g], record_chunks, summaries, counts="rec_counts",
                                           columns="rec_columns")) for g in todo]
         for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="links")):
             linked[g] = s
         done += [linked[g] for g in range(len(plan.groups))]
-    return anyio.run(lambda: object_tasks.commit_objects(wj, cfg, plan, done, frag_attrs), backend="asyncio")
+    summary: WriteSummary = anyio.run(lambda: object_tasks.commit_objects(wj, cfg, plan, done, frag_attrs),
+                                      backend="asyncio")
+    return summary
 
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "polyline",
                     attributes: Any = None, client: Any = None, job: str | None = None,
-                    rows_per_task: int = tasks.ROWS_PER_TASK, progress: Callable[[dict], None] | None = None,
+                    rows_per_task: int = tasks.ROWS_PER_TASK, progress: Progress | None = None,
                     **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Polylines or streamlines from ``sources`` (see the module docstring), written by Dask workers; the
     same store as ``zvf.write_polylines`` of their batches, one after another.
@@ -130,44 +136,42 @@ def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_typ
     ``attributes`` go in the sources' batches (the keyword is refused with a message saying so).
     """
     _in_batches(attributes=attributes)
-    if geometry_type not in ("polyline", "streamline"):
-        raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry_type!r}")
-    return _write_objects(target, sources, geometry=geometry_type, chunk_shape=chunk_shape, client=client, job=job,
-                        rows_per_task=rows_per_task, progress=progress, options=options)
+    return _write_objects(target, sources, geometry=geometry_type, kinds=("polyline", "streamline"),
+                          chunk_shape=chunk_shape, client=client, job=job, rows_per_task=rows_per_task,
+                          progress=progress, options=options)
 
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any = None, client: Any = None,
                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
-                progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
+                progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Line segments from ``sources``, written by Dask workers; the same store as ``zvf.write_lines`` of
     their batches.  The other arguments as for :func:`write_polylines`."""
     _in_batches(attributes=attributes)
-    return _write_objects(target, sources, geometry="line", chunk_shape=chunk_shape, client=client, job=job,
-                        rows_per_task=rows_per_task, progress=progress, options=options)
+    return _write_objects(target, sources, geometry="line", kinds=("line",), chunk_shape=chunk_shape, client=client,
+                          job=job, rows_per_task=rows_per_task, progress=progress, options=options)
 
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph",
                 object_ids: Any = None, attributes: Any = None, link_attributes: Any = None, client: Any = None,
                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
-                progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
+                progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Graphs or skeletons from ``sources``, written by Dask workers; the same store as ``zvf.write_graph`` of
     their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the batch's own positions).
     The other arguments as for :func:`write_polylines`; progress stages "route", "cells", "links"."""
     _in_batches(object_ids=object_ids, attributes=attributes, link_attributes=link_attributes)
-    if geometry_type not in ("graph", "skeleton"):
-        raise InvalidArgumentError(f"geometry_type must be 'graph' or 'skeleton', got {geometry_type!r}")
-    return _write_objects(target, sources, geometry=geometry_type, chunk_shape=chunk_shape, client=client, job=job,
-                          rows_per_task=rows_per_task, progress=progress, options=options)
+    return _write_objects(target, sources, geometry=geometry_type, kinds=("graph", "skeleton"),
+                          chunk_shape=chunk_shape, client=client, job=job, rows_per_task=rows_per_task,
+                          progress=progress, options=options)
 
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, object_ids: Any = None, attributes: Any = None,
                client: Any = None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
-               progress: Callable[[dict], None] | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
+               progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Meshes from ``sources``, written by Dask workers; the same store as ``zvf.write_mesh`` of their
     batches.  The other arguments as for :func:`write_graph`."""
     _in_batches(object_ids=object_ids, attributes=attributes)
-    return _write_objects(target, sources, geometry="mesh", chunk_shape=chunk_shape, client=client, job=job,
-                          rows_per_task=rows_per_task, progress=progress, options=options)
+    return _write_objects(target, sources, geometry="mesh", kinds=("mesh",), chunk_shape=chunk_shape, client=client,
+                          job=job, rows_per_task=rows_per_task, progress=progress, options=options)

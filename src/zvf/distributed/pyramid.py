@@ -11,15 +11,21 @@ store equals the serial ``zvf.build_pyramid``'s, byte for byte.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import InvalidArgumentError
-from .run import compute, need_dask, spec_of
+from .run import Progress, compute, need_dask, spec_of
+
+if TYPE_CHECKING:
+    from ..io.store import StorageOptions
+    from ..lifecycle.pyramid import BlockSummary, BlockTask, ChunkScales, Factors, PyramidSummary, StepJob
 
 
-def _run(url: str, opts, job, group: list, max_inflight_bytes: int, before: Callable[[], None] | None) -> list:
+
+def _run(url: str, opts: StorageOptions | None, job: StepJob, group: list[BlockTask], max_inflight_bytes: int,
+         before: Callable[[], None] | None) -> list[BlockSummary]:
     """One task on a worker: its blocks, from the store spec (``before``: a test's hook, run first)."""
     from ..lifecycle import pyramid
 
@@ -28,11 +34,12 @@ def _run(url: str, opts, job, group: list, max_inflight_bytes: int, before: Call
     return pyramid.run_block_task(url, opts, job, group, max_inflight_bytes=max_inflight_bytes)
 
 
-def build_pyramid(target: Any, factors, *, chunk_scale_factors=None, cross_level_depth: int = 1,
-                  cross_level_storage: str = "explicit", sparsity_strategy: str = "random", seed: int = 0,
-                  storage_options=None, progress: Callable[[dict], None] | None = None,
+def build_pyramid(target: Any, factors: Factors, *, chunk_scale_factors: ChunkScales | None = None,
+                  cross_level_depth: int = 1, cross_level_storage: str = "explicit", sparsity_strategy: str = "random",
+                  seed: int = 0, storage_options: StorageOptions | None = None, progress: Progress | None = None,
                   max_inflight_bytes: int = 64 << 20, lock_timeout: float = 60.0, stale_after: float = 30.0,
-                  blocks_per_task: int = 4, client: Any = None, _before_task: Callable[[], None] | None = None) -> dict:
+                  blocks_per_task: int = 4, client: Any = None,
+                  _before_task: Callable[[], None] | None = None) -> PyramidSummary:
     """``zvf.build_pyramid`` with the blocks of every step coarsened on Dask workers.
 
     Arguments are the serial builder's (``max_inflight_bytes`` bounds each
@@ -53,14 +60,14 @@ def build_pyramid(target: Any, factors, *, chunk_scale_factors=None, cross_level
     url, opts = spec_of(target, storage_options)
     run = dask.delayed(_run, pure=False)
 
-    async def map_blocks(job: pyramid.StepJob, tasks: list[pyramid.BlockTask]) -> list[pyramid.BlockSummary]:
+    async def map_blocks(job: StepJob, tasks: list[BlockTask]) -> list[BlockSummary]:
         shared = dask.delayed(job, traverse=False)  # one graph node: shipped once per worker, not per task
         groups = [tasks[i:i + blocks_per_task] for i in range(0, len(tasks), blocks_per_task)]
         graph = [run(url, opts, shared, group, max_inflight_bytes, _before_task) for group in groups]
         level = job.plan.target
         seen = {"blocks": 0, "vertices": 0}
 
-        def note(summaries: list[pyramid.BlockSummary]) -> dict:
+        def note(summaries: list[BlockSummary]) -> dict[str, Any]:
             seen["blocks"] += len(summaries)
             seen["vertices"] += sum(x.vertex_count for x in summaries)
             return {"level": level, "total_blocks": len(tasks), **seen}

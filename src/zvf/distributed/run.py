@@ -6,9 +6,16 @@ import concurrent.futures
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from ..io.store import StorageOptions
+
+Progress = Callable[[dict[str, Any]], object]
+"""A Dask entry point's ``progress``: called with ``stage``, ``done``, ``total`` (and the stage's own keys)
+as each task finishes."""
 
 
 def need_dask() -> Any:
@@ -20,7 +27,7 @@ def need_dask() -> Any:
     return dask
 
 
-def spec_of(target: Any, storage_options: Any) -> tuple[str, dict | None]:
+def spec_of(target: Any, storage_options: StorageOptions | None) -> tuple[str, StorageOptions | None]:
     """The store spec tasks receive: a URL or absolute path, and plain storage options.
 
     Workers open the store themselves, so a live store object (or a
@@ -51,13 +58,13 @@ def default_client(client: Any = None) -> Any:
     except ImportError:
         return None
     try:
-        return current()
+        return current()  # type: ignore[no-untyped-call]  # distributed's functions are unannotated
     except ValueError:  # no client started
         return None
 
 
-def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None] | None = None,
-            stage: str = "tasks", note: Callable[[Any], dict] | None = None) -> list:
+def compute(tasks: list[Any], *, client: Any = None, progress: Progress | None = None,
+            stage: str = "tasks", note: Callable[[Any], dict[str, Any]] | None = None) -> list[Any]:
     """Results of ``tasks`` (dask delayed objects), in order, reporting each as it finishes.
 
     ``note(result)`` adds keys of its own to the progress dict of each
@@ -88,10 +95,12 @@ def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None]
     futures = client.compute(tasks)
     try:
         if progress is None:
-            return client.gather(futures)
+            gathered: list[Any] = client.gather(futures)
+            return gathered
         slot = {id(f): i for i, f in enumerate(futures)}
         out = [None] * total
-        for done, (future, result) in enumerate(as_completed(futures, with_results=True), 1):
+        completed = as_completed(futures, with_results=True)  # type: ignore[no-untyped-call]  # unannotated
+        for done, (future, result) in enumerate(completed, 1):
             out[slot[id(future)]] = result
             report(done, result)
         return out
@@ -99,7 +108,7 @@ def compute(tasks: list, *, client: Any = None, progress: Callable[[dict], None]
         # A task failed: let the others run out before raising, so none writes under the job prefix
         # after this call returns (a resumed job's commit would leave its files behind), and what
         # they finish is kept for the resume.
-        wait(futures)
+        wait(futures)  # type: ignore[no-untyped-call]  # distributed's functions are unannotated
         raise
 
 
@@ -110,11 +119,13 @@ def client_for(workers: int | None, scheduler: str | None) -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     if scheduler:
-        with Client(scheduler) as client:
+        with Client(scheduler) as client:  # type: ignore[no-untyped-call]  # distributed's API is unannotated
             yield client
         return
     if not isinstance(workers, int) or workers < 1:
         raise InvalidArgumentError(f"workers must be an integer >= 1, got {workers!r}")
-    with LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None,
-                      host="127.0.0.1") as cluster, Client(cluster) as client:
+    with LocalCluster(n_workers=workers, processes=True,  # type: ignore[no-untyped-call]  # unannotated
+                      threads_per_worker=1, dashboard_address=None, host="127.0.0.1") as cluster, \
+            Client(cluster) as client:  # type: ignore[no-untyped-call]  # distributed's API is unannotated
+
         yield client

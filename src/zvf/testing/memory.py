@@ -8,15 +8,18 @@ It follows the same contract as the obstore adapter (see
 
 from __future__ import annotations
 
+import builtins
 import fnmatch
 import hashlib
 import time
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import ConcurrentModificationError, InvalidArgumentError, RemoteError, StoreExistsError
 from ..io.transport import Chunks, TransientError, _check_mode, _dir_prefix
+
+T = TypeVar("T")
 
 __all__ = ["Fault", "FaultPlan", "LogEntry", "MemoryTransport"]
 
@@ -173,7 +176,7 @@ class MemoryTransport:
     # -- request core -----------------------------------------------------------------
 
     async def _request(self, op: str, key: str, start: int | None = None, end: int | None = None,
-                       nbytes: int = 0, apply: Any = None) -> Any:
+                       nbytes: int = 0, *, apply: Callable[[], T]) -> T:
         import anyio
 
         t0 = time.monotonic()
@@ -193,14 +196,14 @@ class MemoryTransport:
                 outcome = fault.kind
                 if fault.kind == "permanent":
                     raise RemoteError(f"{op} of {key!r} failed permanently (injected fault)")
-                if fault.kind == "ambiguous" and apply is not None and op.startswith("put"):
+                if fault.kind == "ambiguous" and op.startswith("put"):
                     apply()  # the write lands, the answer is lost
                 raise TransientError(
                     f"{op} of {key!r} failed (injected {fault.kind} fault)", key=key, op=op,
                     status=fault.status, ambiguous=fault.kind == "ambiguous",
                     reason=f"injected {fault.kind} fault",
                 )
-            result = apply() if apply is not None else None
+            result = apply()
             if result is None and op in ("get", "get_range", "get_ranges", "get_suffix", "head"):
                 outcome = "missing"
             return result
@@ -264,15 +267,15 @@ class MemoryTransport:
 
     # -- writes -----------------------------------------------------------------------
 
-    async def get_tagged(self, key: str) -> tuple[bytes, dict | None] | None:
+    async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None:
         """The object and its tag (an ETag hashing its bytes) for ``put(key, data, mode=tag)``."""
-        def apply() -> tuple[bytes, dict | None] | None:
+        def apply() -> tuple[bytes, dict[str, str] | None] | None:
             d = self.data.get(key)
             return None if d is None else (d, {"e_tag": _etag(d)})
 
         return await self._request("get", key, nbytes=len(self.data.get(key, b"")), apply=apply)
 
-    async def put(self, key: str, data: Any, *, mode: str | dict = "overwrite") -> None:
+    async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None:
         _check_mode(mode, key)
         blob = bytes(data)
 
@@ -329,7 +332,8 @@ class MemoryTransport:
 
         return await self._request("list", prefix or "", apply=apply)
 
-    async def list_dirs(self, prefix: str = "") -> tuple[list[str], list[tuple[str, int]]]:
+    async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
+
         p = _dir_prefix(prefix)
 
         def apply() -> tuple[list[str], list[tuple[str, int]]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 
@@ -63,5 +64,6 @@ class EmbeddedS3:
     def __enter__(self) -> EmbeddedS3:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.stop()
