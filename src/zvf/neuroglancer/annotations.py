@@ -16,8 +16,9 @@ Annotation ids say where an annotation came from, so ``serve`` can answer a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -51,10 +52,12 @@ def property_id(name: str, taken: set[str]) -> str:
     return pid
 
 
-def properties_for(attributes: dict[str, np.dtype | tuple[np.dtype, int]]) -> tuple[list[Property], list[str]]:
+def properties_for(attributes: dict[str, tuple[np.dtype, int]]) -> tuple[list[Property], list[str]]:
     """Properties for attributes ``{name: (dtype, components)}``, largest type first; also the names skipped
     (64-bit integers, strings: no neuroglancer type holds them exactly)."""
-    props, skipped, taken = [], [], set()
+    props: list[Property] = []
+    skipped: list[str] = []
+    taken: set[str] = set()
     for name, (dtype, ncomp) in attributes.items():
         ngtype = _PROPERTY_TYPES.get(np.dtype(dtype).name)
         if ngtype is None:
@@ -80,7 +83,8 @@ class Schema:
     def __post_init__(self) -> None:
         if self.annotation_type not in ("POINT", "LINE"):
             raise InvalidArgumentError(f"annotation_type must be POINT or LINE, got {self.annotation_type!r}")
-        fields: list = [("geometry", "<f4", (self.rank * (1 if self.annotation_type == "POINT" else 2),))]
+        width = self.rank * (1 if self.annotation_type == "POINT" else 2)
+        fields: list[tuple[Any, ...]] = [("geometry", "<f4", (width,))]
         size = 4 * fields[0][2][0]
         for i, p in enumerate(self.properties):
             fields.append((f"p{i}", np.dtype(p.type).newbyteorder("<")))
@@ -105,8 +109,9 @@ class Schema:
         g = records["geometry"].astype(np.float64).reshape(len(records), -1, self.rank)
         return g.min(axis=1), g.max(axis=1)
 
-    def info(self, *, dimensions: dict, lower: Sequence[float], upper: Sequence[float], by_id: dict,
-             spatial: list[dict], relationships: list[dict]) -> dict:
+    def info(self, *, dimensions: dict[str, Any], lower: Iterable[float], upper: Iterable[float],
+             by_id: dict[str, Any], spatial: list[dict[str, Any]], relationships: list[dict[str, Any]]
+             ) -> dict[str, Any]:
         return {"@type": "neuroglancer_annotations_v1", "dimensions": dimensions,
                 "lower_bound": [float(v) for v in lower], "upper_bound": [float(v) for v in upper],
                 "annotation_type": self.annotation_type,
@@ -120,8 +125,8 @@ def encode_single(record: np.ndarray, related: Sequence[Sequence[int]]) -> bytes
     """``by_id`` value: the record, then per relationship a uint32 count and the uint64 ids."""
     parts = [record.tobytes()]
     for ids in related:
-        ids = np.asarray(ids, dtype="<u8")
-        parts += [np.uint32(len(ids)).astype("<u4").tobytes(), ids.tobytes()]
+        stored = np.asarray(ids, dtype="<u8")
+        parts += [np.uint32(len(stored)).astype("<u4").tobytes(), stored.tobytes()]
     return b"".join(parts)
 
 
@@ -158,7 +163,7 @@ def split_id(aid: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------
 
 
-def spatial_levels(lower: np.ndarray, upper: np.ndarray, finest: Sequence[float], *,
+def spatial_levels(lower: np.ndarray, upper: np.ndarray, finest: Sequence[float] | np.ndarray, *,
                    max_levels: int = 12, max_cells: int = 1 << 21) -> list[tuple[np.ndarray, np.ndarray]]:
     """(grid_shape, chunk_size) per level, coarse to fine.
 
@@ -168,12 +173,12 @@ def spatial_levels(lower: np.ndarray, upper: np.ndarray, finest: Sequence[float]
     ``max_cells``).  grid_shape x chunk_size == upper - lower on every level.
     """
     extent = np.asarray(upper, np.float64) - np.asarray(lower, np.float64)
-    finest = np.asarray(finest, np.float64)
+    finest_size = np.asarray(finest, np.float64)
     grid = np.ones(len(extent), dtype=np.int64)
     levels = [(grid.copy(), extent.copy())]
     while len(levels) < max_levels:
         size = extent / grid
-        halve = (size > size.max() / 2) & (size > finest)
+        halve = (size > size.max() / 2) & (size > finest_size)
         if not halve.any() or np.prod(grid * np.where(halve, 2, 1)) > max_cells:
             break
         grid = grid * np.where(halve, 2, 1)

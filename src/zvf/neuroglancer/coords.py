@@ -23,7 +23,7 @@ class PrecisionWarning(UserWarning):
 
 
 def resolve_offset(offset: str | Sequence[float] | None, lower: np.ndarray, upper: np.ndarray,
-                   chunk_shape: Sequence[float]) -> np.ndarray:
+                   chunk_shape: Sequence[float] | np.ndarray) -> np.ndarray:
     """The offset subtracted from every position: ``None``/"none" -> 0; "auto" -> the bounds' lower corner
     rounded down to the chunk grid when that shrinks the largest coordinate magnitude at least four times
     (so far from the origin relative to the data's size), else 0; or the given numbers."""
@@ -53,7 +53,8 @@ def shifted(positions: np.ndarray, offset: np.ndarray) -> np.ndarray:
     """``positions - offset`` as float32, subtracted in float64 (no shift: a plain cast)."""
     if not offset.any():
         return np.asarray(positions, dtype=np.float32)
-    return (np.asarray(positions, dtype=np.float64) - offset).astype(np.float32)
+    moved: np.ndarray = (np.asarray(positions, dtype=np.float64) - offset).astype(np.float32)
+    return moved
 
 
 def resolution(positions: np.ndarray) -> float:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,14 +41,20 @@ from .objects import (
     skeleton_attributes,
     skeleton_info,
 )
-from .sharded import choose_spec, compressed_morton, encode_shards
+from .sharded import ShardingSpec, choose_spec, compressed_morton, encode_shards
 from .state import MAX_SEGMENTS
+
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+    from ..read.selection import Selection
+
+Progress = Callable[[int, int], object]  # (done, total)
 
 LINE_GEOMETRIES = ("line", "polyline", "streamline", "graph", "skeleton")
 BLOCK = 1 << 20  # annotations handled at once while building the spatial index
 
 
-def dimensions(ds, unit: str) -> dict:
+def dimensions(ds: DatasetReader, unit: str) -> dict[str, list[Any]]:
     """``{axis: [1, unit]}`` from the store's axis names."""
     return {n: [1, unit] for n in axis_names(ds)}
 
@@ -61,22 +67,23 @@ def point_schema(ndim: int, attributes: dict[str, np.ndarray],
     return ann.Schema("POINT", ndim, props, relationships), skipped
 
 
-def axis_names(ds) -> list[str]:
+def axis_names(ds: DatasetReader) -> list[str]:
     """The store's axis names (x, y, z, w by default)."""
     names = [a.get("name") for a in (ds.root.axes or ()) if isinstance(a, dict)]
-    if len(names) != ds.ndim or not all(isinstance(n, str) and n for n in names):
-        names = ["x", "y", "z", "w"][:ds.ndim] if ds.ndim <= 4 else [f"d{i}" for i in range(ds.ndim)]
-    return names
+    named = [n for n in names if isinstance(n, str) and n]
+    if len(names) != ds.ndim or len(named) != len(names):
+        return ["x", "y", "z", "w"][:ds.ndim] if ds.ndim <= 4 else [f"d{i}" for i in range(ds.ndim)]
+    return named
 
 
-def skeleton_bytes(sel, attrs: list[tuple[str, np.dtype, int]], positions: np.ndarray) -> bytes:
+def skeleton_bytes(sel: Selection, attrs: list[tuple[str, np.dtype, int]], positions: np.ndarray) -> bytes:
     """One object's skeleton file (``positions``: the object's, shifted); an object without edges is a
     skeleton of bare vertices."""
     edges = sel.edges if sel.edges is not None else np.zeros((0, 2), np.int64)
     return encode_skeleton(positions, edges, sel.attributes, attrs)
 
 
-async def store_segment_properties(ds, level: int, label: str | None = None) -> dict:
+async def store_segment_properties(ds: DatasetReader, level: int, label: str | None = None) -> dict[str, Any]:
     """The segment properties of a level's objects: ids, object attributes, groups as tags."""
     oids = await ds.object_ids(level=level)
     lvl = await ds.family(level, "object_attributes")
@@ -94,6 +101,13 @@ class _Spill:
         self.schema: ann.Schema | None = None
         self.n = 0
 
+    @property
+    def records_schema(self) -> ann.Schema:
+        """The schema of the records, set before the first is appended."""
+        if self.schema is None:
+            raise RuntimeError("the annotation spill has no schema yet")
+        return self.schema
+
     def append(self, records: np.ndarray, ids: np.ndarray, objects: np.ndarray) -> None:
         for fh, arr in zip(self.files, (records, ids.astype("<u8"), objects.astype("<i8"))):
             fh.write(arr.tobytes())
@@ -103,9 +117,10 @@ class _Spill:
         for fh in self.files:
             fh.close()
         if self.n == 0:
-            return np.zeros(0, self.schema.dtype), np.zeros(0, "<u8"), np.zeros(0, "<i8")
-        return tuple(np.memmap(p, dtype=d, mode="r")  # type: ignore[return-value]
-                     for p, d in zip(self.paths, (self.schema.dtype, "<u8", "<i8")))
+            return np.zeros(0, self.records_schema.dtype), np.zeros(0, "<u8"), np.zeros(0, "<i8")
+        records, ids, objects = self.paths
+        return (np.memmap(records, dtype=self.records_schema.dtype, mode="r"), np.memmap(ids, dtype="<u8", mode="r"),
+                np.memmap(objects, dtype="<i8", mode="r"))
 
 
 class _BlobSpill:
@@ -123,7 +138,7 @@ class _BlobSpill:
         self.keys.append(key)
         self.sizes.append(len(value))
 
-    def shards(self, hash: str = "murmurhash3_x86_128"):
+    def shards(self, hash: str = "murmurhash3_x86_128") -> tuple[ShardingSpec, Iterator[tuple[str, bytes]]]:
         self.fh.close()
         sizes = np.asarray(self.sizes, dtype=np.int64)
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
@@ -140,9 +155,9 @@ def _write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
-async def export(ds, out: str | os.PathLike, *, level: int = 0, unit: str = "nm", limit: int = 5000,
+async def export(ds: DatasetReader, out: str | os.PathLike[str], *, level: int = 0, unit: str = "nm", limit: int = 5000,
                  offset: str | Sequence[float] | None = "auto", label: str | None = None, prefetch: int = 4,
-                 progress=None) -> dict[str, Any]:
+                 progress: Progress | None = None) -> dict[str, Any]:
     """Write ``ds`` (an open AsyncDataset) as Neuroglancer precomputed data under directory ``out``.
 
     ``limit`` caps the annotations per spatial cell on every level but the
@@ -190,8 +205,9 @@ class _Shift:
         return shifted(positions, self.offset)
 
 
-async def _export(ds, root: Path, *, geometry: str, level: int, unit: str, scale_nm: float, limit: int,
-                  offset: np.ndarray, label: str | None, prefetch: int, progress) -> dict[str, Any]:
+async def _export(ds: DatasetReader, root: Path, *, geometry: str | None, level: int, unit: str, scale_nm: float,
+                  limit: int, offset: np.ndarray, label: str | None, prefetch: int,
+                  progress: Progress | None) -> dict[str, Any]:
     lvl = await ds.level(level)
     spill = _Spill(root / ".spill" / "annotations")
     shift = _Shift(offset, f"neuroglancer export of {ds.url}")
@@ -233,13 +249,13 @@ async def _export(ds, root: Path, *, geometry: str, level: int, unit: str, scale
     return summary
 
 
-async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, scale_nm: float, shift: _Shift,
-                   prefetch: int, progress, summary: dict) -> None:
+async def _objects(ds: DatasetReader, root: Path, spill: _Spill, *, geometry: str, level: int, scale_nm: float,
+                   shift: _Shift, prefetch: int, progress: Progress | None, summary: dict[str, Any]) -> None:
     """Lines (one per edge), skeletons or meshes, object by object."""
     oids = await ds.object_ids(level=level)
     summary["segments"] = np.sort(oids)[:MAX_SEGMENTS].tolist() if geometry in ("skeleton", "mesh") else []
     skel = _BlobSpill(root / ".spill" / "skeletons.bin") if geometry == "skeleton" else None
-    attrs = None
+    attrs: list[tuple[str, np.dtype, int]] | None = None
     if geometry == "mesh":
         _write(root / "mesh" / "info", json.dumps(MESH_INFO).encode())
     stream = ds.iter_objects(oids, level=level, prefetch=prefetch)
@@ -256,7 +272,8 @@ async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, 
                 shift(sel.positions)  # the precision check only: encode_mesh shifts and scales in float64
                 name, manifest = mesh_manifest(oid)
                 _write(root / "mesh" / name, manifest)
-                _write(root / "mesh" / f"{oid}.frag", encode_mesh(sel.positions, sel.faces, scale_nm, shift.offset))
+                faces = sel.faces if sel.faces is not None else np.zeros((0, 3), np.int64)
+                _write(root / "mesh" / f"{oid}.frag", encode_mesh(sel.positions, faces, scale_nm, shift.offset))
                 summary["meshes"] += 1
                 continue
             if spill.schema is None:
@@ -281,9 +298,9 @@ async def _objects(ds, root: Path, spill: _Spill, *, geometry: str, level: int, 
 
 
 def write_annotations(directory: Path, spill: _Spill, *, lower: np.ndarray, upper: np.ndarray, finest: np.ndarray,
-                      limit: int, dims: dict) -> int:
+                      limit: int, dims: dict[str, Any]) -> int:
     """``info``, sharded ``by_id``, related-object index and spatial levels from the spill; returns the count."""
-    schema = spill.schema
+    schema = spill.records_schema
     recs, ids, objs = spill.maps()
     n = len(recs)
     upper = np.where(upper > lower, upper, lower + 1.0)  # a flat axis still needs a positive cell size
@@ -313,7 +330,7 @@ def write_annotations(directory: Path, spill: _Spill, *, lower: np.ndarray, uppe
 
     for name, data in encode_shards(spec, ids, by_id_values):
         _write(directory / "by_id" / name, data)
-    info_rel = []
+    info_rel: list[dict[str, Any]] = []
     if rel:
         owned = np.flatnonzero(np.asarray(objs) >= 0)
         order = owned[np.argsort(np.asarray(objs)[owned], kind="stable")]
@@ -335,15 +352,16 @@ def write_annotations(directory: Path, spill: _Spill, *, lower: np.ndarray, uppe
     return n
 
 
-def _spatial(directory: Path, schema: ann.Schema, recs, ids, *, lower, upper, finest, limit) -> list[dict]:
+def _spatial(directory: Path, schema: ann.Schema, recs: np.ndarray, ids: np.ndarray, *, lower: np.ndarray,
+             upper: np.ndarray, finest: np.ndarray, limit: int) -> list[dict[str, Any]]:
     """Spatial levels, coarse to fine, each a uniform sample (fixed by annotation id) of what coarser
     levels left, at most ``limit`` per cell except on the finest level, which takes the rest."""
     n = len(recs)
     levels = ann.spatial_levels(lower, upper, finest)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     q_prev = 0.0
 
-    def blocks(q: float):
+    def blocks(q: float) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         for start in range(0, n, BLOCK):
             rows = np.arange(start, min(n, start + BLOCK))
             u = ann.uniform(np.asarray(ids[rows]))
@@ -378,7 +396,8 @@ def _spatial(directory: Path, schema: ann.Schema, recs, ids, *, lower, upper, fi
         keys = compressed_morton(ann.unflat_cells(cells, grid), grid)
         spec = choose_spec(len(keys), len(rows) * schema.dtype.itemsize, hash="identity")
 
-        def values(part: np.ndarray, rows=rows, starts=starts, per=per) -> list[bytes]:
+        def values(part: np.ndarray, rows: np.ndarray = rows, starts: np.ndarray = starts,
+                   per: np.ndarray = per) -> list[bytes]:
             return [ann.encode_multiple(np.asarray(recs[rows[starts[c]:starts[c] + per[c]]]),
                                         ids[rows[starts[c]:starts[c] + per[c]]]) for c in part]
 

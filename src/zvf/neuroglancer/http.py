@@ -20,9 +20,13 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler, Middleware
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD = frozenset({"", "0.0.0.0", "::"})
@@ -95,15 +99,15 @@ class Access:
         return self.bind in WILDCARD and (_is_ip(host) or host == "localhost")
 
 
-def guard(access: Access):
+def guard(access: Access) -> Middleware:
     """aiohttp middleware enforcing ``access`` and answering CORS preflights."""
 
     @web.middleware
-    async def middleware(request: web.Request, handler):
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not access.host_ok(request.headers.get("Host")):
             raise web.HTTPMisdirectedRequest(text="Host header does not name this server")
         origin = request.headers.get("Origin")
-        headers = {}
+        headers: dict[str, str] = {}
         if origin is not None:
             if not access.origin_ok(origin):
                 raise web.HTTPForbidden(text=f"origin {origin} is not allowed (see --allow-origin)")
@@ -132,10 +136,8 @@ async def start(app: web.Application, host: str, port: int, *, log_requests: boo
     """Run ``app`` on host:port (0 picks a free port); returns the runner and its ``http://host:port`` base
     (bound to every interface: the loopback address).
     ``log_requests``: one line per request (``GET /path 200``) on the ``zvf.neuroglancer.requests`` logger."""
-    kwargs = {}
-    if log_requests:
-        kwargs = {"access_log": logging.getLogger("zvf.neuroglancer.requests"), "access_log_format": '%r %s'}
-    runner = web.AppRunner(app, **kwargs)
+    runner = (web.AppRunner(app, access_log=logging.getLogger("zvf.neuroglancer.requests"), access_log_format="%r %s")
+              if log_requests else web.AppRunner(app))
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

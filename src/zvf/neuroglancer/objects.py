@@ -9,6 +9,8 @@ vertices exactly (Draco fragments quantize them to 10 or 16 bits).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import InvalidArgumentError
@@ -32,7 +34,8 @@ def xyz(positions: np.ndarray) -> np.ndarray:
     if positions.shape[1] == 3:
         return positions
     if positions.shape[1] == 2:
-        return np.c_[positions, np.zeros(len(positions), np.float32)]
+        planar: np.ndarray = np.c_[positions, np.zeros(len(positions), np.float32)]
+        return planar
     raise InvalidArgumentError(f"neuroglancer skeletons and meshes are 3-D; the store has {positions.shape[1]} axes")
 
 
@@ -50,8 +53,9 @@ PROPERTIES = "segment_properties"  # where skeleton and mesh infos point: a dire
 # refuses "../" out of a source at the root of its server)
 
 
-def skeleton_info(attrs: list[tuple[str, np.dtype, int]], scale_nm: float, sharding: dict | None) -> dict:
-    info = {"@type": "neuroglancer_skeletons",
+def skeleton_info(attrs: list[tuple[str, np.dtype, int]], scale_nm: float,
+                  sharding: dict[str, Any] | None) -> dict[str, Any]:
+    info: dict[str, Any] = {"@type": "neuroglancer_skeletons",
             "transform": [scale_nm, 0, 0, 0, 0, scale_nm, 0, 0, 0, 0, scale_nm, 0],
             "vertex_attributes": [{"id": n, "data_type": d.name, "num_components": c} for n, d, c in attrs],
             "segment_properties": PROPERTIES}
@@ -96,16 +100,17 @@ _NUMBER_TYPES = {"float32": "float32", "float64": "float32", "int8": "int8", "ui
                  "uint16": "uint16", "int32": "int32", "uint32": "uint32", "bool": "uint8"}
 
 
-def _number_values(values: np.ndarray) -> list:
+def _number_values(values: np.ndarray) -> list[Any]:
     """JSON values of a numeric property; an absent float (NaN, which JSON cannot hold) is the string "NaN",
     which the viewer's typed-array conversion reads back as NaN."""
     if values.dtype.kind == "f":
         return [v if v == v else "NaN" for v in values.astype(np.float64).tolist()]
-    return values.tolist()
+    numbers: list[Any] = values.tolist()
+    return numbers
 
 
 def segment_properties(ids: np.ndarray, attributes: dict[str, np.ndarray], groups: list[np.ndarray],
-                       label: str | None = None) -> dict:
+                       label: str | None = None) -> dict[str, Any]:
     """``neuroglancer_segment_properties`` info: one entry per object id.
 
     Numeric object attributes become ``number`` properties (an (O, k) one,
@@ -114,7 +119,7 @@ def segment_properties(ids: np.ndarray, attributes: dict[str, np.ndarray], group
     beside each id; every group is a tag ``group<g>`` on its members.
     """
     ids = np.asarray(ids, dtype=np.int64)
-    props: list[dict] = []
+    props: list[dict[str, Any]] = []
     if label is not None:
         if label not in attributes:
             raise InvalidArgumentError(f"label {label!r} is not an object attribute (the store has "

@@ -31,7 +31,7 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from aiohttp import web
@@ -45,13 +45,18 @@ from .export import LINE_GEOMETRIES, dimensions, skeleton_bytes, store_segment_p
 from .http import Access, guard
 from .objects import MESH_INFO, PROPERTIES, encode_mesh, mesh_manifest, nm_per_unit, skeleton_attributes, skeleton_info
 
+if TYPE_CHECKING:
+    from ..read.dataset import DatasetReader
+    from ..read.selection import Selection
+
 _UINT64 = re.compile(r"[0-9]{1,20}")
 
 
 class _View:
     """What the handlers need from the store, set up once at start-up from metadata."""
 
-    def __init__(self, ds, level: int, unit: str, limit: int, offset, label: str | None):
+    def __init__(self, ds: DatasetReader, level: int, unit: str, limit: int, offset: str | Sequence[float] | None,
+                 label: str | None):
         if not isinstance(limit, (int, np.integer)) or limit < 1:
             raise InvalidArgumentError(f"limit must be an integer >= 1, got {limit!r}")
         self.ds, self.level, self.unit, self.limit, self.offset_spec = ds, level, unit, int(limit), offset
@@ -81,7 +86,7 @@ class _View:
         if self.geometry != "point_cloud":
             self.oids = np.sort(await ds.object_ids(level=self.level))
         self.layouts = {n: attribute_layout(self.lvl.array(f"vertex_attributes/{n}")) for n in self.names}
-        self.schema = None
+        self.schema: ann.Schema | None = None
         if self.geometry == "point_cloud":
             props, _ = ann.properties_for({n: (d, int(np.prod(shape, dtype=np.int64)))
                                            for n, (d, shape) in self.layouts.items()})
@@ -154,9 +159,17 @@ class _View:
             at = at[ok][self.oids[at[ok]] == kept[ok]]
             kept_to[at] = depth
         top = len(coarser)
-        return (top - kept_to + u) / (top + 1)
+        keys: np.ndarray = (top - kept_to + u) / (top + 1)
+        return keys
 
-    def spatial_info(self) -> list[dict]:
+    @property
+    def records_schema(self) -> ann.Schema:
+        """The annotation schema: set up for point clouds and lines, the stores with annotation routes."""
+        if self.schema is None:
+            raise RuntimeError(f"a {self.geometry} store has no annotations")
+        return self.schema
+
+    def spatial_info(self) -> list[dict[str, Any]]:
         out = []
         for k, (_, _, limit) in enumerate(self.levels):
             f = self.factors[k]
@@ -164,9 +177,9 @@ class _View:
                         "chunk_size": [float(c) for c in f * self.cs], "limit": int(limit)})
         return out
 
-    def info(self) -> dict:
-        rel = [{"id": "object", "key": "rel_object"}] if self.schema.relationships else []
-        return self.schema.info(dimensions=dimensions(self.ds, self.unit), lower=self.lower,
+    def info(self) -> dict[str, Any]:
+        rel = [{"id": "object", "key": "rel_object"}] if self.records_schema.relationships else []
+        return self.records_schema.info(dimensions=dimensions(self.ds, self.unit), lower=self.lower,
                                 upper=self.lower + self.factors[0] * self.cs, by_id={"key": "by_id"},
                                 relationships=rel, spatial=self.spatial_info())
 
@@ -177,18 +190,19 @@ class _View:
             self.warned = check_precision(positions, self.offset, f"serve {self.ds.url}")
         return shifted(positions, self.offset)
 
-    async def _chunk(self, i: int):
+    async def _chunk(self, i: int) -> Selection:
         return await read_chunks(self.ds.context, self.lvl, self.chunks[i:i + 1], self.names)
 
     def has_object(self, oid: int) -> bool:
         k = np.searchsorted(self.oids, oid)
         return bool(k < len(self.oids) and self.oids[k] == oid)
 
-    def _lines(self, sel, oid: int) -> tuple[np.ndarray, np.ndarray]:
-        return ann.line_records(self.schema, self._checked(sel.positions), sel.edges, oid)
+    def _lines(self, sel: Selection, oid: int) -> tuple[np.ndarray, np.ndarray]:
+        return ann.line_records(self.records_schema, self._checked(sel.positions), sel.edges, oid)
 
-    def _point_records(self, sel, rows: slice | np.ndarray) -> np.ndarray:
-        return self.schema.records(self._checked(sel.positions[rows]), {k: v[rows] for k, v in sel.attributes.items()})
+    def _point_records(self, sel: Selection, rows: slice | np.ndarray) -> np.ndarray:
+        return self.records_schema.records(self._checked(sel.positions[rows]),
+                                           {k: v[rows] for k, v in sel.attributes.items()})
 
     def in_grid(self, k: int, cell: tuple[int, ...]) -> bool:
         grid = self.factors[0] // self.factors[k]
@@ -219,11 +233,11 @@ class _View:
             hi = lo + f * self.cs
             for oid, sel in zip(ids.tolist(), await self.ds.read_objects(ids, level=self.level)):
                 r, a = self._lines(sel, oid)
-                blo, bhi = self.schema.bbox(r)
+                blo, bhi = self.records_schema.bbox(r)
                 touch = np.all((blo <= hi) & (bhi >= lo), axis=1)
                 recs.append(r[touch])
                 aids.append(a[touch])
-        records = np.concatenate(recs) if recs else np.zeros(0, self.schema.dtype)
+        records = np.concatenate(recs) if recs else np.zeros(0, self.records_schema.dtype)
         ids = np.concatenate(aids) if aids else np.zeros(0, np.uint64)
         order = np.argsort(ann.uniform(ids), kind="stable")  # random, fixed by the ids
         return ann.encode_multiple(records[order], ids[order])
@@ -253,7 +267,7 @@ class _View:
         sel = await self.ds.read_object(oid, level=self.level)
         return skeleton_bytes(sel, skeleton_attributes(sel.attributes), self._checked(sel.positions))
 
-    def skeleton_info(self) -> dict:
+    def skeleton_info(self) -> dict[str, Any]:
         empty = {n: np.zeros((0, *shape), d) for n, (d, shape) in self.layouts.items()}
         return skeleton_info(skeleton_attributes(empty), self.scale_nm, None)
 
@@ -262,9 +276,10 @@ class _View:
             return None
         sel = await self.ds.read_object(oid, level=self.level)
         self._checked(sel.positions)  # the precision check only: encode_mesh shifts and scales in float64
-        return encode_mesh(sel.positions, sel.faces, self.scale_nm, self.offset)
+        faces = sel.faces if sel.faces is not None else np.zeros((0, 3), np.int64)
+        return encode_mesh(sel.positions, faces, self.scale_nm, self.offset)
 
-    async def segment_properties(self) -> dict:
+    async def segment_properties(self) -> dict[str, Any]:
         if not hasattr(self, "_properties"):
             self._properties = await store_segment_properties(self.ds, self.level, self.label)
         return self._properties
@@ -293,7 +308,7 @@ def _json(doc: Any) -> web.Response:
     return web.Response(text=json.dumps(doc), content_type="application/json")
 
 
-def make_app(ds, *, level: int = 0, unit: str = "nm", limit: int = 5000,
+def make_app(ds: DatasetReader, *, level: int = 0, unit: str = "nm", limit: int = 5000,
              offset: str | Sequence[float] | None = "auto", label: str | None = None,
              access: Access | None = None) -> web.Application:
     """An aiohttp app serving ``ds`` (an open AsyncDataset the caller closes) as precomputed sources.
@@ -316,11 +331,11 @@ def make_app(ds, *, level: int = 0, unit: str = "nm", limit: int = 5000,
 
     if geometry in LINE_GEOMETRIES or geometry == "point_cloud":
         @routes.get("/annotations/info")
-        async def annotations_info(request):
+        async def annotations_info(request: web.Request) -> web.Response:
             return _json(view.info())
 
         @routes.get(r"/annotations/spatial{level:[0-9]+}/{cell}")
-        async def spatial(request):
+        async def spatial(request: web.Request) -> web.Response:
             k = _uint(request.match_info["level"])
             if k >= len(view.levels):
                 raise web.HTTPNotFound()
@@ -337,23 +352,23 @@ def make_app(ds, *, level: int = 0, unit: str = "nm", limit: int = 5000,
 
     if geometry in ("skeleton", "mesh"):
         @routes.get(f"/{'skeletons' if geometry == 'skeleton' else 'mesh'}/{PROPERTIES}/info")
-        async def properties(request):
+        async def properties(request: web.Request) -> web.Response:
             return _json(await view.segment_properties())
 
     if geometry == "skeleton":
         @routes.get("/skeletons/info")
-        async def skel_info(request):
+        async def skel_info(request: web.Request) -> web.Response:
             return _json(view.skeleton_info())
 
         by_id_route("/skeletons/{id}", view.skeleton)
 
     if geometry == "mesh":
         @routes.get("/mesh/info")
-        async def mesh_info(request):
+        async def mesh_info(request: web.Request) -> web.Response:
             return _json(MESH_INFO)
 
         @routes.get("/mesh/{name}")
-        async def mesh(request):
+        async def mesh(request: web.Request) -> web.Response:
             name = request.match_info["name"]
             if name.endswith(":0"):
                 oid = _uint(name[:-2])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ def _fmix(h: np.ndarray) -> np.ndarray:
     h = _mul(h, 0x85EBCA6B)
     h = h ^ (h >> np.uint64(13))
     h = _mul(h, 0xC2B2AE35)
-    return h ^ (h >> np.uint64(16))
+    mixed: np.ndarray = h ^ (h >> np.uint64(16))
+    return mixed
 
 
 def murmurhash3_x86_128_low64(keys: np.ndarray) -> np.ndarray:
@@ -67,7 +69,8 @@ def murmurhash3_x86_128_low64(keys: np.ndarray) -> np.ndarray:
     h1, h2, h3, h4 = _fmix(h1), _fmix(h2), _fmix(h3), _fmix(h4)
     h1 = (h1 + h2 + h3 + h4) & _M32
     h2 = (h2 + h1) & _M32
-    return h1 | (h2 << np.uint64(32))
+    low64: np.ndarray = h1 | (h2 << np.uint64(32))
+    return low64
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class ShardingSpec:
         if self.shard_bits + self.minishard_bits > 64:
             raise InvalidArgumentError("sharding shard_bits + minishard_bits must be <= 64")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"@type": "neuroglancer_uint64_sharded_v1", "preshift_bits": self.preshift_bits, "hash": self.hash,
                 "minishard_bits": self.minishard_bits, "shard_bits": self.shard_bits,
                 "minishard_index_encoding": self.minishard_index_encoding, "data_encoding": self.data_encoding}
@@ -173,7 +176,7 @@ def encode_shards(spec: ShardingSpec, keys: np.ndarray,
         yield spec.shard_name(int(shard[part[0]])), b"".join([index.tobytes(), *values, *minis])
 
 
-def compressed_morton(cells: np.ndarray, grid_shape: Sequence[int]) -> np.ndarray:
+def compressed_morton(cells: np.ndarray, grid_shape: Sequence[int] | np.ndarray) -> np.ndarray:
     """Compressed Morton code of grid cells: interleave only the bits each dimension needs."""
     cells = np.asarray(cells, dtype=np.uint64).reshape(-1, len(grid_shape))
     out = np.zeros(len(cells), dtype=np.uint64)

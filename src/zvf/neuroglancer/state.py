@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import numpy as np
@@ -41,7 +42,7 @@ def sources(base: str, layers: Sequence[str]) -> dict[str, str]:
     return {name: f"precomputed://{http_base(base)}/{name}" for name in layers}
 
 
-def _transform(offset: np.ndarray, names: Sequence[str], scale_m: float, unit_scale: float) -> dict:
+def _transform(offset: np.ndarray, names: Sequence[str], scale_m: float, unit_scale: float) -> dict[str, Any]:
     rank = len(names)
     matrix = [[1.0 if j == i else 0.0 for j in range(rank)] + [float(offset[i]) * unit_scale] for i in range(rank)]
     return {"matrix": matrix, "outputDimensions": {n: [scale_m, "m"] for n in names}}
@@ -49,7 +50,7 @@ def _transform(offset: np.ndarray, names: Sequence[str], scale_m: float, unit_sc
 
 def viewer_state(*, geometry: str, base: str, layers: Sequence[str], axes: Sequence[str], unit: str,
                  lower: Sequence[float], upper: Sequence[float], offset: Sequence[float] | None = None,
-                 segments: Sequence[int] = ()) -> dict:
+                 segments: Sequence[int] = ()) -> dict[str, Any]:
     """The viewer state showing ``layers`` (directories under ``base``) of a store of ``geometry``.
 
     ``lower``/``upper``: the store's bounds in its own coordinates (before any
@@ -63,12 +64,12 @@ def viewer_state(*, geometry: str, base: str, layers: Sequence[str], axes: Seque
     scale_m = nm * 1e-9
     shifted = bool(off.any())
     ids = [str(int(s)) for s in list(segments)[:MAX_SEGMENTS]]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     seg_layer = None
     for name in layers:
         if name == "annotations":
             continue
-        source: dict | str = srcs[name]
+        source: dict[str, Any] | str = srcs[name]
         if shifted:  # skeletons and meshes are in nanometres, as x, y, z
             off3 = np.zeros(3)
             off3[:min(3, len(off))] = off[:3]
@@ -79,7 +80,7 @@ def viewer_state(*, geometry: str, base: str, layers: Sequence[str], axes: Seque
         source = srcs["annotations"]
         if shifted:
             source = {"url": srcs["annotations"], "transform": _transform(off, axes, scale_m, 1.0)}
-        layer: dict = {"type": "annotation", "name": ANNOTATION_NAMES[geometry], "source": source}
+        layer: dict[str, Any] = {"type": "annotation", "name": ANNOTATION_NAMES[geometry], "source": source}
         if seg_layer is not None:
             layer["linkedSegmentationLayer"] = {"object": seg_layer}
         out.insert(0, layer)
@@ -96,7 +97,7 @@ def viewer_state(*, geometry: str, base: str, layers: Sequence[str], axes: Seque
             "layout": "3d" if len(lo) == 3 else "xy"}
 
 
-def viewer_url(viewer: str, state: dict) -> str:
+def viewer_url(viewer: str, state: dict[str, Any]) -> str:
     """The viewer's URL with ``state`` in its fragment (``#!`` + URL-encoded JSON), as Neuroglancer reads it."""
     parts = urlsplit(viewer)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -106,7 +107,7 @@ def viewer_url(viewer: str, state: dict) -> str:
 
 def ready(*, geometry: str, base: str, layers: Sequence[str], axes: Sequence[str], unit: str,
           bounds: Sequence[Sequence[float]], offset: Sequence[float] | None, segments: Sequence[int],
-          viewer: str = DEFAULT_VIEWER) -> dict:
+          viewer: str = DEFAULT_VIEWER) -> dict[str, Any]:
     """What ``serve`` and ``export`` print: the sources, the viewer state and the viewer URL holding it."""
     state = viewer_state(geometry=geometry, base=base, layers=layers, axes=axes, unit=unit, lower=bounds[0],
                          upper=bounds[1], offset=offset, segments=segments)
