@@ -137,7 +137,7 @@ class PyramidSummary(TypedDict):
     cross_level_storage: str
     cross_level_depth: int
     requests: dict[str, int]
-    root: dict[str, Any]
+    root: dict[str, object]  # JSON values
 
 
 class PyramidSpec(TypedDict):
