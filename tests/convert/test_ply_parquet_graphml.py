@@ -168,3 +168,34 @@ def test_graphml_round_trip(tmp_path):
         assert h.nodes[n] == want
         assert all(type(h.nodes[n][k]) is type(want[k]) for k in want)
     assert {(u, v): d for u, v, d in h.edges(data=True)} == {(u, v): d for u, v, d in a.edges(data=True)}
+
+
+def test_ply_refuses_integers_its_properties_cannot_hold(tmp_path):
+    pytest.importorskip("plyfile")
+    from zvf.errors import InvalidArgumentError
+
+    pos = np.random.default_rng(0).uniform(0, 10, (3, 3)).astype(np.float32)
+    zvf.write_points(str(tmp_path / "s"), pos, chunk_shape=[5.0] * 3,
+                     attributes={"big": np.array([1, 2**40, 3], np.int64)})
+    with pytest.raises(InvalidArgumentError, match="big"):  # PLY has no int64: 2**40 would wrap silently
+        zvf.convert(str(tmp_path / "s"), str(tmp_path / "s.ply"))
+    assert not (tmp_path / "s.ply").exists()
+
+
+def test_graphml_keeps_channels_and_dtypes_of_every_attribute(tmp_path):
+    pytest.importorskip("networkx")
+    pos = np.random.default_rng(0).uniform(0, 10, (6, 3))
+    zvf.write_graph(str(tmp_path / "g"), pos, np.array([[0, 1], [1, 2], [3, 4]]),
+                    object_ids=np.array([0, 0, 0, 7, 7, 7]), chunk_shape=[5.0] * 3,
+                    attributes={"rgb": np.arange(18, dtype=np.uint8).reshape(6, 3)},
+                    object_attributes={"v": np.array([[1, 2], [3, 4]], np.int16)},
+                    link_attributes={"e": np.arange(6, dtype=np.float32).reshape(3, 2)})
+    zvf.convert(str(tmp_path / "g"), str(tmp_path / "g.graphml"))
+    zvf.convert(str(tmp_path / "g.graphml"), str(tmp_path / "back"), chunk_shape=[5.0] * 3)
+    with zvf.open(str(tmp_path / "back")) as ds:
+        back = ds.read_all()
+        assert back.attributes["rgb"].dtype == np.uint8 and back.attributes["rgb"].shape == (6, 3)
+        assert ds.object_attribute("v").dtype == np.int16 and ds.object_attribute("v").tolist() == [[1, 2], [3, 4]]
+        assert ds.object_ids().tolist() == [0, 7]
+        links = ds.select().read().link_attributes["e"]
+        assert links.dtype == np.float32 and sorted(links.tolist()) == [[0, 1], [2, 3], [4, 5]]
