@@ -23,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+import traceback
 import uuid
 import warnings
 from collections import Counter
@@ -708,7 +709,8 @@ def _run(make_backend, label: str, capsys, monkeypatch) -> None:
                     run_state_machine_as_test(machine, settings=_settings(10, 25, ci=False))
             except Exception as e:  # collected, reported together at the end
                 first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                failures.setdefault(re.sub(r"[-\d.e]+", "#", first), first + "\n" + "\n".join(lines))
+                where = "".join(traceback.format_exception(e)[-12:])
+                failures.setdefault(re.sub(r"[-\d.e]+", "#", first), "\n".join([first, *lines, where]))
         if failures:
             pytest.fail(f"{len(failures)} distinct failures:\n\n" + "\n\n".join(failures.values()))
     finally:

@@ -576,7 +576,7 @@ def test_cli_serve_prints_a_ready_link(stores, tmp_path):
         assert doc["state"]["layers"][1]["segments"] == ["0", "1"]
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(20) == 0
+        assert proc.wait(90) == 0  # a minute on a machine loaded several times over
 
 
 async def test_export_hosting_serves_the_directory_alone(stores, tmp_path):
