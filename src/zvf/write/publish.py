@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
+from typing import Any
 
 import anyio
 
@@ -395,11 +396,13 @@ def held_lock(url: str) -> tuple[StoreLock, str | None, float | None] | None:
     return held if held is not None and held[0].url == url else None
 
 
-_SHAPING: ContextVar[tuple[str, Callable[[dict], dict]] | None] = ContextVar("zvf_root_shaping", default=None)
+#: A root document -> the root published instead (:func:`shaping_root`).
+RootShape = Callable[[dict[str, Any]], dict[str, Any]]
+_SHAPING: ContextVar[tuple[str, RootShape] | None] = ContextVar("zvf_root_shaping", default=None)
 
 
 @contextlib.contextmanager
-def shaping_root(url: str, shape: Callable[[dict], dict]) -> Iterator[None]:
+def shaping_root(url: str, shape: RootShape) -> Iterator[None]:
     """Writers started inside publish, on the store at ``url``, ``shape(root)`` instead of the root they
     built: what a caller adds to a writer's root (a converter's ``zvf_source``, what a rechunk carries
     from its source) is in the one root write that publishes, never in a second one after it."""
@@ -410,7 +413,7 @@ def shaping_root(url: str, shape: Callable[[dict], dict]) -> Iterator[None]:
         _SHAPING.reset(token)
 
 
-def shaped_root(url: str, root: dict) -> dict:
+def shaped_root(url: str, root: dict[str, Any]) -> dict[str, Any]:
     """``root`` as :func:`shaping_root` has it published on the store at ``url`` (itself elsewhere)."""
     shaping = _SHAPING.get()
     return shaping[1](root) if shaping is not None and shaping[0] == url else root
