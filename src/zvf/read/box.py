@@ -93,7 +93,7 @@ async def query_linked(rc: ReadContext, lo, hi, *, level: int, attributes, categ
     return linked_rows_by_object(cs, sel, owner, geometry)
 
 
-def linked_rows_by_object(cs: ChunkSet, sel: np.ndarray, owner: np.ndarray, geometry: str) -> Selection:
+def linked_rows_by_object(cs: ChunkSet, sel: np.ndarray, owner: np.ndarray, geometry: str | None) -> Selection:
     """Rows ``sel`` of the loaded chunks (already grouped by ``owner[sel]``) as a Selection with
     per-object offsets and the edges/faces among them (a skeleton's implied parent edges included)."""
     positions, attrs = cs.rows(sel)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ..errors import FormatError
+
 A = TypeVar("A")
 
 
@@ -24,6 +26,13 @@ class LevelNodes(Generic[A]):
 
     def array(self, name: str) -> A | None:
         return self.arrays.get(name)
+
+    def need(self, name: str) -> A:
+        """The array ``name``, which the caller's read cannot do without (FormatError naming it if absent)."""
+        arr = self.arrays.get(name)
+        if arr is None:
+            raise FormatError(f"{self.index}/{name}: missing or not an array")
+        return arr
 
     def named(self, family: str) -> list[str]:
         """Names of the arrays in a family group such as ``vertex_attributes``."""

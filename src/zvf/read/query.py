@@ -28,22 +28,22 @@ object index, groups, object attributes) but no cell of a spatial array.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import InvalidArgumentError
-from ..format.fragments import decode_fragment_index
+from ..format.fragments import FragmentIndex, decode_fragment_index
 from ..format.shard import index_nbytes
 from ..io.plan import choose_fetch
 from . import load
 from .box import linked_rows_by_object, needs_chunkset
 from .cells import VLEN_HEADER, rows_from_payload
 from .chunkset import ChunkSet, is_draco
-from .context import ReadContext
+from .context import Owners, ReadContext
 from .dense import dense_attribute, read_groups
 from .links import level_links
 from .load import LINKED
@@ -55,9 +55,13 @@ from .rowops import expand_ranges, match_rows, segments
 from .selection import Selection
 
 if TYPE_CHECKING:
+    from .cells import CellArray
     from .export import Batches
 
 __all__ = ["AsyncQuery"]
+
+Reads = tuple[list[PlannedRead], list[PlannedRead]]
+"""What reading some cells of one array asks: (shard-index reads, cell reads)."""
 
 
 class AsyncQuery:
@@ -146,14 +150,15 @@ class _Ctx:
     vterms: tuple[Term, ...]  # where on vertex attributes
     allowed: np.ndarray | None  # object id set (objects & groups & object-attribute where)
     level_note: str
-    categories: list | None = None  # values of the chunking attribute a ``where`` on it keeps
+    categories: list[Any] | None = None  # values of the chunking attribute a ``where`` on it keeps
 
-    def chunks_in(self, box) -> np.ndarray:
+    def chunks_in(self, box: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
         """Stored chunks of the box (all when None), within ``categories`` when a ``where`` named them."""
-        return self.level.chunks_in(*(box or (None, None)), self.categories)
+        lo, hi = box if box is not None else (None, None)
+        return self.level.chunks_in(lo, hi, self.categories)
 
     @property
-    def box(self):
+    def box(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self.spec.box()
 
     @property
@@ -162,7 +167,7 @@ class _Ctx:
 
 
 async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
-    if spec.level == "auto":
+    if not isinstance(spec.level, int):  # "auto"
         lvl, note = await _pick_level(rc, spec)
     else:
         lvl, note = await rc.level(spec.level), f"level {spec.level} (asked for)"
@@ -195,9 +200,10 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
     allowed = None if spec.objects is None else np.asarray(spec.objects, dtype=np.int64)
     if spec.groups is not None:
         groups = await read_groups(rc, lvl.index)
-        bad = [g for g in spec.groups if not 0 <= g < len(groups)]
-        if bad:
-            raise InvalidArgumentError(f"groups: group {bad[0]} out of range (the level has {len(groups)} groups)")
+        out_of_range = [g for g in spec.groups if not 0 <= g < len(groups)]
+        if out_of_range:
+            raise InvalidArgumentError(
+                f"groups: group {out_of_range[0]} out of range (the level has {len(groups)} groups)")
         members = np.unique(np.concatenate([groups[g] for g in spec.groups] + [np.zeros(0, np.int64)]))
         allowed = members if allowed is None else np.intersect1d(allowed, members)
     if oterms:
@@ -205,12 +211,12 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
         keep = np.ones(len(ids), dtype=bool)
         for t in oterms:
             values = await dense_attribute(rc, "object_attributes", t.name, lvl.index)
-            arr = lvl.array(f"object_attributes/{t.name}")
+            arr = lvl.need(f"object_attributes/{t.name}")
             keep &= t.test(t.column(np.asarray(values)[: len(ids)], arr.meta.attributes.get("channel_names")))
         ids = np.unique(ids[keep])
         allowed = ids if allowed is None else np.intersect1d(allowed, ids)
     for t in vterms:  # channel errors before any request, where the metadata tells the width
-        arr = lvl.array(f"vertex_attributes/{t.name}")
+        arr = lvl.need(f"vertex_attributes/{t.name}")
         _, rshape = attribute_layout(arr)
         channels = arr.meta.attributes.get("channel_names")
         width = int(np.prod(rshape)) if rshape else len(channels or [])
@@ -219,7 +225,7 @@ async def _resolve(rc: ReadContext, spec: Spec) -> _Ctx:
     return _Ctx(spec, lvl, names, with_cat, vterms, allowed, note, categories)
 
 
-async def _pick_level(rc: ReadContext, spec: Spec):
+async def _pick_level(rc: ReadContext, spec: Spec) -> tuple[load.Level, str]:
     """Finest level whose estimated result fits ``max_vertices``: the level's ``vertex_count``
     scaled by the share of its stored chunks the box touches."""
     box = spec.box()
@@ -233,7 +239,7 @@ async def _pick_level(rc: ReadContext, spec: Spec):
             share = len(lvl.chunks_in(*box)) / len(chunks)
         est = round((lvl.meta.vertex_count or 0) * share)
         notes.append(f"level {index} ~{est:,}")
-        if est <= spec.max_vertices:
+        if est <= (spec.max_vertices or 0):  # set whenever level="auto" (Spec.build)
             chosen = lvl
             break
     if chosen is None:
@@ -253,12 +259,12 @@ class _PointJob:
     """Everything ``read()`` decides before its first cell request (and ``plan()`` reports)."""
 
     chunks: np.ndarray  # (K, ndim) candidate chunks, in result order
-    final: dict  # array name -> CellArray read last (vertices, attributes, [fragments])
-    where: dict  # array name -> CellArray read first for vertex ``where``
+    final: dict[str, CellArray]  # array name -> array read last (vertices, attributes, [fragments])
+    where: dict[str, CellArray]  # array name -> array read first for vertex ``where``
     first_fi: np.ndarray  # chunk indexes whose fragment index is read before the cells
     bins: np.ndarray | None  # (K, B) bins a box touches, for bin-narrowed spans
-    obj_frags: dict | None  # chunk -> fragments of the id set (point clouds with object ids)
-    owners: dict | None  # chunk -> object id per fragment
+    obj_frags: dict[tuple[int, ...], list[int]] | None  # chunk -> fragments of the id set (clouds with ids)
+    owners: Owners | None  # chunk -> object id per fragment
     ranged: bool  # every array can be read by row range
     owner_fi_only: bool = False  # fragment indexes serve only to name owners (read beside the where cells)
 
@@ -269,7 +275,7 @@ async def _point_job(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = Non
     cand = ctx.chunks_in(box)
     if subset is not None:
         cand = cand[match_rows(subset, cand) >= 0]
-    obj_frags = None
+    obj_frags: dict[tuple[int, ...], list[int]] | None = None
     if ctx.allowed is not None:
         _, sub = await object_table(rc, lvl, ctx.allowed)
         obj_frags = {}
@@ -278,13 +284,14 @@ async def _point_job(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = Non
         cand = cand[[tuple(c) in obj_frags for c in cand.tolist()]] if len(cand) else cand
     owners = await rc.fragment_owners(lvl.index) if rc.has_objects(lvl.index) else None
     wnames = list(dict.fromkeys(t.name for t in ctx.vterms))
-    where = {f"vertex_attributes/{n}": lvl.array(f"vertex_attributes/{n}") for n in wnames}
-    final = {"vertices": lvl.array("vertices")}
-    final.update({f"vertex_attributes/{n}": lvl.array(f"vertex_attributes/{n}") for n in ctx.names if n not in wnames})
-    frag = lvl.array("vertex_fragments")
-    missing = [k for k, a in {**final, **where}.items() if a is None]
+    where_names = [f"vertex_attributes/{n}" for n in wnames]
+    final_names = ["vertices", *(f"vertex_attributes/{n}" for n in ctx.names if n not in wnames)]
+    missing = [k for k in final_names + where_names if lvl.array(k) is None]
     if missing:
         raise InvalidArgumentError(f"{lvl.index}/{missing[0]}: missing or not an array")
+    where = {k: lvl.need(k) for k in where_names}
+    final = {k: lvl.need(k) for k in final_names}
+    frag = lvl.array("vertex_fragments")
     ranged = all(a.partial_rows_ok for a in (*final.values(), *where.values()))
     first = np.zeros(0, dtype=np.int64)
     bins = None
@@ -300,19 +307,21 @@ async def _point_job(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = Non
         if where:  # rows get picked by where: owners come from indexes read beside the where cells
             first = np.arange(len(cand))
         else:
-            final["vertex_fragments"] = frag
+            final["vertex_fragments"] = lvl.need("vertex_fragments")
     return _PointJob(cand, final, where, first, bins, obj_frags, owners, ranged,
                      owners is not None and obj_frags is None and bool(where))
 
 
-def _fi_key(frag, chunk) -> str:
-    return frag.key_of(frag.cell_coords(chunk))
+def _fi_key(frag: CellArray, chunk: Sequence[int] | np.ndarray) -> str:
+    key: str = frag.key_of(frag.cell_coords(chunk))
+    return key
 
 
-def _narrow_pays(rc: ReadContext, lvl, cand, partial, mask, arrays) -> bool:
+def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np.ndarray, mask: np.ndarray,
+                 arrays: dict[str, CellArray]) -> bool:
     """Bin spans are worth it when the fragment indexes are cached, or by the cost model
     (one more round trip against the bytes of untouched bins)."""
-    frag = lvl.array("vertex_fragments")
+    frag = lvl.need("vertex_fragments")
     cache = frag.executor.cache("fragment_index")
     if all(_fi_key(frag, cand[i]) in cache for i in partial):
         return True
@@ -351,7 +360,7 @@ async def _read_points(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = N
         got += len(sel)
         if limit is not None and got >= limit:
             break
-    out = concat(parts, ctx, job)
+    out = concat(parts)
     if limit is not None and len(out) > limit:
         out = _take(out, np.arange(limit))
     return out
@@ -362,17 +371,18 @@ async def _point_wave(rc: ReadContext, ctx: _Ctx, job: _PointJob, idx: np.ndarra
     chunks = [tuple(int(x) for x in job.chunks[i]) for i in idx]
     first = set(job.first_fi.tolist())
     need_fi = [k for k, i in enumerate(idx) if int(i) in first]
-    fis: dict[int, object] = {}
+    fis: dict[int, FragmentIndex] = {}
     if need_fi and not job.owner_fi_only:
-        got = await fragment_indexes(lvl.array("vertex_fragments"), [chunks[k] for k in need_fi])
-        fis = dict(zip(need_fi, got))
+        fis = dict(zip(need_fi, await fragment_indexes(lvl.need("vertex_fragments"), [chunks[k] for k in need_fi])))
     spans: dict[int, np.ndarray] = {}  # k -> row spans to read (absent = whole cell)
     for k, fi in ({} if job.owner_fi_only else fis).items():
+        frags: list[int] | np.ndarray
         if job.obj_frags is not None:
             frags = [f for f in job.obj_frags[chunks[k]] if f < fi.num_fragments]
         else:
             if fi.num_fragments != lvl.layout.bins_in_chunk:
                 continue  # fragments do not line up with bins: whole cell
+            assert job.bins is not None  # a chunk's index is read first for its ids or for its bins
             frags = np.flatnonzero(job.bins[idx[k]])
         s, e = fi.spans(np.asarray(frags, dtype=np.int64))
         spans[k] = np.stack((s, e), axis=1)
@@ -382,18 +392,20 @@ async def _point_wave(rc: ReadContext, ctx: _Ctx, job: _PointJob, idx: np.ndarra
     else:
         wanted = {}
     live = [k for k in range(len(chunks)) if k not in spans or len(spans[k])]
-    where_vals: dict[str, list] = {}
+    where_vals: dict[str, dict[int, np.ndarray]] = {}  # array name -> chunk -> passing rows
     fetched: dict[int, np.ndarray | None] = {k: (_span_rows(spans[k]) if k in spans else None) for k in live}
     if job.where:
-        jobs = [fetch(lvl.array("vertices").executor, job.where, [chunks[k] for k in live],
-                      {j: spans[k] for j, k in enumerate(live) if k in spans})]
+        jobs: list[Awaitable[object]] = [fetch(lvl.need("vertices").executor, job.where, [chunks[k] for k in live],
+                                                {j: spans[k] for j, k in enumerate(live) if k in spans})]
         if job.owner_fi_only:  # owners' fragment indexes in the same wave as the where cells
-            jobs.append(fragment_indexes(lvl.array("vertex_fragments"), [chunks[k] for k in live]))
-        got, *more = await rc.ex.gather(jobs)
+            jobs.append(fragment_indexes(lvl.need("vertex_fragments"), [chunks[k] for k in live]))
+        first_got, *more = await rc.ex.gather(jobs)
+        got = cast("dict[str, list[Any]]", first_got)  # jobs[0] is the fetch of the where cells
         if more:
-            fis = dict(zip(live, more[0]))
-        keep_live, new_spans = [], {}
-        channels: dict = {}
+            fis = dict(zip(live, cast("list[FragmentIndex]", more[0])))
+        keep_live: list[int] = []
+        new_spans: dict[int, np.ndarray] = {}
+        channels: dict[str, int] = {}
         for j, k in enumerate(live):
             rows_k = fetched[k]
             vals = {}
@@ -419,17 +431,18 @@ async def _point_wave(rc: ReadContext, ctx: _Ctx, job: _PointJob, idx: np.ndarra
             for name, v in vals.items():
                 where_vals.setdefault(name, {})[k] = v[mask]
             wanted[k] = passing
-            if job.ranged and _ranges_pay(rc, job, passing, rows_k, n):
+            if job.ranged and _ranges_pay(rc, job, passing, rows_k, n or 0):
                 new_spans[k] = _runs(passing)
         live = keep_live
         spans = new_spans
         fetched = {k: (_span_rows(spans[k]) if k in spans else None) for k in live}
-    payloads = await fetch(lvl.array("vertices").executor, job.final, [chunks[k] for k in live],
+    payloads = await fetch(lvl.need("vertices").executor, job.final, [chunks[k] for k in live],
                            {j: spans[k] for j, k in enumerate(live) if k in spans})
     return _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_vals, fis)
 
 
-def _ranges_pay(rc: ReadContext, job: _PointJob, passing: np.ndarray, rows_read, n_rows: int) -> bool:
+def _ranges_pay(rc: ReadContext, job: _PointJob, passing: np.ndarray, rows_read: np.ndarray | None,
+                n_rows: int) -> bool:
     """Row ranges of the passing rows instead of whole cells, by the cost model."""
     row_bytes = sum(row_nbytes(a) for a in job.final.values())
     total = int(rows_read.max()) + 1 if rows_read is not None and len(rows_read) else n_rows
@@ -439,20 +452,25 @@ def _ranges_pay(rc: ReadContext, job: _PointJob, passing: np.ndarray, rows_read,
                         handle.bandwidth_hint) == "ranges"
 
 
-def _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_vals, fis) -> Selection:
+def _assemble_points(ctx: _Ctx, job: _PointJob, chunks: list[tuple[int, ...]], live: list[int],
+                     payloads: dict[str, list[Any]], fetched: dict[int, np.ndarray | None],
+                     wanted: dict[int, np.ndarray], where_vals: dict[str, dict[int, np.ndarray]],
+                     fis: dict[int, FragmentIndex]) -> Selection:
     lvl = ctx.level
     vert = job.final["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
     ndim = lvl.layout.ndim
-    pos_parts, oid_parts = [], []
-    attr_parts = {n: [] for n in ctx.names}
-    channels: dict = {}
+    pos_parts: list[np.ndarray] = []
+    oid_parts: list[np.ndarray] = []
+    attr_parts: dict[str, list[np.ndarray]] = {n: [] for n in ctx.names}
+    channels: dict[str, int] = {}
     for j, k in enumerate(live):
         c = chunks[k]
         pos = rows_from_payload(payloads["vertices"][j], dtype, (ndim,), key=vert.key_of(vert.cell_coords(c)))
-        absrows = fetched[k] if fetched[k] is not None else np.arange(len(pos), dtype=np.int64)
+        rows_read = fetched[k]
+        absrows = rows_read if rows_read is not None else np.arange(len(pos), dtype=np.int64)
         if k in wanted:
-            local = np.searchsorted(absrows, wanted[k]) if fetched[k] is not None else wanted[k]
+            local = np.searchsorted(absrows, wanted[k]) if rows_read is not None else wanted[k]
         else:
             local = np.arange(len(pos), dtype=np.int64)
         keep = ctx.spec.vertex_mask(pos[local])
@@ -477,7 +495,7 @@ def _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_va
             rows = attribute_rows(n, arr, payloads[name][j], len(pos), arr.key_of(arr.cell_coords(c)), channels)
             attr_parts[n].append(rows[local][keep])
     positions = np.concatenate(pos_parts) if pos_parts else np.zeros((0, ndim), dtype)
-    attrs = {n: np.concatenate(attr_parts[n]) if attr_parts[n] else _no_rows(lvl.array(f"vertex_attributes/{n}"))
+    attrs = {n: np.concatenate(attr_parts[n]) if attr_parts[n] else _no_rows(lvl.need(f"vertex_attributes/{n}"))
              for n in ctx.names}
     oids = None
     if job.owners is not None:
@@ -485,7 +503,7 @@ def _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_va
     return Selection(positions, attrs, oids)
 
 
-def _row_owners(fi, per_frag, rows: np.ndarray) -> np.ndarray:
+def _row_owners(fi: FragmentIndex, per_frag: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
     """Object id of each absolute row of a chunk (-1 where no manifest names its fragment)."""
     out = np.full(len(rows), -1, dtype=np.int64)
     if per_frag is None or fi.num_fragments == 0 or not len(rows):
@@ -500,7 +518,7 @@ def _row_owners(fi, per_frag, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def concat(parts: list[Selection], ctx, job) -> Selection:
+def concat(parts: list[Selection]) -> Selection:
     if len(parts) == 1:
         return parts[0]
     parts = [p for p in parts if len(p)] or parts[:1]
@@ -527,10 +545,10 @@ def _candidates(ctx: _Ctx, sub_coords: np.ndarray | None) -> np.ndarray:
     return cand
 
 
-def _vertex_pass(ctx: _Ctx, positions: np.ndarray, attrs: dict) -> np.ndarray:
+def _vertex_pass(ctx: _Ctx, positions: np.ndarray, attrs: dict[str, np.ndarray]) -> np.ndarray:
     keep = ctx.spec.vertex_mask(positions)
     for t in ctx.vterms:
-        arr = ctx.level.array(f"vertex_attributes/{t.name}")
+        arr = ctx.level.need(f"vertex_attributes/{t.name}")
         keep &= t.test(t.column(attrs[t.name], arr.meta.attributes.get("channel_names")))
     return keep
 
@@ -588,19 +606,21 @@ async def _read_sequential(rc: ReadContext, ctx: _Ctx) -> Selection:
 def _clip(sel: Selection, keep: np.ndarray) -> Selection:
     """Only the kept vertices of each object, and the edges between kept vertices."""
     new_index = np.cumsum(keep) - 1
-    e = sel.edges
+    e, offsets, objects, owners = sel.edges, sel.offsets, sel.objects, sel.object_ids
+    assert e is not None and offsets is not None and objects is not None and owners is not None  # polylines
     e = e[keep[e[:, 0]] & keep[e[:, 1]]] if len(e) else e
-    per = np.bincount(segments(sel.offsets)[keep], minlength=len(sel.objects)).astype(np.int64)
-    return Selection(sel.positions[keep], {n: v[keep] for n, v in sel.attributes.items()}, sel.object_ids[keep],
+    per = np.bincount(segments(offsets)[keep], minlength=len(objects)).astype(np.int64)
+    return Selection(sel.positions[keep], {n: v[keep] for n, v in sel.attributes.items()}, owners[keep],
                      edges=new_index[e] if len(e) else np.zeros((0, 2), np.int64),
                      offsets=np.concatenate(([0], np.cumsum(per))).astype(np.int64), objects=sel.objects)
 
 
 def _strip(sel: Selection, ctx: _Ctx) -> Selection:
     """Drop attributes read only to test ``where``."""
-    keep = [*ctx.names, *([ctx.level.category_name] if ctx.with_cat else [])]
+    category = ctx.level.category_name
+    keep = [*ctx.names, *([category] if ctx.with_cat and category is not None else [])]
     sel.attributes = {n: sel.attributes[n] if len(sel.attributes[n]) or n not in ctx.names
-                      else _no_rows(ctx.level.array(f"vertex_attributes/{n}")) for n in keep}
+                      else _no_rows(ctx.level.need(f"vertex_attributes/{n}")) for n in keep}
     return sel
 
 
@@ -638,7 +658,7 @@ async def _read_linked(rc: ReadContext, ctx: _Ctx) -> Selection:
 # --------------------------------------------------------------------------
 
 
-def _no_rows(arr) -> np.ndarray:
+def _no_rows(arr: CellArray) -> np.ndarray:
     """An empty attribute column; channels from ``channel_names`` when ``row_shape`` is [] (0.9.2 object writers)."""
     adt, rshape = attribute_layout(arr)
     width = len(arr.meta.attributes.get("channel_names") or [])
@@ -649,7 +669,7 @@ def _empty(rc: ReadContext, ctx: _Ctx) -> Selection:
     lvl = ctx.level
     vert = lvl.array("vertices")
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32")) if vert is not None else np.float32
-    attrs = {n: _no_rows(lvl.array(f"vertex_attributes/{n}")) for n in ctx.names}
+    attrs = {n: _no_rows(lvl.need(f"vertex_attributes/{n}")) for n in ctx.names}
     pos = np.zeros((0, rc.ndim), dtype)
     g = rc.geometry_type
     if g == "point_cloud":
@@ -673,7 +693,7 @@ async def _read(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None = None) ->
     return await _read_points(rc, ctx, subset)
 
 
-async def _read_points_cs(rc: ReadContext, ctx: _Ctx, subset) -> Selection:
+async def _read_points_cs(rc: ReadContext, ctx: _Ctx, subset: np.ndarray | None) -> Selection:
     """Points of attribute-chunked or Draco levels, through a ChunkSet (whole cells)."""
     lvl = ctx.level
     cs = ChunkSet(rc, lvl, _with_where(ctx), category=ctx.with_cat)
@@ -690,6 +710,7 @@ async def _read_points_cs(rc: ReadContext, ctx: _Ctx, subset) -> Selection:
     ok = _vertex_pass(ctx, pos, attrs)
     oids = None if owners is None else cs.row_owners(owners)
     if ctx.allowed is not None:
+        assert oids is not None  # _resolve refuses an id narrowing on a level without object ids
         ok &= np.isin(oids, ctx.allowed)
     rows = np.flatnonzero(ok)[: ctx.spec.limit]
     positions, attrs = cs.rows(rows)
@@ -703,7 +724,11 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
     if spec.is_empty() or (ctx.allowed is not None and not len(ctx.allowed)):
         return 0
     limit = spec.limit
-    cap = (lambda n: n if limit is None else min(n, limit)) if g == "point_cloud" else (lambda n: n)
+
+    def cap(n: int) -> int:
+        """Point clouds: ``limit`` counts vertices (object geometries' limit counts objects)."""
+        return n if limit is None or g != "point_cloud" else min(n, limit)
+
     if ctx.vterms or spec.near is not None or ctx.categories is not None:
         return None  # vertex rows to test, or some categories only: read them
     if ctx.allowed is None and spec.bbox is None:
@@ -720,19 +745,22 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
             nonempty = np.flatnonzero(np.bincount(sub.object_row, minlength=len(got_ids)) > 0)[:limit]
             sub = sub.take_objects(nonempty)
         coords = [tuple(c) for c in np.unique(sub.coords, axis=0).tolist()]
-        fis = dict(zip(coords, await fragment_indexes(lvl.array("vertex_fragments"), coords)))
-        counts = [int(fis[tuple(c)].counts[f]) if f < fis[tuple(c)].num_fragments else 0
+        by_chunk = dict(zip(coords, await fragment_indexes(lvl.need("vertex_fragments"), coords)))
+        counts = [int(by_chunk[tuple(c)].counts[f]) if f < by_chunk[tuple(c)].num_fragments else 0
                   for c, f in zip(sub.coords.tolist(), sub.fragment.tolist())]
         return cap(int(sum(counts)))
     layout = lvl.layout
     if g != "point_cloud" or ctx.allowed is not None or not layout.fragments_are_bins or needs_chunkset(lvl):
         return None
-    lo, hi = spec.box()
+    box = spec.box()
+    if box is None:
+        return None
+    lo, hi = box
     cand = lvl.chunks_in(lo, hi)
-    vdt = np.dtype(lvl.array("vertices").meta.attributes.get("dtype", "float32"))
+    vdt = np.dtype(lvl.need("vertices").meta.attributes.get("dtype", "float32"))
     covered = layout.bins_covered(cand, lo, hi, vdt)
     cut = layout.bins_touching(cand, lo, hi) & ~covered
-    fis = await fragment_indexes(lvl.array("vertex_fragments"), [tuple(c) for c in cand.tolist()])
+    fis = await fragment_indexes(lvl.need("vertex_fragments"), [tuple(c) for c in cand.tolist()])
     total = 0
     for fi, cov, part in zip(fis, covered, cut):
         if fi.num_fragments != len(cov):
@@ -753,22 +781,22 @@ async def _object_ids(rc: ReadContext, ctx: _Ctx) -> np.ndarray:
         ids = np.unique(oids[table.object_row])
         return ids if ctx.allowed is None else np.intersect1d(ids, ctx.allowed)
     sel = await _read(rc, replace(ctx, names=[]))
-    ids = sel.objects if sel.objects is not None else sel.object_ids
-    ids = np.unique(ids)
-    return ids[ids >= 0]
+    owned = sel.objects if sel.objects is not None else sel.object_ids
+    found = np.unique(owned if owned is not None else np.zeros(0, np.int64))
+    return found[found >= 0]
 
 
 def _iterate(query: AsyncQuery, batch: int | None, prefetch: int) -> Batches[Selection]:
     from .export import BatchStream
 
     rc = query._rc
-    state: dict = {}
+    state: dict[str, _Ctx] = {}
     points = rc.geometry_type == "point_cloud"
     size = batch if batch is not None else (16 if points else 256)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise InvalidArgumentError(f"batch must be an integer >= 1, got {batch!r}")
 
-    async def setup() -> list:
+    async def setup() -> list[np.ndarray]:
         ctx = await _resolve(rc, query.spec)
         state["ctx"] = ctx
         if points:
@@ -786,7 +814,7 @@ def _iterate(query: AsyncQuery, batch: int | None, prefetch: int) -> Batches[Sel
         narrowed = replace(ctx, allowed=part, spec=replace(ctx.spec, limit=None))
         return await _read(rc, narrowed)
 
-    stream = BatchStream(setup, fetch, prefetch=prefetch)
+    stream: BatchStream[Selection] = BatchStream(setup, fetch, prefetch=prefetch)
     limit = query.spec.limit
     if limit is None or not points:
         return stream
@@ -831,14 +859,15 @@ class _Limited:
 # --------------------------------------------------------------------------
 
 
-def _cell_reads(arr, chunks: list, what: str, spans: dict | None = None, est_rows: float = 0.0):
+def _cell_reads(arr: CellArray, chunks: Sequence[tuple[int, ...]], what: str,
+                spans: dict[int, np.ndarray] | None = None, est_rows: float = 0.0) -> Reads:
     """(shard-index reads, cell reads) ``arr.payloads`` / ``row_spans`` would issue for ``chunks``."""
     spans = spans or {}
     ex = arr.executor
     est = int(est_rows * row_nbytes(arr)) if arr.meta.attributes.get("zv_array") in ("vertices", None) or \
         "vertex_attributes" in arr.path else None
     if arr.codec.shard is None:
-        reads = []
+        reads: list[PlannedRead] = []
         for j, c in enumerate(chunks):
             key = arr.key_of(arr.cell_coords(c))
             if j in spans:
@@ -851,7 +880,7 @@ def _cell_reads(arr, chunks: list, what: str, spans: dict | None = None, est_row
     inner = np.asarray(arr.codec.shard, dtype=np.int64)
     n_inner = int(np.prod(inner))
     shards = sorted({tuple(int(x) for x in np.asarray(arr.cell_coords(c)) // inner) for c in chunks})
-    index_reads, reads = [], []
+    index_reads: list[PlannedRead] = []
     for s in shards:
         key = arr.key_of(s)
         if ("suffix", key, index_nbytes(n_inner)) not in ex.cache("shard_index"):
@@ -861,11 +890,11 @@ def _cell_reads(arr, chunks: list, what: str, spans: dict | None = None, est_row
     return index_reads, reads
 
 
-def _wave(purpose: str, parts, exact: bool = True) -> list[Wave]:
+def _wave(purpose: str, parts: Sequence[Reads], exact: bool = True) -> list[Wave]:
     """Waves for a list of (index reads, cell reads): shard indexes first when any are needed."""
     idx = [r for i, _ in parts for r in i]
     cells = [r for _, c in parts for r in c]
-    out = []
+    out: list[Wave] = []
     if idx:
         out.append(Wave(f"{purpose}: shard indexes", tuple(idx), True))
     if cells:
@@ -876,7 +905,7 @@ def _wave(purpose: str, parts, exact: bool = True) -> list[Wave]:
 async def _plan(rc: ReadContext, ctx: _Ctx) -> QueryPlan:
     lvl = ctx.level
     g = rc.geometry_type
-    notes = []
+    notes: list[str] = []
     waves: list[Wave] = []
     per_chunk = (lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks))
     empty = ctx.spec.is_empty() or (ctx.allowed is not None and not len(ctx.allowed))
@@ -891,9 +920,10 @@ async def _plan(rc: ReadContext, ctx: _Ctx) -> QueryPlan:
         if ctx.spec.limit is not None:
             notes.append(f"limit {ctx.spec.limit}: chunks are read one wave at a time and reading stops once "
                          f"enough vertices arrived (the waves below are the most it reads)")
-        cache = frag.executor.cache("fragment_index") if frag is not None else {}
-        need = [chunks[i] for i in job.first_fi if _fi_key(frag, chunks[i]) not in cache]
+        need = [] if frag is None else [chunks[i] for i in job.first_fi
+                                        if _fi_key(frag, chunks[i]) not in frag.executor.cache("fragment_index")]
         if len(job.first_fi) and not job.owner_fi_only:
+            frag = lvl.need("vertex_fragments")
             why = "the id set's fragments" if job.obj_frags is not None else "the bins the box touches"
             waves += _wave(f"fragment indexes (row spans of {why})", [_cell_reads(frag, need, "vertex_fragments")])
             notes.append(f"{len(job.first_fi)} chunk(s) read by row span ({why})")
@@ -901,7 +931,7 @@ async def _plan(rc: ReadContext, ctx: _Ctx) -> QueryPlan:
         if job.where:
             parts = [_cell_reads(a, chunks, n, est_rows=per_chunk) for n, a in job.where.items()]
             if job.owner_fi_only:  # owners' fragment indexes ride along
-                parts.append(_cell_reads(frag, need, "vertex_fragments"))
+                parts.append(_cell_reads(lvl.need("vertex_fragments"), need, "vertex_fragments"))
             waves += _wave(f"where attributes ({ranged_note})", parts)
             notes.append("vertex where: attribute cells first, then only chunks with passing rows, by row range "
                          "when the cost model favours it (the last wave lists the most it reads)")
@@ -932,17 +962,18 @@ async def _plan(rc: ReadContext, ctx: _Ctx) -> QueryPlan:
     return plan
 
 
-def _chunkset_parts(lvl, chunks: list, names: list[str], per_chunk: float, attributes: bool = True) -> list:
-    parts = [_cell_reads(lvl.array("vertices"), chunks, "vertices", est_rows=per_chunk)]
+def _chunkset_parts(lvl: load.Level, chunks: Sequence[tuple[int, ...]], names: list[str], per_chunk: float,
+                    attributes: bool = True) -> list[Reads]:
+    parts = [_cell_reads(lvl.need("vertices"), chunks, "vertices", est_rows=per_chunk)]
     if lvl.array("vertex_fragments") is not None and not is_draco(lvl):
-        parts.append(_cell_reads(lvl.array("vertex_fragments"), chunks, "vertex_fragments"))
+        parts.append(_cell_reads(lvl.need("vertex_fragments"), chunks, "vertex_fragments"))
     if attributes:
-        parts += [_cell_reads(lvl.array(f"vertex_attributes/{n}"), chunks, f"vertex_attributes/{n}",
+        parts += [_cell_reads(lvl.need(f"vertex_attributes/{n}"), chunks, f"vertex_attributes/{n}",
                               est_rows=per_chunk) for n in names]
     return parts
 
 
-async def _plan_sequential(rc: ReadContext, ctx: _Ctx, per_chunk: float):
+async def _plan_sequential(rc: ReadContext, ctx: _Ctx, per_chunk: float) -> tuple[list[Wave], int, str]:
     lvl = ctx.level
     names = _with_where(ctx)
     if not ctx.vertex_predicates:
@@ -971,7 +1002,7 @@ async def _plan_sequential(rc: ReadContext, ctx: _Ctx, per_chunk: float):
     extra = [tuple(c) for c in more.tolist() if tuple(c) not in set(chunks)]
     again = [tuple(c) for c in more.tolist() if tuple(c) in set(chunks)] if not ctx.vterms else []
     parts = _chunkset_parts(lvl, extra, names, per_chunk)
-    parts += [_cell_reads(lvl.array(f"vertex_attributes/{n}"), again, f"vertex_attributes/{n}", est_rows=per_chunk)
+    parts += [_cell_reads(lvl.need(f"vertex_attributes/{n}"), again, f"vertex_attributes/{n}", est_rows=per_chunk)
               for n in names]
     waves += _wave("the matching objects' other chunks (at most)", parts, exact=False)
     return waves, len(chunks), "objects with a matching vertex are found by a scan, then read whole" + (

@@ -48,7 +48,7 @@ class QueryPlan:
 
     level: int  # the pyramid level read
     level_note: str  # why that level (asked for, or chosen by ``level="auto"``)
-    geometry: str
+    geometry: str | None
     query: str  # the selection, as the user wrote it
     candidate_chunks: int  # chunks the box, categories and id set leave
     waves: tuple[Wave, ...]  # dependent rounds of requests, first to last
