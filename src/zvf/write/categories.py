@@ -12,6 +12,7 @@ A query on one category then reads only that category's cells.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,10 +22,10 @@ from ..format import builders
 from ..format.grid import CellCodes
 from ..format.metadata import DEFAULT_AXIS_NAMES
 from .engine import StoreWriter
-from .level import shard_tuple
+from .level import ShardShape, shard_tuple
 from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
 from .partition import Partition, partition
-from .point_level import PointExtras
+from .point_level import Manifest, PointExtras
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ class CategoryAxis:
     """The leading chunk axis of an attribute-chunked level: its name, values and each row's position."""
 
     name: str
-    values: list
+    values: list[int]  # the categories, ascending
     rows: np.ndarray  # (N,) int64 position of each row's value in ``values``
 
     @classmethod
-    def take(cls, attributes: dict[str, np.ndarray], name, n: int) -> CategoryAxis:
+    def take(cls, attributes: dict[str, np.ndarray], name: object, n: int) -> CategoryAxis:
         """Split attribute ``name`` off ``attributes`` (it is stored as the axis, not as cells)."""
         if not isinstance(name, str) or name not in attributes:
             raise InvalidArgumentError(
@@ -60,22 +61,25 @@ class CategoryAxis:
         spatial = cells.chunk_coords(cells.codes)
         return partition(np.column_stack((self.rows, spatial)), object_ids)
 
-    def grid(self, origin, grid_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def grid(self, origin: tuple[int, ...], grid_shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(origin, shape) of the cell arrays: the category axis first, at origin 0."""
         return (0, *origin), (len(self.values), *grid_shape)
 
     @staticmethod
-    def shard(shard_shape, ndim: int):
+    def shard(shard_shape: ShardShape, ndim: int) -> tuple[int, ...] | None:
         """Cells per shard with the category axis: ndim + 1 ints as given, else one category per shard."""
         if shard_shape is None or isinstance(shard_shape, (int, np.integer)) or len(shard_shape) != ndim + 1:
             spatial = shard_tuple(shard_shape, ndim)
             return None if spatial is None else (1, *spatial)
         return shard_tuple(shard_shape, ndim + 1)
 
-    async def publish(self, writer: StoreWriter, url: str, *, ndim: int, shapes, bounds, n: int,
-                      has_attributes: bool, uniq: np.ndarray, manifest, extras: PointExtras, compression,
-                      object_index_layout: str) -> None:
+    async def publish(self, writer: StoreWriter, url: str, *, ndim: int,
+                      shapes: tuple[Sequence[float], Sequence[float] | None],
+                      bounds: tuple[Sequence[float], Sequence[float]], n: int, has_attributes: bool,
+                      uniq: np.ndarray | None, manifest: Manifest | None, extras: PointExtras,
+                      compression: str | None, object_index_layout: str) -> None:
         """Object index (rank ndim + 1 coordinates), tables, level and root documents of the level."""
+        assert uniq is not None and manifest is not None  # a category axis gives every row an id
         await put_object_index(writer, 0, *manifest, uniq, ndim + 1, compression=compression,
                                layout=object_index_layout)
         await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)

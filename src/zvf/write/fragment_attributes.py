@@ -14,7 +14,8 @@ match, is refused with the attribute and chunk named.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,15 +25,21 @@ from ..format import metadata as md
 from . import inputs
 from .engine import empty_group
 
+if TYPE_CHECKING:
+    from .engine import StoreWriter
+    from .level import LevelWriter
+    from .partition import Partition
+    from .types import FragmentColumns
+
 FAMILY = "fragment_attributes"
 
 
 class FragmentAttributes:
     """Checked per-chunk fragment rows, uploaded chunk by chunk as the writer makes fragments."""
 
-    def __init__(self, given, ndim: int):
+    def __init__(self, given: FragmentColumns | None, ndim: int):
         self.tables: dict[str, dict[tuple[int, ...], np.ndarray]] = {}
-        self.docs: dict[str, dict] = {}
+        self.docs: dict[str, dict[str, Any]] = {}
         self._unused: set[tuple[str, tuple[int, ...]]] = set()
         if given is None:
             return
@@ -44,7 +51,9 @@ class FragmentAttributes:
             what = f"fragment_attributes[{name!r}]"
             if not isinstance(per_chunk, Mapping) or not per_chunk:
                 raise InvalidArgumentError(f"{what} must be a non-empty {{chunk coords: rows}} mapping")
-            table, dtype, tail = {}, None, None
+            table: dict[tuple[int, ...], np.ndarray] = {}
+            dtype: np.dtype | None = None
+            tail: tuple[int, ...] = ()
             for key, rows in per_chunk.items():
                 chunk = _chunk_key(key, ndim, what)
                 arr = np.asarray(rows)
@@ -62,6 +71,7 @@ class FragmentAttributes:
                 table[chunk] = np.ascontiguousarray(arr.astype(dtype.newbyteorder("<"), copy=False))
                 self._unused.add((name, chunk))
             self.tables[name] = table
+            assert dtype is not None  # per_chunk is not empty
             # the same labels as 0.9.2 gives vertex attributes
             doc = builders.vertex_attribute_attributes(name, dtype, tail)
             doc["zv_array"] = "fragment_attribute"
@@ -70,7 +80,7 @@ class FragmentAttributes:
     def __bool__(self) -> bool:
         return bool(self.tables)
 
-    async def put(self, level, chunk, n_fragments: int) -> None:
+    async def put(self, level: LevelWriter, chunk: Iterable[int], n_fragments: int) -> None:
         """Upload the rows of absolute ``chunk``, which holds ``n_fragments`` fragments."""
         key = tuple(int(c) for c in chunk)
         for name, table in self.tables.items():
@@ -83,7 +93,7 @@ class FragmentAttributes:
             self._unused.discard((name, key))
             await level.array(f"{FAMILY}/{name}", self.docs[name]).add(level.writer, key, rows.tobytes())
 
-    async def put_partition(self, level, part) -> None:
+    async def put_partition(self, level: LevelWriter, part: Partition) -> None:
         """Upload the rows of every chunk of ``part`` (a :class:`.partition.Partition`), whose fragments
         it counts per chunk."""
         if self:
@@ -103,7 +113,7 @@ class FragmentAttributes:
             name, key = min(self._unused)
             raise InvalidArgumentError(f"fragment_attributes[{name!r}][{key}]: chunk {key} holds no fragments")
 
-    def finish(self, writer, arrays_present: list[str]) -> None:
+    def finish(self, writer: StoreWriter, arrays_present: list[str]) -> None:
         """Refuse rows for chunks without fragments; queue the family group and name it in ``arrays_present``."""
         self.refuse_unused()
         if self.tables:
@@ -111,7 +121,7 @@ class FragmentAttributes:
             arrays_present.append(FAMILY)
 
 
-def _chunk_key(key, ndim: int, what: str) -> tuple[int, ...]:
+def _chunk_key(key: Iterable[Any], ndim: int, what: str) -> tuple[int, ...]:
     try:
         out = tuple(int(c) for c in key)
         ok = len(out) == ndim and all(float(c) == o for c, o in zip(key, out))

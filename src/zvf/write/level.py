@@ -10,6 +10,8 @@ earlier chunks upload, through one ``LevelWriter`` per level.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -23,8 +25,11 @@ from ..format.vlen import encode_vlen_rows
 from .engine import SpatialArrayOut, StoreWriter, ordered_map
 from .partition import Partition, partition_codes
 
+ShardShape: TypeAlias = "int | Sequence[int] | None"
+"""Cells per shard as a caller gives them: one int for every axis, one per axis, or None (unsharded)."""
 
-def shard_tuple(shard_shape, ndim: int):
+
+def shard_tuple(shard_shape: ShardShape, ndim: int) -> tuple[int, ...] | None:
     if shard_shape is None:
         return None
     if isinstance(shard_shape, (int, np.integer)):
@@ -41,7 +46,7 @@ def shard_tuple(shard_shape, ndim: int):
 FRAGMENT_SHARD_CHUNKS = 64
 
 
-def fragment_shard(codec: CellCodec, object_index_layout: str, grid_shape) -> tuple[int, ...] | None:
+def fragment_shard(codec: CellCodec, object_index_layout: str, grid_shape: Sequence[int]) -> tuple[int, ...] | None:
     """Shard shape of an object level's ``vertex_fragments`` in zvf's layout (None: as the other arrays).
 
     Labelling rows with their objects needs every chunk's fragment index, a
@@ -62,7 +67,8 @@ class LevelWriter:
     """Spatial arrays of one level sharing a grid layout and codec (``vertex_fragments``: sharded by
     ``fragments``, when given)."""
 
-    def __init__(self, writer: StoreWriter, level: int, origin, grid_shape, codec: CellCodec,
+    def __init__(self, writer: StoreWriter, level: int, origin: tuple[int, ...], grid_shape: tuple[int, ...],
+                 codec: CellCodec,
                  fragments: tuple[int, ...] | None = None):
         self.writer = writer
         self.level = level
@@ -72,7 +78,7 @@ class LevelWriter:
         self.fragment_codec = codec if fragments is None else dataclasses.replace(codec, shard=fragments)
         self.arrays: dict[str, SpatialArrayOut] = {}
 
-    def array(self, name: str, attributes: dict) -> SpatialArrayOut:
+    def array(self, name: str, attributes: dict[str, Any]) -> SpatialArrayOut:
         if name not in self.arrays:
             codec = self.fragment_codec if name == "vertex_fragments" else self.codec
             self.arrays[name] = SpatialArrayOut(f"{self.level}/{name}", codec, self.origin, self.grid_shape,
@@ -94,7 +100,8 @@ def row_view(a: np.ndarray) -> np.ndarray:
 
 
 async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, attributes: dict[str, np.ndarray],
-                   fragments_of, attribute_docs: dict[str, dict] | None = None) -> None:
+                   fragments_of: Callable[[int], FragmentIndex] | None,
+                   attribute_docs: dict[str, dict[str, Any]] | None = None) -> None:
     """Upload vertices, fragment indexes and attributes of every chunk of a partition.
 
     Each chunk's rows are gathered and its cells encoded in worker threads
@@ -120,9 +127,10 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
         return codec.encode(np.take(col, rows, axis=0).view(np.uint8))
 
     def encode(k: int) -> list[bytes | np.ndarray]:
+        assert fragments_of is not None  # None only for a partition without chunks
         rows = part.order[part.chunk_starts[k]:part.chunk_starts[k + 1]]
-        return [frags.codec.encode(encode_fragment_index(fragments_of(k)))] + [
-            cell(out.codec, col, rows) for out, col in columns]
+        blobs: list[bytes | np.ndarray] = [frags.codec.encode(encode_fragment_index(fragments_of(k)))]
+        return blobs + [cell(out.codec, col, rows) for out, col in columns]
 
     async def store(k: int, blobs: list[bytes | np.ndarray]) -> None:
         chunk = part.chunks[k]
@@ -159,7 +167,8 @@ class Layout:
         return KeyLayout(pos, cells, partition_codes(cells, np.asarray(keys)))
 
     @classmethod
-    def by_runs(cls, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray, coords) -> RunLayout:
+    def by_runs(cls, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray,
+                coords: Callable[[np.ndarray], np.ndarray]) -> RunLayout:
         """Fragments are contiguous input runs (``run_start`` ascending, first = 0; ``run_code`` the C-order
         chunk number of each run, ``coords`` maps numbers to chunk coords); a chunk lists its runs in input
         order.  Sorts runs, not rows: the same result as ``partition(chunks, run_id)`` at a fraction of the
@@ -195,7 +204,8 @@ class KeyLayout(Layout):
 class RunLayout(Layout):
     """:meth:`Layout.by_runs`: input rows are located through their run, not through per-row tables."""
 
-    def __init__(self, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray, coords):
+    def __init__(self, pos: np.ndarray, run_start: np.ndarray, run_code: np.ndarray,
+                 coords: Callable[[np.ndarray], np.ndarray]):
         n, ndim = pos.shape
         run_start = np.asarray(run_start, dtype=np.int64)
         counts = np.diff(np.append(run_start, n))
@@ -219,7 +229,8 @@ class RunLayout(Layout):
         """Object of each fragment, from each object's first input row (ascending; an empty object
         shares the next one's start, and the last start with a row wins): no per-row object table.
         Runs are looked up in input order (ascending starts: a cache-friendly search), then permuted."""
-        return (np.searchsorted(obj_start, self.run_start, side="right") - 1)[self.part.frag_keys]
+        objects: np.ndarray = (np.searchsorted(obj_start, self.run_start, side="right") - 1)[self.part.frag_keys]
+        return objects
 
     def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(fragment, chunk-local sorted row) of input ``rows`` (any shape)."""

@@ -37,7 +37,7 @@ SHARD_ROWS = 65536
 LAYOUTS = ("sharded", "reference")
 
 
-def check_layout(layout) -> None:
+def check_layout(layout: str) -> None:
     if layout not in LAYOUTS:
         raise InvalidArgumentError(f"object_index_layout must be one of {LAYOUTS}, got {layout!r}")
 
@@ -52,7 +52,7 @@ def manifests_layout(num_objects: int, layout: str) -> tuple[CellCodec, int]:
 
 
 async def put_object_index(writer: StoreWriter, level: int, object_row: np.ndarray, coords: np.ndarray,
-                           fragment: np.ndarray, object_ids: np.ndarray, ndim: int, *, compression,
+                           fragment: np.ndarray, object_ids: np.ndarray, ndim: int, *, compression: str | None,
                            layout: str = "sharded", compact_group: bool = True) -> None:
     """Manifests of ``object_ids`` (sorted, unique) from (object_row, coords, fragment) rows in block order
     (``object_row`` ascending)."""

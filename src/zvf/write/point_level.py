@@ -4,15 +4,24 @@ tables, level and root documents): shared by the in-memory, streamed and distrib
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import InvalidArgumentError
 from . import inputs
 from .engine import StoreWriter, add_level0_documents
 from .fragment_attributes import FragmentAttributes
 from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
+
+if TYPE_CHECKING:
+    from .types import Columns, Groups
+
+Manifest: TypeAlias = "tuple[np.ndarray, np.ndarray, np.ndarray]"
+"""(object row, chunk coords, fragment) per block of a level's object index."""
 
 
 @dataclass
@@ -24,7 +33,8 @@ class PointExtras:
     group_attributes: dict[str, np.ndarray]
 
     @classmethod
-    def check(cls, uniq, object_attributes, groups, group_attributes, known_ids) -> PointExtras:
+    def check(cls, uniq: np.ndarray | None, object_attributes: Columns | None, groups: Groups | None,
+              group_attributes: Columns | None, known_ids: np.ndarray | None) -> PointExtras:
         """``known_ids``: ids group members must belong to (None when every vertex is its own object)."""
         if object_attributes and uniq is None:
             raise InvalidArgumentError("object_attributes need object_ids")
@@ -35,7 +45,7 @@ class PointExtras:
                    group_rows, inputs.row_attributes(group_attributes, len(group_rows), "group_attributes"))
 
 
-def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
+def manifest_rows(frag_chunk: np.ndarray, frag_keys: np.ndarray, chunks: np.ndarray, uniq: np.ndarray) -> Manifest:
     """(object row, chunk coords, fragment) per block, objects in id order, chunks ascending.
 
     ``frag_chunk`` (grouped by chunk) indexes ``chunks``; ``frag_keys`` holds each
@@ -47,8 +57,11 @@ def manifest_rows(frag_chunk, frag_keys, chunks, uniq):
     return obj_row[order], chunks[frag_chunk[order]], local_frag[order]
 
 
-async def publish_level(writer: StoreWriter, url: str, *, ndim: int, shapes, bounds, n: int, has_attributes: bool,
-                        uniq, manifest, extras: PointExtras, compression, object_index_layout: str,
+async def publish_level(writer: StoreWriter, url: str, *, ndim: int,
+                        shapes: tuple[Sequence[float], Sequence[float] | None],
+                        bounds: tuple[ArrayLike, ArrayLike], n: int, has_attributes: bool,
+                        uniq: np.ndarray | None, manifest: Manifest | None, extras: PointExtras,
+                        compression: str | None, object_index_layout: str,
                         fragment_attributes: FragmentAttributes | None = None) -> None:
     """Everything of a point cloud after its cells: object index, per-object/group data, level, root.
 
@@ -58,6 +71,7 @@ async def publish_level(writer: StoreWriter, url: str, *, ndim: int, shapes, bou
     if fragment_attributes is not None:
         fragment_attributes.finish(writer, arrays_present)
     if uniq is not None:
+        assert manifest is not None  # every writer with ids builds one
         arrays_present.append("object_index")
         await put_object_index(writer, 0, *manifest, uniq, ndim, compression=compression,
                                layout=object_index_layout)
