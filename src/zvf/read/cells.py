@@ -10,10 +10,13 @@ Uncompressed plain cells can also be read partially, by row span.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..errors import FormatError, MissingDataError, SizeLimitError
 from ..format.codecs import DEFAULT_MAX_SIZE, CellCodec
@@ -32,6 +35,13 @@ MAX_CELL_BYTES = (1 << 32) - 1
 UNDECLARED_CHANNELS = 256
 # Executor cache of whole shards a level sweep goes on reading (see ``payloads(keep_shards=True)``).
 SHARD_CACHE = "shard"
+
+#: An absolute (or grid) chunk coordinate: a tuple, a list or a row of a coordinate array.
+ChunkCoords: TypeAlias = Sequence[int] | NDArray[np.integer[Any]]
+#: Several chunk coordinates: a sequence of them or an (N, ndim) array.
+ChunkList: TypeAlias = Sequence[Sequence[int]] | NDArray[np.integer[Any]]
+#: A shard read whole: (its bytes, inner chunk offsets, inner chunk sizes).
+WholeShard: TypeAlias = tuple[bytes | memoryview, NDArray[np.uint64], NDArray[np.uint64]]
 
 
 @dataclass
@@ -62,7 +72,7 @@ class CellArray:
         kind = attrs.get("zv_array")
         if kind not in ("vertices", "attribute") or attrs.get("encoding", "raw") != "raw" or not self.meta.is_vlen:
             return None
-        itemsize = np.dtype(attrs.get("dtype", "float32")).itemsize
+        itemsize: int = np.dtype(attrs.get("dtype", "float32")).itemsize
         if kind == "vertices":
             return itemsize * len(self.meta.shape)  # rank: the spatial axes (and a category axis, if any)
         names = attrs.get("channel_names")
@@ -85,13 +95,13 @@ class CellArray:
                     f"{cells} cells {self.path} lists can hold ({most} rows of {row} bytes each at most)")
         return self.rows * row
 
-    def _decoder(self):
+    def _decoder(self) -> Callable[[bytes | memoryview, str], memoryview]:
         """A decoder for the cells of one read: each cell is decoded with what is left of
         :attr:`max_payload` as its limit, so no cell is inflated past what the level declares (a few KB of
         zstd can claim gigabytes); the limit is checked against the codecs' headers before inflating."""
         left = self.max_payload
 
-        def decode(raw, key: str) -> memoryview:
+        def decode(raw: bytes | memoryview, key: str) -> memoryview:
             nonlocal left
             limit = DEFAULT_MAX_SIZE if left is None else min(left, DEFAULT_MAX_SIZE)
             try:
@@ -110,7 +120,7 @@ class CellArray:
         return decode
 
     # ------------------------------------------------------------- keys
-    def cell_coords(self, coords) -> tuple[int, ...]:
+    def cell_coords(self, coords: ChunkCoords) -> tuple[int, ...]:
         """Zarr grid position of an absolute chunk coordinate."""
         rel = np.asarray(coords, dtype=np.int64) - self.origin
         return tuple(int(c) for c in rel)
@@ -118,7 +128,7 @@ class CellArray:
     def key_of(self, grid_coords: tuple[int, ...]) -> str:
         return self.keys.key(self.path, grid_coords)
 
-    def keys_of(self, chunks) -> list[str]:
+    def keys_of(self, chunks: ChunkList) -> list[str]:
         """Key of each absolute chunk coordinate in ``chunks`` (a sequence of them)."""
         if not len(chunks):
             return []
@@ -130,7 +140,7 @@ class CellArray:
         return not self.codec.compressors and self.codec.shard is None
 
     # ------------------------------------------------------------- reads
-    async def payloads(self, chunks, *, keep_shards: bool = False) -> list[bytes | None]:
+    async def payloads(self, chunks: ChunkList, *, keep_shards: bool = False) -> list[bytes | memoryview | None]:
         """Decoded payload of each absolute chunk (None for an absent cell).
 
         ``keep_shards``: the caller will go on to read the rest of these shards (a sweep of the level), so
@@ -153,23 +163,23 @@ class CellArray:
             return frozenset()
         return frozenset(map(tuple, self.meta.nonempty_chunk_array.tolist()))
 
-    async def _absent(self, key: str, chunk) -> None:
+    async def _absent(self, key: str, chunk: ChunkCoords) -> None:
         """A cell is absent: an empty chunk, unless the array lists it as holding data -- then the store
         changed under a reader whose version is gone (StaleDatasetError) or is damaged (an error naming
         the key), never "empty"."""
         listed = self._listed
         if not listed:
             return
-        chunk = tuple(int(c) for c in chunk)
-        if chunk not in listed:
+        cell = tuple(int(c) for c in chunk)
+        if cell not in listed:
             return
-        what = f"{self.path} lists chunk {format_chunk_id(chunk)} in nonempty_chunks"
+        what = f"{self.path} lists chunk {format_chunk_id(cell)} in nonempty_chunks"
         pin = self.executor.pin
         if pin is not None:
             raise await pin.missing(key, what)
         raise MissingDataError(f"{key}: missing, but {what}")
 
-    async def payload(self, chunk) -> bytes | memoryview | None:
+    async def payload(self, chunk: ChunkCoords) -> bytes | memoryview | None:
         """Decoded payload of one absolute chunk: one GET of a plain cell, no gather around it."""
         grid = self.cell_coords(chunk)
         if self.codec.shard is not None:
@@ -189,21 +199,28 @@ class CellArray:
             return None
         return self.codec.decode_items(raw, key=key)
 
-    async def row_spans(self, chunk, spans: np.ndarray, row_bytes: int) -> bytes | None:
+    async def row_spans(self, chunk: ChunkCoords, spans: np.ndarray, row_bytes: int) -> bytes | None:
         """Concatenated bytes of row spans [(start, stop), ...] of an uncompressed plain cell."""
         key = self.key_of(self.cell_coords(chunk))
-        ranges = [ByteRange(key, VLEN_HEADER + int(a) * row_bytes, VLEN_HEADER + int(b) * row_bytes) for a, b in spans]
-        parts = await self.executor.read_ranges(ranges)
-        if any(p is None for p in parts):
+        bounds = [(VLEN_HEADER + int(a) * row_bytes, VLEN_HEADER + int(b) * row_bytes) for a, b in spans]
+        parts = await self.executor.read_ranges([ByteRange(key, start, end) for start, end in bounds])
+        present = [p for p in parts if p is not None]
+        if len(present) < len(parts):
             await self._absent(key, chunk)
             return None
-        for p, r in zip(parts, ranges):
-            if len(p) != r.end - r.start:
-                raise FormatError(f"{key}: cell ends at byte {r.start + len(p)}, before rows it indexes ({r.end})")
-        return b"".join(parts)
+        for p, (start, end) in zip(present, bounds):
+            if len(p) != end - start:
+                raise FormatError(f"{key}: cell ends at byte {start + len(p)}, before rows it indexes ({end})")
+        return b"".join(present)
 
-    async def _shard_index(self, shard_key: str):
-        n_inner = int(np.prod(self.codec.shard))
+    def _inner_per_shard(self) -> tuple[int, ...]:
+        """Inner chunks per shard along each axis (only the sharded reads ask)."""
+        shard = self.codec.shard
+        assert shard is not None, f"{self.path} is not sharded"
+        return shard
+
+    async def _shard_index(self, shard_key: str) -> tuple[NDArray[np.uint64], NDArray[np.uint64]] | None:
+        n_inner = int(np.prod(self._inner_per_shard()))
         tail = await self.executor.get_suffix(shard_key, index_nbytes(n_inner), cache="shard_index")
         if tail is None:
             return None
@@ -240,31 +257,31 @@ class CellArray:
         left = np.asarray(self.meta.shape, dtype=np.int64)[:len(per)] - np.asarray(shard, dtype=np.int64) * per
         return int(np.prod(np.clip(left, 0, per)))
 
-    async def _whole_shard(self, shard_key: str, keep: bool = False):
+    async def _whole_shard(self, shard_key: str, keep: bool = False) -> WholeShard | None:
         """(shard bytes, offsets, nbytes) by one GET of the whole shard, the index from its end (None: absent).
 
         The index is cached as the suffix read would cache it, so later reads of a few inner chunks skip it;
         with ``keep`` the whole shard is cached too (a level sweep reads the rest of it next).
         """
-        hit = self.executor.get_cached(SHARD_CACHE, shard_key)
+        hit: WholeShard | None = self.executor.get_cached(SHARD_CACHE, shard_key)
         if hit is not None:
             return hit
         raw = await self.executor.get_view(shard_key)
         if raw is None:
             return None
-        n_inner = int(np.prod(self.codec.shard))
+        n_inner = int(np.prod(self._inner_per_shard()))
         offsets, nbytes = decode_shard_index(raw, n_inner, key=shard_key)
         self.executor.cache_suffix("shard_index", shard_key, memoryview(raw)[len(raw) - index_nbytes(n_inner):])
         if keep:
             self.executor.put_cached(SHARD_CACHE, shard_key, (raw, offsets, nbytes), nbytes=len(raw))
         return raw, offsets, nbytes
 
-    async def _sharded(self, grid: list[tuple[int, ...]], keep: bool = False) -> list[bytes | None]:
+    async def _sharded(self, grid: list[tuple[int, ...]], keep: bool = False) -> list[bytes | memoryview | None]:
         """Inner chunks by shard: a shard asked for (nearly) whole -- 3/4 of the cells it stores -- or kept for a
         sweep comes in one GET; otherwise its index (one suffix read, cached), then its inner chunks as ranges
         (coalesced)."""
-        by_shard = group_by_shard(grid, self.codec.shard)
-        out: list[bytes | None] = [None] * len(grid)
+        by_shard = group_by_shard(grid, self._inner_per_shard())
+        out: list[bytes | memoryview | None] = [None] * len(grid)
         decode = self._decoder()
         shard_keys = {s: self.key_of(s) for s in by_shard}
         whole = [s for s, members in by_shard.items() if keep or 4 * len(members) >= 3 * self._stored_in(s)]
@@ -272,8 +289,11 @@ class CellArray:
         ranged = [s for s in by_shard if s not in whole_set]
         got = await self.executor.gather([self.executor.gather([self._whole_shard(shard_keys[s], keep) for s in whole]),
                                           self.executor.gather([self._shard_index(shard_keys[s]) for s in ranged])])
+        # one gather of two differently typed lists: its result type joins them to object
+        wholes = cast("list[WholeShard | None]", got[0])
+        indexes = cast("list[tuple[NDArray[np.uint64], NDArray[np.uint64]] | None]", got[1])
         ranges, slots = [], []
-        for shard, found in zip(whole, got[0]):
+        for shard, found in zip(whole, wholes):
             if found is None:
                 await self._shard_absent(shard_keys[shard], [grid[i] for i in by_shard[shard]])
                 continue
@@ -285,7 +305,7 @@ class CellArray:
                     out[i] = decode(view[start:start + n], f"{shard_keys[shard]}[{grid[i]}]")
                 else:
                     await self._shard_absent(shard_keys[shard], [grid[i]])
-        for shard, index in zip(ranged, got[1]):
+        for shard, index in zip(ranged, indexes):
             if index is None:
                 await self._shard_absent(shard_keys[shard], [grid[i] for i in by_shard[shard]])
                 continue
@@ -297,10 +317,10 @@ class CellArray:
                 else:
                     await self._shard_absent(shard_keys[shard], [grid[i]])
         raws = await self.executor.read_ranges(ranges)
-        for i, raw, r in zip(slots, raws, ranges):
-            if raw is None:
+        for i, part, r in zip(slots, raws, ranges):
+            if part is None:
                 raise FormatError(f"{r.key}: shard shrank while reading inner chunk {grid[i]}")
-            out[i] = decode(raw, f"{r.key}[{grid[i]}]")
+            out[i] = decode(part, f"{r.key}[{grid[i]}]")
         return out
 
     async def _shard_absent(self, shard_key: str, cells: list[tuple[int, ...]]) -> None:
@@ -321,18 +341,20 @@ class CellArray:
                 np.where(absent, 0, nbytes[slot].astype(np.int64)).tolist())
 
 
-def group_by_shard(cells, per) -> dict[tuple[int, ...], list[int]]:
+def group_by_shard(cells: ChunkList, per: Sequence[int]) -> dict[tuple[int, ...], list[int]]:
     """Positions of the given cell coordinates grouped by the shard of ``per`` cells holding each, shards in
     order of first appearance."""
-    per = np.asarray(per, dtype=np.int64)
-    at = np.asarray(cells, dtype=np.int64).reshape(len(cells), len(per)) // per
+    inner = np.asarray(per, dtype=np.int64)
+    at = np.asarray(cells, dtype=np.int64).reshape(len(cells), len(inner)) // inner
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, s in enumerate(map(tuple, at.tolist())):
         groups.setdefault(s, []).append(i)
     return groups
 
 
-def rows_from_payload(payload: bytes | None, dtype: np.dtype, row_shape: tuple[int, ...], *, key: str) -> np.ndarray:
+def rows_from_payload(
+    payload: bytes | memoryview | None, dtype: np.dtype, row_shape: tuple[int, ...], *, key: str
+) -> np.ndarray:
     """View a cell payload as rows of ``dtype`` x ``row_shape``; empty when absent."""
     dtype = np.dtype(dtype).newbyteorder("<")
     width = int(np.prod(row_shape)) if row_shape else 1
