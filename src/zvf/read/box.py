@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..format.grid import inside
-from .objects import category_blocks, combined_selection, is_draco, prepare, read_grouped
+from .chunkset import is_draco
+from .objects import category_blocks, combined_selection, prepare, read_grouped
 from .rowops import map_rows, match_rows, segments
 from .selection import Selection
 
 if TYPE_CHECKING:
     from .chunkset import ChunkSet
     from .context import ReadContext
+    from .load import Level
 
 
 async def query_sequential(rc: ReadContext, lo, hi, *, level: int, attributes, clip: bool,
@@ -57,20 +59,19 @@ async def query_sequential(rc: ReadContext, lo, hi, *, level: int, attributes, c
     sel = combined_selection(g)
     if not clip:
         return sel
-    keep = inside(sel.positions, lo, hi)
+    return clip_objects(sel, inside(sel.positions, lo, hi))
+
+
+def clip_objects(sel: Selection, keep: np.ndarray) -> Selection:
+    """Only the kept vertices of each object, and the edges between kept vertices."""
     new_index = np.cumsum(keep) - 1
-    e = sel.edges
+    e, offsets, objects, owners = sel.edges, sel.offsets, sel.objects, sel.object_ids
+    assert e is not None and offsets is not None and objects is not None and owners is not None  # polylines
     e = e[keep[e[:, 0]] & keep[e[:, 1]]] if len(e) else e
-    seg = segments(sel.offsets)
-    per = np.bincount(seg[keep], minlength=len(sel.objects)).astype(np.int64)
-    return Selection(
-        sel.positions[keep],
-        {n: v[keep] for n, v in sel.attributes.items()},
-        sel.object_ids[keep],
-        edges=new_index[e] if len(e) else np.zeros((0, 2), np.int64),
-        offsets=np.concatenate(([0], np.cumsum(per))).astype(np.int64),
-        objects=sel.objects,
-    )
+    per = np.bincount(segments(offsets)[keep], minlength=len(objects)).astype(np.int64)
+    return Selection(sel.positions[keep], {n: v[keep] for n, v in sel.attributes.items()}, owners[keep],
+                     edges=new_index[e] if len(e) else np.zeros((0, 2), np.int64),
+                     offsets=np.concatenate(([0], np.cumsum(per))).astype(np.int64), objects=sel.objects)
 
 
 async def query_linked(rc: ReadContext, lo, hi, *, level: int, attributes, categories=None) -> Selection:
@@ -116,7 +117,7 @@ def linked_rows_by_object(cs: ChunkSet, sel: np.ndarray, owner: np.ndarray, geom
     )
 
 
-def needs_chunkset(lvl) -> bool:
+def needs_chunkset(lvl: Level) -> bool:
     """Levels the plain chunk reader does not lay out: a category axis, or Draco cells."""
     return lvl.categories is not None or is_draco(lvl)
 

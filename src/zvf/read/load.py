@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ LISTED = {
 KNOWN_CAPABILITIES = frozenset({"preserved_object_ids", "shared_fragments", "fragment_index", "multiscale_links"})
 
 
-def check_capabilities(root_doc: dict, url: str) -> None:
+def check_capabilities(root_doc: dict[str, Any], url: str) -> None:
     """Refuse a store whose ``format_capabilities``/``required_capabilities`` name unknown features."""
     zv = (root_doc.get("attributes") or {}).get("zarr_vectors")
     if not isinstance(zv, dict):
@@ -95,7 +96,7 @@ class Level(LevelNodes[CellArray]):
 
     # ------------------------------------------------------------- attribute-chunked levels
     @property
-    def categories(self) -> tuple | None:
+    def categories(self) -> tuple[Any, ...] | None:
         """Values of the leading categorical chunk axis (``chunk_by_attribute``), None when spatial only."""
         return self.meta.chunk_attribute_values if self.meta.chunk_attribute_name is not None else None
 
@@ -139,12 +140,12 @@ class Level(LevelNodes[CellArray]):
 SECTION = "consolidated"  # executor cache namespace holding a verified root section (node path -> document)
 
 
-def _section(ex: Executor) -> dict | None:
+def _section(ex: Executor) -> dict[str, Any] | None:
     """The verified consolidated section of this store, if any (see the module docstring)."""
     return ex.cache(SECTION).get("zarr.json")
 
 
-async def _get_json(ex: Executor, key: str) -> dict | None:
+async def _get_json(ex: Executor, key: str) -> dict[str, Any] | None:
     section = _section(ex)
     if section is not None and key.endswith("/zarr.json"):
         return section.get(key[:-len("/zarr.json")])  # complete: a node it lacks does not exist
@@ -189,7 +190,8 @@ async def _diagnose_missing_root(ex: Executor, url: str) -> Exception:
     return StoreNotFoundError(f"{url}: no store here (no zarr.json)")
 
 
-def make_level(root: md.RootMeta, index: int, level_doc: dict, vertices_doc: dict | None) -> Level:
+def make_level(root: md.RootMeta, index: int, level_doc: dict[str, Any], vertices_doc: dict[str, Any] | None
+               ) -> Level:
     """A level from its document and its ``vertices`` array's (which place its grid)."""
     key = f"{index}/zarr.json"
     meta = parse.parse_level(level_doc, key=key)

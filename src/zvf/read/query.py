@@ -40,7 +40,7 @@ from ..format.fragments import FragmentIndex, decode_fragment_index
 from ..format.shard import index_nbytes
 from ..io.plan import choose_fetch
 from . import load
-from .box import linked_rows_by_object, needs_chunkset
+from .box import clip_objects, linked_rows_by_object, needs_chunkset
 from .cells import VLEN_HEADER, rows_from_payload
 from .chunkset import ChunkSet, is_draco
 from .context import Owners, ReadContext
@@ -51,7 +51,7 @@ from .objects import SEQUENTIAL, combined_selection, level_attributes, object_ta
 from .points import attribute_layout, attribute_rows, fetch, fragment_indexes, row_nbytes
 from .query_plan import PlannedRead, QueryPlan, Wave
 from .query_spec import SelectArgs, Spec, Term
-from .rowops import expand_ranges, match_rows, segments
+from .rowops import expand_ranges, match_rows
 from .selection import Selection
 
 if TYPE_CHECKING:
@@ -599,20 +599,8 @@ async def _read_sequential(rc: ReadContext, ctx: _Ctx) -> Selection:
     rows = rows[np.argsort(oids[rows], kind="stable")][:limit]
     sel = combined_selection(await read_grouped(rc, cs, oids[rows], table.take_objects(rows)))
     if ctx.spec.clip:
-        sel = _clip(sel, _vertex_pass(ctx, sel.positions, sel.attributes))
+        sel = clip_objects(sel, _vertex_pass(ctx, sel.positions, sel.attributes))
     return _strip(sel, ctx)
-
-
-def _clip(sel: Selection, keep: np.ndarray) -> Selection:
-    """Only the kept vertices of each object, and the edges between kept vertices."""
-    new_index = np.cumsum(keep) - 1
-    e, offsets, objects, owners = sel.edges, sel.offsets, sel.objects, sel.object_ids
-    assert e is not None and offsets is not None and objects is not None and owners is not None  # polylines
-    e = e[keep[e[:, 0]] & keep[e[:, 1]]] if len(e) else e
-    per = np.bincount(segments(offsets)[keep], minlength=len(objects)).astype(np.int64)
-    return Selection(sel.positions[keep], {n: v[keep] for n, v in sel.attributes.items()}, owners[keep],
-                     edges=new_index[e] if len(e) else np.zeros((0, 2), np.int64),
-                     offsets=np.concatenate(([0], np.cumsum(per))).astype(np.int64), objects=sel.objects)
 
 
 def _strip(sel: Selection, ctx: _Ctx) -> Selection:
