@@ -18,6 +18,7 @@ links between consecutive runs of an object.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
 from ..format.layout import LevelLayout
+from .engine import StoreWriter
 from .fragment_attributes import FragmentAttributes
 from .level import Layout, LevelWriter, put_rows
 from .links import LinkWriter, place_records
@@ -109,7 +111,7 @@ def path_links(level: LevelWriter, ndim: int) -> LinkWriter:
     return LinkWriter(level, ndim=ndim, width=2, intra_array=False, link_fragments=False)
 
 
-def graph_links(level: LevelWriter, ndim: int, width: int, attribute_names) -> LinkWriter:
+def graph_links(level: LevelWriter, ndim: int, width: int, attribute_names: Iterable[str]) -> LinkWriter:
     """The links of a graph, skeleton or mesh: every record, the all-zero offsets array and link fragments."""
     return LinkWriter(level, ndim=ndim, width=width, attribute_names=list(attribute_names), intra_array=True,
                       link_fragments=True)
@@ -119,8 +121,9 @@ def chunk_slice(work: dict[str, np.ndarray], k: int) -> tuple[np.ndarray, np.nda
     """Chunk ``k``'s (fragment first rows, counts, bridge chunks, bridge vertices) of :meth:`PathRuns.for_chunks`."""
     f0, f1 = work["frag_off"][k], work["frag_off"][k + 1]
     b0, b1 = work["bridge_off"][k], work["bridge_off"][k + 1]
-    return tuple(a.astype(np.int64) for a in (work["frag_first"][f0:f1], work["frag_count"][f0:f1],
-                                             work["bridge_chunks"][b0:b1], work["bridge_vi"][b0:b1]))
+    first, count, bridge_chunks, bridge_vi = (a.astype(np.int64) for a in (
+        work["frag_first"][f0:f1], work["frag_count"][f0:f1], work["bridge_chunks"][b0:b1], work["bridge_vi"][b0:b1]))
+    return first, count, bridge_chunks, bridge_vi
 
 
 async def put_path_chunk(level: LevelWriter, links: LinkWriter, frag_attrs: FragmentAttributes, chunk: np.ndarray,
@@ -141,21 +144,24 @@ async def put_path_chunk(level: LevelWriter, links: LinkWriter, frag_attrs: Frag
     await links.add_deferred(bridge_chunks, bridge_vi)  # the caller flushes them before a shard flush
 
 
-async def put_no_rows(level: LevelWriter, ndim: int, dtype: np.dtype, attr_schema: dict) -> None:
+async def put_no_rows(level: LevelWriter, ndim: int, dtype: np.dtype,
+                      attr_schema: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
     """No vertex at all: declare the arrays anyway, as the in-memory writers do."""
     await put_rows(level, partition(np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)),
                    np.zeros((0, ndim), dtype),
                    {k: np.zeros((0, *rs), adt) for k, (adt, rs) in attr_schema.items()}, None)
 
 
-async def put_tables(writer, obj_attrs: dict, group_rows: list, grp_attrs: dict, compression) -> None:
+async def put_tables(writer: StoreWriter, obj_attrs: dict[str, np.ndarray], group_rows: list[np.ndarray],
+                     grp_attrs: dict[str, np.ndarray], compression: str | None) -> None:
     """Per-object attributes and groups; their codec follows the compressor, as the in-memory writers'."""
     codec = CellCodec.for_writing(compression)
     await put_object_attributes(writer, 0, obj_attrs, codec)
     await put_groups(writer, group_rows, grp_attrs, codec)
 
 
-async def put_path_index(writer, runs: PathRuns, coords: np.ndarray, num: int, ndim: int, *, compression,
+async def put_path_index(writer: StoreWriter, runs: PathRuns, coords: np.ndarray, num: int, ndim: int, *,
+                         compression: str | None,
                          layout: str) -> None:
     """The object index of a paths write: object ``i``'s manifest lists its runs in path order."""
     await put_object_index(writer, 0, runs.run_obj, coords[runs.run_gid], runs.frag_local,
@@ -206,8 +212,9 @@ async def put_link_records(links: LinkWriter, ends_chunks: np.ndarray, vi: np.nd
         await links.add(place_records(ends_chunks, vi), link_attrs)
 
 
-async def put_connected_index(writer, frag_oid: np.ndarray, frag_chunk: np.ndarray, frag_local: np.ndarray,
-                              uniq: np.ndarray, chunks: np.ndarray, ndim: int, *, compression, layout: str) -> None:
+async def put_connected_index(writer: StoreWriter, frag_oid: np.ndarray, frag_chunk: np.ndarray,
+                              frag_local: np.ndarray, uniq: np.ndarray, chunks: np.ndarray, ndim: int, *,
+                              compression: str | None, layout: str) -> None:
     """The object index of a graph/skeleton/mesh write: object ``o``'s manifest lists its fragments in chunk
     C order.  ``frag_chunk``: each fragment's row in ``chunks`` (C order)."""
     frag_object = np.searchsorted(uniq, frag_oid)

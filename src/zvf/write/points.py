@@ -97,6 +97,7 @@ async def write_points(
     if axis is None:
         part = partition_codes(cells, oids, all_keys=oids is None)
     else:  # the category axis leads every cell's coordinates
+        assert oids is not None  # a category axis gives every row an id
         part = axis.partition(cells, oids)
         origin, grid_shape = axis.grid(origin, grid_shape)
     layout.check_cells(n, len(part.chunks), chunk_shape, lo, hi)

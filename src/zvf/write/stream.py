@@ -27,7 +27,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, TypeGuard, Unpack
 
 import anyio
 import numpy as np
@@ -61,7 +61,7 @@ UPLOAD_BYTES = 64 << 20  # encoded cells queued for upload at once
 _BATCH_KEYS = {"positions", "attributes", "object_ids"}
 
 
-def is_batch_stream(obj) -> bool:
+def is_batch_stream(obj: object) -> TypeGuard[Iterable[Any] | AsyncIterable[Any]]:
     """True when ``obj`` is a stream of batches rather than one positions array.
 
     Async iterables and one-shot iterators (generators) always are; a list
