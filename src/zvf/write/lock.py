@@ -29,11 +29,13 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 import anyio
 
 from ..errors import ConcurrentModificationError, RemoteError, StoreExistsError
 from ..format.metadata import CLAIM_KEY
+from ..io.executor import Executor
 
 LOCK_KEY = CLAIM_KEY
 TAKEOVER = LOCK_KEY + ".takeover."
@@ -44,8 +46,10 @@ LEGACY_STALE_AFTER = 3600.0
 HOST = socket.gethostname()
 
 
-def holder_record(body: bytes | None) -> dict:
+def holder_record(body: bytes | None) -> dict[str, Any]:
     """The holder's record; ``{}`` for a body zvf did not write as JSON (an older zvf's creation claim)."""
+    if body is None:
+        return {}
     try:
         rec = json.loads(body)
         return rec if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)) else {}
@@ -53,7 +57,7 @@ def holder_record(body: bytes | None) -> dict:
         return {}
 
 
-def _process_gone(pid) -> bool:
+def _process_gone(pid: object) -> bool:
     """Whether process ``pid`` of this host has ended (a pid we may not signal is alive)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
@@ -66,7 +70,7 @@ def _process_gone(pid) -> bool:
     return False
 
 
-def holder_state(rec: dict, now: float | None = None) -> tuple[bool, str]:
+def holder_state(rec: dict[str, Any], now: float | None = None) -> tuple[bool, str]:
     """(dead, why) of a holder record: dead when its heartbeat is older than its lease or, on this host,
     its process is gone.  A record without a lease (a distributed job's claim) is never presumed dead."""
     now = time.time() if now is None else now
@@ -94,7 +98,8 @@ class StoreLock:
     holder dead; None holds it without a heartbeat, never presumed dead (a distributed job's claim).
     """
 
-    def __init__(self, ex, url: str, *, purpose: str, timeout: float = 60.0, lease: float | None = LEASE):
+    def __init__(self, ex: Executor, url: str, *, purpose: str, timeout: float = 60.0,
+                 lease: float | None = LEASE) -> None:
         self.ex, self.url, self.purpose = ex, url, purpose
         self.timeout = float(timeout)
         self.lease = None if lease is None else float(lease)
@@ -114,7 +119,7 @@ class StoreLock:
         await self.start_heartbeat()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop_heartbeat()
         with anyio.CancelScope(shield=True):
             await self.release()
@@ -126,7 +131,7 @@ class StoreLock:
             return  # no lease, or one so short every contender may take over at once: nothing to keep fresh
         self._beats = anyio.create_task_group()
         await self._beats.__aenter__()
-        self._beats.start_soon(self._heartbeat)
+        self._beats.start_soon(self._heartbeat, self.lease)
 
     async def stop_heartbeat(self) -> None:
         if self._beats is not None:
@@ -201,10 +206,10 @@ class StoreLock:
             return False
         return True
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, lease: float) -> None:
         """Refresh the record every third of the lease; stop (and remember why) once it is not ours."""
         while True:
-            await anyio.sleep(self.lease / 3)
+            await anyio.sleep(lease / 3)
             try:
                 await self.beat()
             except ConcurrentModificationError as e:
@@ -240,7 +245,7 @@ TAKEOVER_HINT = ("A holder that stops its heartbeat is taken over once its lease
                  f"(and {TAKEOVER}* markers) once nothing runs")
 
 
-def describe_holder(rec: dict) -> str:
+def describe_holder(rec: dict[str, Any]) -> str:
     """``held by <purpose> (owner, pid on host) since <time>, <live or dead: why>`` for messages."""
     if not rec:
         return "held by a writer that left no holder record (an older zvf's creation claim)"
@@ -250,20 +255,21 @@ def describe_holder(rec: dict) -> str:
             f"{'dead' if dead else 'live'}: {why}")
 
 
-async def _tag_if_ours(ex, body: bytes) -> tuple[bytes, dict | None]:
+async def _tag_if_ours(ex: Executor, body: bytes) -> tuple[bytes, dict[str, str] | None]:
     got, tag = await read_document(ex, LOCK_KEY)
     if got != body:
         raise ConcurrentModificationError(f"{ex.handle.url}/{LOCK_KEY}: taken over by another holder")
     return got, tag
 
 
-async def read_document(ex, key: str) -> tuple[bytes | None, dict | None]:
+async def read_document(ex: Executor, key: str) -> tuple[bytes | None, dict[str, str] | None]:
     """A document and its compare-and-swap tag (None where the store has none: local files)."""
     got = await ex.call("get", key, lambda: ex.transport.get_tagged(key))
     return (None, None) if got is None else got
 
 
-async def replace_document(ex, key: str, data: bytes, before: bytes, tag: dict | None, url: str, *,
+async def replace_document(ex: Executor, key: str, data: bytes, before: bytes, tag: dict[str, str] | None,
+                           url: str, *,
                            what: str = f"a writer that ignored {LOCK_KEY}") -> None:
     """Replace ``key`` only if it still holds ``before``: an ETag conditional put where the store has
     one, else (obstore's LocalStore) a re-read and compare under the lock, then the put."""

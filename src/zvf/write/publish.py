@@ -75,18 +75,18 @@ def is_control_key(key: str) -> bool:
     return key.startswith(CONTROL_PREFIXES) or key.startswith(TAKEOVER)
 
 
-def section_nodes(root_doc: Mapping) -> dict[str, dict]:
+def section_nodes(root_doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The node documents of a root's consolidated section ({} without one)."""
     cm = root_doc.get(CONSOLIDATED)
     nodes = cm.get("metadata") if isinstance(cm, dict) else None
     return {k: v for k, v in nodes.items() if isinstance(v, dict)} if isinstance(nodes, dict) else {}
 
 
-async def discover_documents(ex: Executor) -> dict[str, dict]:
+async def discover_documents(ex: Executor) -> dict[str, dict[str, Any]]:
     """Every node document of a store without a consolidated section, found by listing (node path -> doc)."""
     keys = [k for k, _ in await ex.list("") if k.endswith("/zarr.json") and is_store_key(k)]
     raws = await ex.gather([ex.get(k) for k in keys])
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for k, raw in zip(keys, raws):
         if raw is None:
             continue
@@ -153,9 +153,9 @@ class Publication:
         self.retention = retention
         self.expect = expect
         self.base_bytes: bytes = b""
-        self.base_tag: dict | None = None
-        self.base_doc: dict = {}
-        self.base_docs: dict[str, dict] = {}  # node path -> document of the version being superseded
+        self.base_tag: dict[str, str] | None = None
+        self.base_doc: dict[str, Any] = {}
+        self.base_docs: dict[str, dict[str, Any]] = {}  # node path -> document of the version being superseded
         self.record = Record("")
         self.chosen: dict[str, str] = {}  # array path -> family this publication writes it under
         self._used: dict[str, set[str]] = {}
@@ -243,9 +243,10 @@ class Publication:
         data = builders.dumps(new)
         await self.lock.check()
         await replace_document(self.ex, "zarr.json", data, self.base_bytes, self.base_tag, self.url)
-        self.base_bytes, self.base_tag = await read_document(self.ex, "zarr.json")
-        if self.base_bytes != data:
+        got, self.base_tag = await read_document(self.ex, "zarr.json")
+        if got != data:
             raise ConcurrentModificationError(f"{self.url}/zarr.json: changed by a writer that ignored {LOCK_KEY}")
+        self.base_bytes = got
         self.base_doc = new
 
     # ------------------------------------------------------------------ 2. cells
@@ -302,9 +303,9 @@ class Publication:
         self._cleared.append(prefix)
         return len(gone)
 
-    def patched(self, docs: Mapping[str, dict]) -> dict[str, dict]:
+    def patched(self, docs: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """``docs`` with the encoding of the family each array this publication wrote is under."""
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for path, doc in docs.items():
             if doc.get("node_type") == "array" and path in self.chosen:
                 doc = {**doc, "chunk_key_encoding": encoding_of(self.chosen[path]).to_json()}
@@ -312,7 +313,7 @@ class Publication:
         return out
 
     # ------------------------------------------------------------------ 3. commit, 4. documents
-    async def commit(self, docs: Mapping[str, dict], root: dict) -> dict:
+    async def commit(self, docs: Mapping[str, dict[str, Any]], root: dict[str, Any]) -> dict[str, Any]:
         """Publish the new version: ``docs`` is every node document of it (path -> document, the root
         excluded), ``root`` its root document.  Arrays this publication wrote get the encoding of their
         family; an array carried unchanged from the base keeps its own.  Returns the root published."""
@@ -321,6 +322,7 @@ class Publication:
                 await self.keys(path, len(doc.get("shape") or ()))  # an array with no cells needs a clean family too
         docs = self.patched(docs)  # an array carried from the base unchanged keeps its own (its cells are kept)
         now = time.time()
+        assert self.retention is not None, "begin() set it"
         retention = float(self.retention)
         superseded = Retained(self.record.version, now, self.record.lease, self.current_families())
         kept = [superseded] + [r for r in self.record.retained if r.version != superseded.version]
@@ -341,7 +343,7 @@ class Publication:
             await replace_document(self.ex, "zarr.json", builders.dumps(new_root), before, tag, self.url)
         return new_root
 
-    async def write_documents(self, docs: Mapping[str, dict], *, everything: bool) -> None:
+    async def write_documents(self, docs: Mapping[str, dict[str, Any]], *, everything: bool) -> None:
         """The documents on disk made to match ``docs`` (node path -> document): those that changed since
         the base version (``everything``: all), arrays and groups first, then level groups (0.9.2 finds
         levels by listing); then documents of nodes the new version no longer has go."""
