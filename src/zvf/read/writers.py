@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -44,7 +45,8 @@ import stat
 import sys
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -52,6 +54,9 @@ from ..errors import InvalidArgumentError
 from .columns import LINK_TABLES, flat_columns, link_arrays, vertex_arrays
 from .npz import NpzBuilder
 from .selection import Selection
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMATS = ("npz", "csv", "parquet", "json")
 SUFFIXES = {".npz": "npz", ".csv": "csv", ".parquet": "parquet", ".json": "json", ".jsonl": "json"}
@@ -157,7 +162,7 @@ class _Out:
         self.template = template
         self.links = links
         self.tables = tuple(tables)  # whole tables written once by write_table (objects, groups)
-        self.sinks: dict = {}
+        self.sinks: dict[str, _Sink] = {}
         self.partials: dict[str, str] = {}  # final path -> temporary path
 
     def files(self) -> list[str]:
@@ -220,7 +225,7 @@ class _Out:
         self.partials[final] = _partial(final)
         return self.partials[final]
 
-    def _open(self, table: str, arrays: dict[str, np.ndarray]):
+    def _open(self, table: str, arrays: dict[str, np.ndarray]) -> _Sink:
         raise NotImplementedError
 
     def _finish(self) -> None:
@@ -229,6 +234,14 @@ class _Out:
 
     def _release(self) -> None:
         self._finish()
+
+
+class _Sink(Protocol):
+    """Where one table's rows go, batch by batch."""
+
+    def write(self, arrays: dict[str, np.ndarray]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class _Text:
@@ -247,9 +260,7 @@ class _Text:
             self.fh.close()
 
 
-def _stdout_text():
-    import io
-
+def _stdout_text() -> io.TextIOWrapper:
     sys.stdout.flush()  # what was printed before goes first
     return io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="", write_through=True)
 
@@ -285,7 +296,7 @@ class _JsonTable(_Text):
 class CsvOut(_Out):
     """CSV: floats as %.9g (float32 round-trips) or %.17g, integers exact; links in ``OUT.edges.csv``."""
 
-    def _open(self, table, arrays):
+    def _open(self, table: str, arrays: dict[str, np.ndarray]) -> _Sink:
         self.sinks[table] = _CsvTable(self._target(table), arrays)
         return self.sinks[table]
 
@@ -294,7 +305,7 @@ class JsonOut(_Out):
     """JSON Lines, the CSV's columns (floats as Python prints them: they round-trip); links in
     ``OUT.edges.json``."""
 
-    def _open(self, table, arrays):
+    def _open(self, table: str, arrays: dict[str, np.ndarray]) -> _Sink:
         self.sinks[table] = _JsonTable(self._target(table), arrays)
         return self.sinks[table]
 
@@ -310,10 +321,10 @@ class _ParquetTable:
 
         self.pa = pa
         self.writer = pq.ParquetWriter(sys.stdout.buffer if path == STDOUT else path, self._table(arrays).schema)
-        self.pending: list = []
+        self.pending: list[pa.Table] = []
         self.rows = 0
 
-    def _table(self, arrays):
+    def _table(self, arrays: dict[str, np.ndarray]) -> pa.Table:
         return self.pa.table({n: self.pa.array(np.ascontiguousarray(c)) for n, c in flat_columns(arrays)})
 
     def write(self, arrays: dict[str, np.ndarray]) -> None:
@@ -338,7 +349,7 @@ class _ParquetTable:
 class ParquetOut(_Out):
     """Parquet (pyarrow), the CSV's columns with their dtypes; links in ``OUT.edges.parquet``."""
 
-    def _open(self, table, arrays):
+    def _open(self, table: str, arrays: dict[str, np.ndarray]) -> _Sink:
         self.sinks[table] = _ParquetTable(self._target(table), arrays)
         return self.sinks[table]
 
@@ -366,7 +377,7 @@ class NpzOut(_Out):
         self.partials[STDOUT] = tmp
         return tmp
 
-    def _open(self, table, arrays):
+    def _open(self, table: str, arrays: dict[str, np.ndarray]) -> _Sink:
         if self.zip is None:
             self.zip = NpzBuilder(self._target("vertices"))
         for k, v in arrays.items():
@@ -393,7 +404,13 @@ class _NpzTable:
     """A table's view of the shared NPZ columns."""
 
     def __init__(self, out: NpzOut):
-        self.write = out._append
+        self.out = out
+
+    def write(self, arrays: dict[str, np.ndarray]) -> None:
+        self.out._append(arrays)
+
+    def close(self) -> None:
+        """Nothing of its own to close: :meth:`NpzOut._finish` finishes the shared file."""
 
 
 def write_whole_table(path: str, fmt: str, arrays: dict[str, np.ndarray]) -> str:
@@ -404,9 +421,12 @@ def write_whole_table(path: str, fmt: str, arrays: dict[str, np.ndarray]) -> str
     try:
         if fmt == "npz":
             with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
+                # numpy's stub types **kwds as arrays but also has allow_pickle: bool, which **arrays may fill
+                np.savez(fh, **arrays)  # type: ignore[arg-type]
         else:
-            sink = {"csv": _CsvTable, "json": _JsonTable, "parquet": _ParquetTable}[fmt](tmp, arrays)
+            sinks: dict[str, Callable[[str, dict[str, np.ndarray]], _Sink]] = {
+                "csv": _CsvTable, "json": _JsonTable, "parquet": _ParquetTable}
+            sink = sinks[fmt](tmp, arrays)
             sink.write(arrays)
             sink.close()
         os.replace(tmp, path)
@@ -417,7 +437,7 @@ def write_whole_table(path: str, fmt: str, arrays: dict[str, np.ndarray]) -> str
     return path
 
 
-WRITERS = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut, "json": JsonOut}
+WRITERS: dict[str, type[_Out]] = {"csv": CsvOut, "npz": NpzOut, "parquet": ParquetOut, "json": JsonOut}
 
 
 def open_writer(out: str, fmt: str, template: Selection, links: str | None = None, rows: int | None = None,
