@@ -23,9 +23,11 @@ import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
+import anyio.abc
 import numpy as np
 
 from ..errors import (
@@ -45,6 +47,9 @@ from ..io.executor import Executor
 from .lock import LEASE, StoreLock
 from .publish import Publication, clear_unfinished, family_from, held_lock, shaped_root
 
+if TYPE_CHECKING:
+    from ..format.types import BytesLike
+
 
 class ByteBudget:
     """Caps the bytes of queued-but-unfinished uploads (a blob larger than the cap runs alone).
@@ -55,7 +60,7 @@ class ByteBudget:
     or the budget drains (``lifecycle.pyramid`` waits on ``_cond`` for that).
     """
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
         self._waiting = 0
@@ -95,7 +100,7 @@ class StoreWriter:
 
     def __init__(self, executor: Executor, *, overwrite: bool = False, max_inflight_bytes: int = 256 << 20,
                  consolidate: bool = True, publication: Publication | None = None,
-                 taken: Mapping[str, Iterable[str]] | None = None, lease: float | None = LEASE):
+                 taken: Mapping[str, Iterable[str]] | None = None, lease: float | None = LEASE) -> None:
         self.ex = executor
         self.overwrite = overwrite
         self.consolidate = consolidate  # root carries every document (False: 0.9.2's bytes, the compat switch)
@@ -105,8 +110,8 @@ class StoreWriter:
         self.lock: StoreLock | None = None
         self._own_lock = False  # the lock is this writer's to release (not a caller's)
         self._budget = ByteBudget(max_inflight_bytes)
-        self._docs: list[tuple[int, str, dict]] = []  # (stage, key, document)
-        self._tg = None
+        self._docs: list[tuple[int, str, dict[str, Any]]] = []  # (stage, key, document)
+        self._tg: anyio.abc.TaskGroup | None = None
         self._queue: collections.deque[tuple[str, Blob]] = collections.deque()  # blobs waiting for an uploader
         self._uploaders = 0
         self._error: Exception | None = None  # first failed upload; stops the write
@@ -115,15 +120,21 @@ class StoreWriter:
 
     async def __aenter__(self) -> StoreWriter:
         await self._claim()
-        if self._own_lock:
-            await self.lock.start_heartbeat()
+        if (lock := self._owned_lock()) is not None:
+            await lock.start_heartbeat()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         return self
 
-    async def __aexit__(self, exc_type, exc, tb):
+    def _owned_lock(self) -> StoreLock | None:
+        """The lock when it is this writer's to keep fresh and release (not a caller's)."""
+        return self.lock if self._own_lock else None
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool:
         try:
             try:
+                assert self._tg is not None, "entered in __aenter__"
                 await self._tg.__aexit__(exc_type, exc, tb)
             except BaseExceptionGroup as group:  # anyio wraps the body's own error: hand it back bare
                 if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
@@ -138,26 +149,27 @@ class StoreWriter:
             raise
         if exc_type is not None:
             await self._failed()
-        elif self._own_lock:
-            await self.lock.stop_heartbeat()
-            await self.lock.release()
+        elif (lock := self._owned_lock()) is not None:
+            await lock.stop_heartbeat()
+            await lock.release()
         return False
 
     async def _failed(self) -> None:
         """After an error: a change to a published store takes its unreferenced cells away and releases
         the lock (the store reads as before); a new store's lock stays, marked abandoned (the location
         holds an unfinished store, which the next writer with overwrite=True replaces at once)."""
-        if self._own_lock:
-            await self.lock.stop_heartbeat()
+        lock = self._owned_lock()
+        if lock is not None:
+            await lock.stop_heartbeat()
         with anyio.CancelScope(shield=True):
             if self.publication is not None:
                 with contextlib.suppress(Exception):  # best effort: the next change or gc finds what is left
                     await self.publication.abort()
-            if self._own_lock:
+            if lock is not None:
                 if self.publication is not None:
-                    await self.lock.release()
+                    await lock.release()
                 else:
-                    await self.lock.abandon()
+                    await lock.abandon()
 
     async def _claim(self) -> None:
         """Take the store's lock before writing anything; only then look at what is there.
@@ -232,6 +244,7 @@ class StoreWriter:
         self._queue.append((key, data))
         if self._uploaders < max(1, self.ex.concurrency):
             self._uploaders += 1
+            assert self._tg is not None, "put_cell is called inside ``async with``"
             self._tg.start_soon(self._uploader)
 
     async def _uploader(self) -> None:
@@ -271,11 +284,11 @@ class StoreWriter:
         finally:
             await self._budget.release(len(data))
 
-    def add_document(self, key: str, doc: dict, *, stage: int) -> None:
+    def add_document(self, key: str, doc: dict[str, Any], *, stage: int) -> None:
         """A metadata document to publish after the cells: stage 0 arrays/groups, 1 levels, 2 root."""
         self._docs.append((stage, key, doc))
 
-    def queued_documents(self) -> dict[str, dict]:
+    def queued_documents(self) -> dict[str, dict[str, Any]]:
         """Node path -> document of every node queued so far (the root excluded)."""
         return {k[:-len("/zarr.json")]: d for s, k, d in self._docs if s < 2}
 
@@ -305,8 +318,12 @@ ENCODE_WORKERS = min(4, os.cpu_count() or 1)
 PIECE_ROWS = 8192
 
 
-async def ordered_map(items: Sequence, work: Callable[[Any], Any], consume: Callable[[Any, Any], Awaitable[None]],
-                      *, workers: int = ENCODE_WORKERS) -> None:
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+async def ordered_map(items: Sequence[Item], work: Callable[[Item], Result],
+                      consume: Callable[[Item, Result], Awaitable[None]], *, workers: int = ENCODE_WORKERS) -> None:
     """Run ``work(item)`` in worker threads, ``await consume(item, result)`` on the loop in item order.
 
     At most ``2 * workers`` results wait at once, so memory stays bounded
@@ -328,7 +345,7 @@ async def ordered_map(items: Sequence, work: Callable[[Any], Any], consume: Call
             results[i] = (False, exc)
         done[i].set()
 
-    async def produce(tg) -> None:
+    async def produce(tg: anyio.abc.TaskGroup) -> None:
         for i in range(n):
             await window.acquire()
             tg.start_soon(one, i)
@@ -357,7 +374,7 @@ class SpatialArrayOut:
     codec: CellCodec
     origin: tuple[int, ...]
     grid_shape: tuple[int, ...]
-    attributes: dict
+    attributes: dict[str, Any]
     nonempty: list[tuple[int, ...]] = field(default_factory=list)
     _shards: dict[tuple[int, ...], dict[int, Blob]] = field(default_factory=dict)
 
@@ -369,17 +386,17 @@ class SpatialArrayOut:
             self._keys = await writer.cell_keys(self.path, len(self.grid_shape))
         return self._keys
 
-    async def add(self, writer: StoreWriter, chunk, payload) -> None:
+    async def add(self, writer: StoreWriter, chunk: Iterable[int], payload: BytesLike) -> None:
         """Store the payload of absolute chunk ``chunk``."""
         await self.put(writer, chunk, self.codec.encode(payload))
 
-    async def put(self, writer: StoreWriter, chunk, blob: Blob) -> None:
+    async def put(self, writer: StoreWriter, chunk: Iterable[int], blob: Blob) -> None:
         """Store a cell already encoded with ``self.codec`` (e.g. in a worker thread)."""
         chunk = tuple(int(c) for c in chunk)
         self.nonempty.append(chunk)
         grid = np.asarray(chunk, dtype=np.int64) - np.asarray(self.origin, dtype=np.int64)
         if self.codec.shard is None:
-            await writer.put_cell((await self.keys(writer)).key(self.path, grid), blob)
+            await writer.put_cell((await self.keys(writer)).key(self.path, grid.tolist()), blob)
             return
         shard = tuple(int(s) for s in shard_coords(grid, self.codec.shard))
         self._shards.setdefault(shard, {})[int(inner_index(grid, self.codec.shard))] = blob
@@ -411,7 +428,10 @@ class SpatialArrayOut:
         """Upload one complete shard now (its bytes depend only on its own cells)."""
         inner = self._shards.pop(shard, None)
         if inner:
-            blob = encode_shard(inner, int(np.prod(self.codec.shard)), inner_shape=self.codec.shard)
+            assert self.codec.shard is not None, "only sharded cells are buffered"
+            # a uint8 array blob is joined as its bytes (numpy's stubs do not declare arrays buffers)
+            blob = encode_shard(cast("Mapping[int, bytes | None]", inner), int(np.prod(self.codec.shard)),
+                                inner_shape=self.codec.shard)
             if blob is not None:
                 await writer.put_cell((await self.keys(writer)).key(self.path, shard), blob)
 
@@ -427,7 +447,7 @@ class SpatialArrayOut:
         writer.add_document(f"{self.path}/zarr.json", doc, stage=0)
 
 
-def is_fill(block: np.ndarray, fill) -> bool:
+def is_fill(block: np.ndarray, fill: float | str) -> bool:
     """Whether a chunk equals the fill value (NaN equal to NaN, float 0 compared bitwise), as zarr decides."""
     if isinstance(fill, str) or (isinstance(fill, float) and np.isnan(fill)):
         return bool(np.all(np.isnan(block)))
@@ -436,8 +456,8 @@ def is_fill(block: np.ndarray, fill) -> bool:
     return bool(np.all(block == fill))
 
 
-async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_rows: int, fill, codec: CellCodec,
-                      doc: dict) -> None:
+async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_rows: int, fill: float | str,
+                      codec: CellCodec, doc: dict[str, Any]) -> None:
     """A dense numeric array in chunks of ``chunk_rows`` rows, as zarr-python stores it.
 
     The edge chunk is padded with ``fill``; a chunk that is all fill is not stored.
@@ -458,8 +478,9 @@ async def write_dense(writer: StoreWriter, path: str, values: np.ndarray, chunk_
     writer.add_document(f"{path}/zarr.json", doc, stage=0)
 
 
-def add_level0_documents(writer: StoreWriter, url: str, *, geometry: str, n: int, arrays_present, chunk_shape,
-                         bounds, bin_shape) -> None:
+def add_level0_documents(writer: StoreWriter, url: str, *, geometry: str, n: int, arrays_present: Sequence[str],
+                         chunk_shape: Sequence[float], bounds: Sequence[Sequence[float]],
+                         bin_shape: Sequence[float] | None) -> None:
     """Level 0's and the root's documents (published after everything else)."""
     writer.add_document("0/zarr.json", builders.level_document(
         level=0, vertex_count=n, arrays_present=arrays_present, coarsening_method="none",
@@ -469,7 +490,8 @@ def add_level0_documents(writer: StoreWriter, url: str, *, geometry: str, n: int
         base_bin_shape=bin_shape), stage=2)
 
 
-async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, codec: CellCodec, doc: dict) -> None:
+async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, codec: CellCodec,
+                        doc: dict[str, Any]) -> None:
     """A 1-D vlen-bytes array (manifests, groups): ``chunk`` items per stored object.
 
     Sharded (``codec.shard``), each stored object is a shard of ``chunk`` rows
@@ -493,7 +515,8 @@ async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, 
         _, lo, hi = piece
         groups = -(-(hi - lo) // per)
         if packed is not None:
-            buf, bounds = vlen_frames(*packed(lo, hi), per, groups)
+            data, offsets = packed(lo, hi)
+            buf, bounds = vlen_frames(data, offsets, per, groups)
             return [compress.encode(buf[x:y]) for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
         rows = list(items[lo:hi]) + [b""] * (groups * per - (hi - lo))
         return [codec.encode_items(rows[j * per:(j + 1) * per]) for j in range(groups)]
@@ -543,7 +566,7 @@ def dense_codec(codec: CellCodec) -> CellCodec:
     return dataclasses.replace(codec, serializer="bytes", shard=None)
 
 
-def dense_codecs_json(codec: CellCodec, dtype) -> list[dict]:
+def dense_codecs_json(codec: CellCodec, dtype: Any) -> list[dict[str, Any]]:
     """``codecs`` of a dense array as zarr-python writes it (1-byte types carry no endian)."""
     return [builders.bytes_codec(dtype), *codec.codecs_json()[1:]]
 
