@@ -19,13 +19,16 @@ from .rowops import map_rows, match_rows, segments
 from .selection import Selection
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from .chunkset import ChunkSet
     from .context import ReadContext
+    from .dataset import AttributeNames, Categories
     from .load import Level
 
 
-async def query_sequential(rc: ReadContext, lo, hi, *, level: int, attributes, clip: bool,
-                           categories=None) -> Selection:
+async def query_sequential(rc: ReadContext, lo: NDArray[np.float64], hi: NDArray[np.float64], *, level: int,
+                           attributes: AttributeNames, clip: bool, categories: Categories = None) -> Selection:
     """Polylines/streamlines with at least one vertex in the closed box, whole or clipped
     (only their parts in the chosen ``categories`` on an attribute-chunked level)."""
     lvl, _, (oids, table), cs = await prepare(rc, level, attributes, links=False)
@@ -74,7 +77,8 @@ def clip_objects(sel: Selection, keep: np.ndarray) -> Selection:
                      offsets=np.concatenate(([0], np.cumsum(per))).astype(np.int64), objects=sel.objects)
 
 
-async def query_linked(rc: ReadContext, lo, hi, *, level: int, attributes, categories=None) -> Selection:
+async def query_linked(rc: ReadContext, lo: NDArray[np.float64], hi: NDArray[np.float64], *, level: int,
+                       attributes: AttributeNames, categories: Categories = None) -> Selection:
     """Graph/skeleton/mesh vertices in the closed box plus the edges/faces among them.
 
     Rows are grouped by object (ascending id, then chunk and row order) with
@@ -101,6 +105,7 @@ def linked_rows_by_object(cs: ChunkSet, sel: np.ndarray, owner: np.ndarray, geom
     width = 3 if geometry == "mesh" else 2
     pos_of_global = np.full(cs.total, -1, dtype=np.int64)
     pos_of_global[sel] = np.arange(len(sel), dtype=np.int64)
+    assert geometry is not None, "only graph, skeleton and mesh levels have linked rows"
     rows, link_attrs = cs.connectivity(geometry)
     conn, kept = map_rows(rows, pos_of_global)
     link_attrs = {n: v[kept] for n, v in link_attrs.items()}
@@ -122,8 +127,9 @@ def needs_chunkset(lvl: Level) -> bool:
     return lvl.categories is not None or is_draco(lvl)
 
 
-async def read_rows(rc: ReadContext, level: int, attributes, *, box=None, categories=None,
-                    chunks: np.ndarray | None = None) -> Selection:
+async def read_rows(rc: ReadContext, level: int, attributes: AttributeNames, *,
+                    box: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+                    categories: Categories = None, chunks: np.ndarray | None = None) -> Selection:
     """Every vertex of the chosen chunks (``chunks``, or those of ``categories`` and a closed ``box``
     when given), with its attributes (the chunking attribute included) and object id, in chunk order."""
     lvl, _, _, cs = await prepare(rc, level, attributes, links=False, table=False)
@@ -133,6 +139,6 @@ async def read_rows(rc: ReadContext, level: int, attributes, *, box=None, catego
     owners = await rc.fragment_owners(level) if rc.has_objects(level) else None
     await cs.load(chunks)
     _, _, pos, _ = cs.concat()
-    sel = np.flatnonzero(inside(pos, lo, hi)) if box is not None and len(pos) else np.arange(len(pos))
+    sel = np.flatnonzero(inside(pos, *box)) if box is not None and len(pos) else np.arange(len(pos))
     positions, attrs = cs.rows(sel)
     return Selection(positions, attrs, None if owners is None else cs.row_owners(owners)[sel])
