@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import InvalidArgumentError
 
@@ -63,7 +64,7 @@ class ObjectSample:
     offsets: np.ndarray  # (k + 1,) int64
 
     @classmethod
-    def of(cls, positions, lengths, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
+    def of(cls, positions: ArrayLike, lengths: ArrayLike, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
         """Up to ``limit`` objects evenly spaced among those of ``lengths`` rows each (in order) in ``positions``."""
         lengths = np.asarray(lengths, dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)])
@@ -77,7 +78,7 @@ class ObjectSample:
                    np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64))
 
     @classmethod
-    def of_ids(cls, positions, object_ids, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
+    def of_ids(cls, positions: ArrayLike, object_ids: ArrayLike, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
         """:meth:`of` for vertices owned by ``object_ids`` (one per row, in any order)."""
         order = np.argsort(np.asarray(object_ids), kind="stable")
         _, lengths = np.unique(np.asarray(object_ids)[order], return_counts=True)
@@ -166,8 +167,8 @@ def _made(lo: np.ndarray, hi: np.ndarray, edge: float) -> float:
     return float(np.prod(np.floor(hi / edge) - np.floor(lo / edge) + 1))
 
 
-def choose_chunk_shape(lo, hi, n: int, *, target: int = TARGET_POINTS, objects: ObjectSample | None = None,
-                       row_bytes: int | None = None) -> list[float]:
+def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int = TARGET_POINTS,
+                       objects: ObjectSample | None = None, row_bytes: int | None = None) -> list[float]:
     """A cubic chunk edge for ``n`` vertices spread over the box ``[lo, hi]``.
 
     Assumes a uniform spread: the chunk count is ``n / target`` and the edge
@@ -231,7 +232,8 @@ def _for_object_reads(edge: float, lo: np.ndarray, hi: np.ndarray, n: int, objec
     return best
 
 
-def choose_bin_shape(chunk_shape, points_per_chunk: float, *, target: int = TARGET_BIN_POINTS) -> list[float] | None:
+def choose_bin_shape(chunk_shape: Sequence[float], points_per_chunk: float, *,
+                     target: int = TARGET_BIN_POINTS) -> list[float] | None:
     """Bins that tile ``chunk_shape`` with about ``target`` vertices each (None: one bin per chunk).
 
     The same whole number of bins per axis, a power of two, so bins nest
@@ -243,7 +245,7 @@ def choose_bin_shape(chunk_shape, points_per_chunk: float, *, target: int = TARG
     return None if k == 1 else [c / k for c in cs]
 
 
-def object_bin_shape(chunk_shape, objects: ObjectSample) -> list[float] | None:
+def object_bin_shape(chunk_shape: Sequence[float], objects: ObjectSample) -> list[float] | None:
     """Bins about ``1 / OBJECT_BINS`` of a typical object's size (None: one bin per chunk).
 
     A pyramid level keeps one vertex per object and bin of the level below's
@@ -260,7 +262,7 @@ def object_bin_shape(chunk_shape, objects: ObjectSample) -> list[float] | None:
     return None if k == 1 else [c / k for c in cs]
 
 
-def check_words(chunk_shape, bin_shape) -> None:
+def check_words(chunk_shape: object, bin_shape: object) -> None:
     """The only word a shape may be is ``"auto"``."""
     if isinstance(chunk_shape, str) and chunk_shape != "auto":
         raise InvalidArgumentError(f"chunk_shape must be numbers or 'auto', got {chunk_shape!r}")
@@ -268,8 +270,9 @@ def check_words(chunk_shape, bin_shape) -> None:
         raise InvalidArgumentError(f"bin_shape must be numbers, None or 'auto', got {bin_shape!r}")
 
 
-def resolve(chunk_shape, bin_shape, lo, hi, n: int, *, objects: ObjectSample | None = None,
-            row_bytes: int | None = None):
+def resolve(chunk_shape: Sequence[float] | str, bin_shape: Sequence[float] | str | None, lo: ArrayLike,
+            hi: ArrayLike, n: int, *, objects: ObjectSample | None = None,
+            row_bytes: int | None = None) -> tuple[Sequence[float], Sequence[float] | None]:
     """Concrete (chunk_shape, bin_shape) for a writer: ``"auto"`` replaced from the data's extent and count
     (and, for objects, from ``objects``: see :func:`choose_chunk_shape`, :func:`object_bin_shape`).
 
@@ -288,7 +291,7 @@ def resolve(chunk_shape, bin_shape, lo, hi, n: int, *, objects: ObjectSample | N
     return chunk_shape, bin_shape
 
 
-def check_cells(n: int, occupied: int, chunk_shape, lo, hi) -> None:
+def check_cells(n: int, occupied: int, chunk_shape: object, lo: ArrayLike, hi: ArrayLike) -> None:
     """Warn (``LayoutWarning``) when ``n`` vertices fill ``occupied`` chunks that are many and nearly empty;
     refuse (InvalidArgumentError) past ``MAX_SPARSE_CELLS`` of them.  Writers call it before any upload.
 

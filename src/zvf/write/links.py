@@ -20,7 +20,9 @@ Link attributes mirror every links array cell for cell, as flat rows.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,8 +30,11 @@ from ..format import builders
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.keys import format_offsets_name
 from ..format.links import encode_intra_links, encode_ragged_links, lehmer_encode
-from .engine import empty_group, ordered_map
+from .engine import SpatialArrayOut, empty_group, ordered_map
 from .partition import sort_codes
+
+if TYPE_CHECKING:
+    from .level import LevelWriter
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,8 @@ class LinkCells:
 
     def cell_is_intra(self) -> np.ndarray:
         k = len(self.cell_chunk)
-        return ~np.any(self.cell_offsets.reshape(k, int(np.prod(self.cell_offsets.shape[1:]))), axis=1)
+        crossing: np.ndarray = np.any(self.cell_offsets.reshape(k, int(np.prod(self.cell_offsets.shape[1:]))), axis=1)
+        return ~crossing
 
 
 def place_records(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
@@ -160,8 +166,8 @@ class LinkWriter:
     may come twice.
     """
 
-    def __init__(self, level, *, ndim: int, width: int, attribute_names=(), intra_array: bool,
-                 link_fragments: bool):
+    def __init__(self, level: LevelWriter, *, ndim: int, width: int, attribute_names: Iterable[str] = (),
+                 intra_array: bool, link_fragments: bool) -> None:
         self.level = level
         self.ndim = ndim
         self.width = width
@@ -169,14 +175,14 @@ class LinkWriter:
         self.intra_array = intra_array
         self.total = 0
         self._intra_name = format_offsets_name([[0] * ndim] * (width - 1))
-        self._attr_arrays: dict = {}
+        self._attr_arrays: dict[tuple[str, str], SpatialArrayOut] = {}
         if intra_array:
             self._array(self._intra_name, [[0] * ndim] * (width - 1))
         self._frags = level.array("link_fragments", builders.link_fragments_attributes()) if link_fragments else None
         self._deferred: list[tuple[np.ndarray, np.ndarray]] = []
         self._deferred_n = 0
 
-    def _array(self, name: str, offsets):
+    def _array(self, name: str, offsets: Sequence[Sequence[int]]) -> SpatialArrayOut:
         return self.level.array(f"links/0/{name}", builders.links_array_attributes(
             offsets, has_perm=name != self._intra_name, link_width=self.width, level_delta=0))
 
@@ -192,7 +198,7 @@ class LinkWriter:
         if k == 0:
             return
         is_intra = cells.cell_is_intra().tolist()
-        uniq, which = np.unique(cells.cell_offsets.reshape(k, -1), axis=0, return_inverse=True)
+        uniq, inverse = np.unique(cells.cell_offsets.reshape(k, -1), axis=0, return_inverse=True)
         shape = (self.width - 1, self.ndim)
         offsets = [u.reshape(shape).tolist() for u in uniq]
         names = [format_offsets_name(o) for o in offsets]
@@ -200,13 +206,13 @@ class LinkWriter:
         attrs = [(values.dtype.newbyteorder("<"), values, [self._attribute_array(an, values, name, o)
                                                            for name, o in zip(names, offsets)])
                  for an, values in link_attributes.items()]
-        which = which.reshape(-1).tolist()
+        which = inverse.reshape(-1).tolist()
         chunks = cells.cell_chunk.tolist()
         starts = cells.starts.tolist()
         frags = self._frags
 
-        def encode(batch: range) -> list:
-            out = []
+        def encode(batch: range) -> list[tuple[SpatialArrayOut, int, bytes]]:
+            out: list[tuple[SpatialArrayOut, int, bytes]] = []
             for c in batch:
                 lo, hi = starts[c], starts[c + 1]
                 arr = arrays[which[c]]
@@ -224,7 +230,7 @@ class LinkWriter:
                     out.append((o, c, o.codec.encode(np.ascontiguousarray(values[sel]).astype(dt).tobytes())))
             return out
 
-        async def store(_: range, blobs: list) -> None:
+        async def store(_: range, blobs: list[tuple[SpatialArrayOut, int, bytes]]) -> None:
             for out, c, blob in blobs:
                 await out.put(writer, chunks[c], blob)
 
@@ -250,7 +256,8 @@ class LinkWriter:
             self._deferred, self._deferred_n = [], 0
             await self.add(place_records(chunks, vi), {})
 
-    def _attribute_array(self, an: str, values: np.ndarray, name: str, offsets):
+    def _attribute_array(self, an: str, values: np.ndarray, name: str,
+                         offsets: Sequence[Sequence[int]]) -> SpatialArrayOut:
         out = self._attr_arrays.get((an, name))
         if out is None:
             out = self._attr_arrays[(an, name)] = self.level.array(
@@ -280,7 +287,7 @@ class LinkWriter:
                     an, level_delta=0, num_links=self.total), stage=0)
 
 
-async def put_links(level, cells: LinkCells, *, ndim: int, link_attributes: dict[str, np.ndarray],
+async def put_links(level: LevelWriter, cells: LinkCells, *, ndim: int, link_attributes: dict[str, np.ndarray],
                     intra_array: bool, link_fragments: bool) -> None:
     """Upload every cell of ``cells`` at once and queue the family documents (see :class:`LinkWriter`)."""
     lw = LinkWriter(level, ndim=ndim, width=cells.link_width, attribute_names=link_attributes,
