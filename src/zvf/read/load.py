@@ -17,8 +17,9 @@ lazily, once.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -38,6 +39,14 @@ from ..io.executor import Executor
 from .cells import CellArray
 from .levels import LevelNodes
 from .object_index import ObjectIndex
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+#: A parsed JSON document (a node's zarr.json).
+Doc: TypeAlias = dict[str, Any]
+#: Wave 1 of opening a level: its document and its fixed-name array documents by path (None: absent).
+LevelParts: TypeAlias = tuple[Doc | None, dict[str, Doc | None]]
 
 # What each lazily loaded family consists of: documents at fixed paths, or
 # user-named members found by listing (with how deep the names go).
@@ -109,8 +118,9 @@ class Level(LevelNodes[CellArray]):
         """Rank of chunk coordinates (cell keys, manifests): ndim, plus one for a categorical axis."""
         return self.layout.key_ndim
 
-    def category_index(self, categories) -> np.ndarray:
-        """Positions on the category axis of the given category values (InvalidArgumentError if unknown)."""
+    def category_index(self, categories: Any) -> np.ndarray:
+        """Positions on the category axis of the given category values (InvalidArgumentError if unknown).
+        ``categories``: one value of the chunking attribute (any JSON scalar) or a sequence of them."""
         values = self.categories
         if values is None:
             raise InvalidArgumentError(
@@ -125,7 +135,8 @@ class Level(LevelNodes[CellArray]):
                 f"(it has {list(values)})")
         return np.asarray([values.index(c) for c in want], dtype=np.int64)
 
-    def chunks_in(self, lo=None, hi=None, categories=None) -> np.ndarray:
+    def chunks_in(self, lo: ArrayLike | None = None, hi: ArrayLike | None = None,
+                  categories: Any = None) -> np.ndarray:
         """Stored chunks that can hold vertices in the closed box ``[lo, hi]`` (all when None)
         and, on an attribute-chunked level, in the given categories (all when None)."""
         chunks = self.nonempty_chunks
@@ -133,6 +144,7 @@ class Level(LevelNodes[CellArray]):
         if categories is not None:
             keep &= np.isin(chunks[:, 0], self.category_index(categories))
         if lo is not None and len(chunks):
+            assert hi is not None, "a box has both corners"
             keep &= self.layout.in_box(chunks, lo, hi)
         return chunks[keep]
 
@@ -142,7 +154,8 @@ SECTION = "consolidated"  # executor cache namespace holding a verified root sec
 
 def _section(ex: Executor) -> dict[str, Any] | None:
     """The verified consolidated section of this store, if any (see the module docstring)."""
-    return ex.cache(SECTION).get("zarr.json")
+    section: dict[str, Any] | None = ex.cache(SECTION).get("zarr.json")
+    return section
 
 
 async def _get_json(ex: Executor, key: str) -> dict[str, Any] | None:
@@ -153,7 +166,8 @@ async def _get_json(ex: Executor, key: str) -> dict[str, Any] | None:
     return None if raw is None else parse.loads(raw, key=key)
 
 
-def _trust_section(ex: Executor, root_doc: dict, index: int, level_doc, fixed: dict) -> None:
+def _trust_section(ex: Executor, root_doc: Doc, index: int, level_doc: Doc | None,
+                   fixed: dict[str, Doc | None]) -> None:
     """Adopt the root's consolidated section when the documents wave 1 fetched agree with it -- or, on a
     root zvf's publication protocol wrote (its version record), always: that section IS the version the
     root publishes, and the documents on disk follow it only after the root (``zvf.write.publish``)."""
@@ -261,7 +275,7 @@ OPEN_LISTED = ("vertex_attributes", "links", "links/0")
 LINKED = frozenset({"graph", "skeleton", "mesh"})
 
 
-async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[dict | None, tuple]:
+async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[Doc | None, LevelParts]:
     """Wave 1 of opening a level: (optionally) the root, the level document and every fixed-name array
     document, asked for at once; :func:`finish_level` does the rest."""
     fixed = [p for fam in OPEN_FIXED for p in FIXED_DOCS[fam]]
@@ -273,11 +287,13 @@ async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[di
     return root_doc, (level_doc, dict(zip(fixed, wave1[2:])))
 
 
-async def _none():
+async def _none() -> Doc | None:
+    """No document (the root, when wave 1 does not ask for it)."""
     return None
 
 
-async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, fixed_docs) -> Level:
+async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc: Doc | None,
+                       fixed_docs: dict[str, Doc | None]) -> Level:
     """A level ready for bbox queries and object reads: the attribute and delta-0 link groups listed (from
     the trusted section: no request), then the documents they name fetched beside the object index's
     prefetch.  Other families (cross-level links, object attributes, ...) load on first use."""
@@ -301,8 +317,9 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, f
         level.object_index = ObjectIndex(ex, level, level.key_ndim)
         frag = level.array("vertex_fragments")
         prefetch = [level.object_index.prefetch()] + ([frag.prefetch_indexes(PREFETCH_SHARDS)] if frag else [])
-        wave2 = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths] + prefetch)
-        docs = wave2[:len(paths)]
+        jobs: list[Awaitable[Doc | None]] = [_get_json(ex, f"{index}/{p}/zarr.json") for p in paths]
+        wave2 = await ex.gather([*jobs, *prefetch])
+        docs = wave2[:len(paths)]  # the documents; the prefetches return None
     else:
         docs = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths])
     _add_docs(level, ex, paths, docs)
@@ -312,7 +329,7 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc, f
     return level
 
 
-def _add_docs(level: Level, ex: Executor, paths, docs) -> None:
+def _add_docs(level: Level, ex: Executor, paths: Sequence[str], docs: Sequence[Doc | None]) -> None:
     for name, doc in zip(paths, docs):
         if doc is None:
             continue
@@ -347,7 +364,7 @@ async def load_level(ex: Executor, root: md.RootMeta, index: int) -> Level:
     return await finish_level(ex, root, index, *level_parts)
 
 
-def check_level(levels: list[int], level) -> int:
+def check_level(levels: list[int], level: object) -> int:
     if not isinstance(level, (int, np.integer)) or int(level) not in levels:
         raise InvalidArgumentError(f"level={level!r} is not in this store (levels: {levels})")
     return int(level)
