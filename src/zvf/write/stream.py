@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard, Unpack
+from io import BufferedRandom
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, Unpack
 
 import anyio
 import numpy as np
@@ -44,13 +45,15 @@ from . import inputs, layout
 from .engine import StoreWriter, empty_group
 from .fragment_attributes import FragmentAttributes
 from .level import LevelWriter, put_rows, shard_tuple
-from .partition import partition
+from .partition import Partition, partition
 from .point_level import PointExtras, manifest_rows, publish_level
 from .types import WriteConfig, WriteSummary
 
 if TYPE_CHECKING:
-    from ..io.store import Target
-    from .types import FragmentColumns, PointBatches, Shape, SpillDir, WriteOptions
+    from ..io.store import StoreHandle, Target
+    from .types import Bounds, FragmentColumns, PointBatch, PointBatches, Shape, SpillDir, WriteOptions
+
+T = TypeVar("T")
 
 # Rows buffered before a sorted run goes to disk, for every spilling writer (points and objects, in one
 # process or a routing task): flushing a run briefly holds ~3x its buffer; at 32 MiB 200 k streamlines peak
@@ -84,7 +87,7 @@ class _Column:
     name: str
     dtype: np.dtype
     row_shape: tuple[int, ...]
-    fh: object
+    fh: BufferedRandom
 
     @property
     def row_bytes(self) -> int:
@@ -128,7 +131,8 @@ class ChunkIds:
         """(G, ndim) chunk coordinates indexed by id."""
         return np.asarray(list(self.ids), dtype=np.int64).reshape(-1, self.ndim)
 
-    def visit_order(self, origin, shard) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def visit_order(self, origin: Sequence[int], shard: tuple[int, ...] | None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(visit, rank, shard_of): ids in the C order of their coordinates (the in-memory
         partition's order), grouped by shard when ``shard`` is set so each shard completes
         before the next starts; ``rank`` is each id's position in C order."""
@@ -207,6 +211,7 @@ class RunSpill:
         del sg, cut
         cols = [b[1] for b in buf]
         del buf
+        assert self.schema is not None  # set by the push that buffered these rows
         for name in self.schema:
             parts = [c.pop(name) for c in cols]  # hand each batch's column over, so it is freed once joined
             arr = np.concatenate(parts)
@@ -255,8 +260,8 @@ class RunSpill:
 class Spill:
     """A point cloud's rows spilled to local files in chunk-sorted runs (see the module docstring)."""
 
-    def __init__(self, directory: str, level_layout: LevelLayout, dtype, bounds, *, implicit_ids: bool,
-                 spill_bytes: int = SPILL_BYTES):
+    def __init__(self, directory: str, level_layout: LevelLayout, dtype: np.dtype | None, bounds: Bounds | None, *,
+                 implicit_ids: bool, spill_bytes: int = SPILL_BYTES):
         self.ndim = level_layout.ndim
         self.layout = level_layout  # its placement rule is the first batch's (by bin until then)
         self.dtype = dtype  # None: the first batch's float dtype, then every batch is cast to it
@@ -269,12 +274,13 @@ class Spill:
         self.chunks = ChunkIds(self.ndim)
         self.rows = RunSpill(directory, "col", spill_bytes)
         self.n_rows = 0
-        self.lo = self.hi = None
+        self.lo: np.ndarray | None = None
+        self.hi: np.ndarray | None = None
         self._batches = 0
         self._ids = DistinctIds()
 
     # ------------------------------------------------------------- pass 1
-    def add(self, batch) -> None:
+    def add(self, batch: PointBatch) -> None:
         """Check one batch, place it on the grid and buffer it (spilling a run when full)."""
         b = self._batches
         self._batches += 1
@@ -324,7 +330,7 @@ class Spill:
             oids = None
         if n == 0:
             return
-        if has_ids:
+        if has_ids and oids is not None:  # oids is set whenever has_ids
             self._ids.add(oids)
         # The chunk each row lands in, by the function the in-memory writer partitions with.
         gids = self.chunks.of(self.layout.chunk_of(pos))
@@ -358,11 +364,11 @@ class Spill:
         self.rows.close()
 
 
-def describe(schema: dict) -> str:
+def describe(schema: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> str:
     return "{" + ", ".join(f"{k}: {dt}{list(rs) if rs else ''}" for k, (dt, rs) in sorted(schema.items())) + "}"
 
 
-async def batches_of(source):
+async def batches_of(source: Iterable[T] | AsyncIterable[T]) -> AsyncIterator[T]:
     """Yield the batches of a sync or async iterable."""
     if isinstance(source, AsyncIterable):
         async for batch in source:
@@ -376,11 +382,13 @@ async def batches_of(source):
 
 def store_writer(ex: Executor, cfg: WriteConfig, upload_bytes: int | None = None) -> StoreWriter:
     """The writer of one store as ``cfg`` asks (overwrite, layout); ``upload_bytes``: its upload budget."""
-    budget = {} if upload_bytes is None else {"max_inflight_bytes": upload_bytes}
-    return StoreWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate, **budget)
+    if upload_bytes is None:
+        return StoreWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate)
+    return StoreWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate, max_inflight_bytes=upload_bytes)
 
 
-def level0(writer: StoreWriter, origin, grid_shape, codec: CellCodec, attributes: bool,
+def level0(writer: StoreWriter, origin: tuple[int, ...], grid_shape: tuple[int, ...], codec: CellCodec,
+           attributes: bool,
            fragments: tuple[int, ...] | None = None) -> LevelWriter:
     """Level 0's writer, with the vertex attributes group declared when there are any (``fragments``: see
     :func:`.level.fragment_shard`)."""
@@ -390,7 +398,7 @@ def level0(writer: StoreWriter, origin, grid_shape, codec: CellCodec, attributes
     return level
 
 
-async def open_new(target, cfg: WriteConfig):
+async def open_new(target: Target, cfg: WriteConfig) -> tuple[StoreHandle, Executor]:
     """(handle, executor) of the store to write, refused at once if one exists: before spilling, not after."""
     handle = open_store(target, mode="w", storage_options=cfg.storage_options)
     ex = Executor(handle)
@@ -402,7 +410,7 @@ async def open_new(target, cfg: WriteConfig):
 class DistinctIds:
     """Sorted distinct ids of many batches, merged as they grow (memory: the distinct ids)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._sets: list[np.ndarray] = []
 
     def add(self, ids: np.ndarray) -> None:
@@ -427,6 +435,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
     as for ``write_points`` (held in memory: one row per fragment of the chunks given).
     """
     cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
+    assert not isinstance(chunk_shape, str)  # streamed_config refused "auto"
     unfiled = LevelLayout.for_writing(chunk_shape, cfg.bin_shape, with_ids=False)
     ndim = unfiled.ndim
     frag_attrs = FragmentAttributes(fragment_attributes, ndim)
@@ -446,6 +455,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
             if bounds is None:
                 if n == 0:
                     raise InvalidArgumentError("bounds are required when there are no positions")
+                assert spill.lo is not None and spill.hi is not None  # set by the first of the n > 0 rows
                 lo, hi = spill.lo.astype(np.float64).tolist(), spill.hi.astype(np.float64).tolist()
             else:
                 lo, hi = inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
@@ -477,7 +487,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
                         frag_rank.append(np.full(len(part.frag_keys), rank[gid], dtype=np.int64))
                         frag_keys.append(part.frag_keys)
 
-                    def fragments_of(k: int, part=part) -> FragmentIndex:
+                    def fragments_of(k: int, part: Partition = part) -> FragmentIndex:
                         s = part.chunk_fragments(k)
                         return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
