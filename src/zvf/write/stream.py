@@ -322,7 +322,7 @@ class Spill:
             self.layout = self.layout.filed(with_ids=self.with_ids)
         elif has_ids != self.explicit_ids:
             raise InvalidArgumentError(f"{what}: either every batch has 'object_ids' or none does")
-        if has_ids:
+        if raw_ids is not None:  # has_ids
             oids = inputs.integer_ids(raw_ids, n, f"{what}['object_ids']")
         elif self.implicit_ids:
             oids = np.arange(self.n_rows, self.n_rows + n, dtype=np.int64)
