@@ -9,8 +9,8 @@ chunk) and the inverted object index.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import numpy as np
 
@@ -18,16 +18,26 @@ from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import FragmentIndex, decode_fragment_index, tiling_counts
 from ..format.grid import inside
 from ..io.plan import choose_fetch
-from .cells import group_by_shard, rows_from_payload
+from .cells import CellArray, ChunkCoords, ChunkList, group_by_shard, rows_from_payload
 from .selection import Selection
 
 if TYPE_CHECKING:
-    from .context import ReadContext
+    import numpy.typing as npt
+
+    from ..io.executor import Executor
+    from .context import Owners, ReadContext
+    from .load import Level
 
 T = TypeVar("T")
+#: Payloads of the cells read, per array name: one per chunk (None where the chunk has no cell).
+Payloads: TypeAlias = dict[str, list[bytes | memoryview | None]]
+#: A closed box (lo, hi).
+Box: TypeAlias = tuple[np.ndarray, np.ndarray]
+#: What :func:`chunk_owners` needs of a chunk's fragment index (see :func:`labelling_index`).
+Labelling: TypeAlias = np.ndarray | FragmentIndex
 
 
-def attribute_layout(arr) -> tuple[np.dtype, tuple[int, ...]]:
+def attribute_layout(arr: CellArray) -> tuple[np.dtype, tuple[int, ...]]:
     """(dtype, row_shape) of a vertex attribute array from its attributes.
 
     0.9.2 writes a one-channel ``(N, 1)`` attribute as ``row_shape: []`` with a
@@ -41,7 +51,8 @@ def attribute_layout(arr) -> tuple[np.dtype, tuple[int, ...]]:
     return np.dtype(attrs.get("dtype", "float32")), row_shape
 
 
-def attribute_rows(name: str, arr, payload, n_vertices: int, key: str, channels: dict[str, int]) -> np.ndarray:
+def attribute_rows(name: str, arr: CellArray, payload: bytes | memoryview | None, n_vertices: int, key: str,
+                   channels: dict[str, int]) -> np.ndarray:
     """Attribute rows of a chunk, aligned with its vertices.
 
     0.9.2's polyline and graph writers store multi-channel attributes with
@@ -63,7 +74,7 @@ def attribute_rows(name: str, arr, payload, n_vertices: int, key: str, channels:
     return rows
 
 
-def pick_attributes(level, attributes) -> list[str]:
+def pick_attributes(level: Level, attributes: str | Sequence[str] | None) -> list[str]:
     names = level.named("vertex_attributes")
     if attributes is None:
         return names
@@ -95,27 +106,30 @@ async def off_loop(nbytes: int, fn: Callable[[], T], limit: int = OFFLOAD_BYTES)
     return fn()
 
 
-async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[str], box=None,
+async def read_chunks(rc: ReadContext, level: Level, chunks: np.ndarray, names: list[str], box: Box | None = None,
                       sweep: bool = False) -> Selection:
     """Rows of the given chunks (optionally only those inside ``box``); ``sweep``: the caller reads the whole
     level this way, batch by batch, so sharded fragment indexes (small beside their rows) come a shard at a
     time and stay cached for the next batches."""
-    vert = level.array("vertices")
     labelled = rc.has_objects(level.index)
-    arrays = {"vertices": vert}
-    arrays.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
+    found = {"vertices": level.array("vertices")}
+    found.update({f"vertex_attributes/{n}": level.array(f"vertex_attributes/{n}") for n in names})
     if labelled:
-        arrays["vertex_fragments"] = level.array("vertex_fragments")
-    missing = [name for name, arr in arrays.items() if arr is None]
+        found["vertex_fragments"] = level.array("vertex_fragments")
+    missing = [name for name, arr in found.items() if arr is None]
     if missing:
         raise FormatError(f"{level.index}/{missing[0]}/zarr.json: missing or not an array")
+    arrays = {name: arr for name, arr in found.items() if arr is not None}
+    vert = arrays["vertices"]
     chunk_list = list(map(tuple, chunks.tolist()))
     if box is None and len(chunks) == len(level.nonempty_chunks) and np.array_equal(chunks, level.nonempty_chunks):
         return await read_level(rc, level, arrays, chunk_list, names, labelled)
-    owners = None
+    owners: Owners | None = None
     if labelled:  # the cells download while the object index is decoded to label their rows
-        payloads, owners = await vert.executor.gather([fetch(vert.executor, arrays, chunk_list, None, sweep),
-                                                       rc.fragment_owners(level.index)])
+        got = await vert.executor.gather([fetch(vert.executor, arrays, chunk_list, None, sweep),
+                                          rc.fragment_owners(level.index)])
+        # one gather of two differently typed awaitables: its result type joins them to object
+        payloads, owners = cast("Payloads", got[0]), cast("Owners", got[1])
     else:
         spans = None if box is None else await narrow(level, chunks, arrays, box)
         payloads = await fetch(vert.executor, arrays, chunk_list, spans)
@@ -128,8 +142,8 @@ async def read_chunks(rc: ReadContext, level, chunks: np.ndarray, names: list[st
     return assemble(*args)
 
 
-async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, names: list[str],
-                     labelled: bool) -> Selection:
+async def read_level(rc: ReadContext, level: Level, arrays: dict[str, CellArray], chunk_list: list[tuple[int, ...]],
+                     names: list[str], labelled: bool) -> Selection:
     """Every stored chunk of a level, each chunk's rows placed as its cells arrive.
 
     The vertex count in the level's metadata sizes the outputs up front, so
@@ -156,7 +170,7 @@ async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, nam
                     rows.arrived(i, {name: ps[j] for name, ps in payloads.items()})
         n_jobs = len(groups)
     else:  # one request per cell, in chunk order; a chunk is decoded when its last cell lands
-        landed: dict[int, dict] = {}
+        landed: dict[int, dict[str, bytes | memoryview | None]] = {}
         todo_cells = iter([(i, name) for i in range(len(chunk_list)) for name in arrays])
 
         async def worker(_: int) -> None:
@@ -181,7 +195,7 @@ async def read_level(rc: ReadContext, level, arrays: dict, chunk_list: list, nam
     return rows.finish()
 
 
-def size_concurrency(level, n_requests: int, n_attributes: int) -> None:
+def size_concurrency(level: Level, n_requests: int, n_attributes: int) -> None:
     """Let the store-wide limit fit a read of every cell of a level (bytes estimated from the vertex count)."""
     vert = level.array("vertices")
     if vert is None or not n_requests:
@@ -196,20 +210,22 @@ def batch_groups(n_chunks: int, width: int) -> list[list[int]]:
     return [list(range(i, min(i + per, n_chunks))) for i in range(0, n_chunks, per)]
 
 
-def shard_groups(arrays: dict, chunk_list: list) -> list[list[int]]:
+def shard_groups(arrays: Mapping[str, CellArray], chunk_list: list[tuple[int, ...]]) -> list[list[int]]:
     """Chunks fetched together: those of one shard of the vertex cells, or of the first sharded array when
     the vertices are not (zvf shards an object level's fragment indexes alone); one each when none is."""
     vert = arrays["vertices"]
     arr = vert if vert.codec.shard is not None else next((a for a in arrays.values() if a.codec.shard), None)
-    if arr is None or not chunk_list:
+    shard = None if arr is None else arr.codec.shard
+    if arr is None or shard is None or not chunk_list:
         return [[i] for i in range(len(chunk_list))]
-    return list(group_by_shard([arr.cell_coords(c) for c in chunk_list], arr.codec.shard).values())
+    return list(group_by_shard([arr.cell_coords(c) for c in chunk_list], shard).values())
 
 
 class LevelRows:
     """The outputs of a whole-level read, filled chunk by chunk in chunk order."""
 
-    def __init__(self, level, arrays: dict, chunk_list: list, names: list[str], labelled: bool, capacity: int):
+    def __init__(self, level: Level, arrays: dict[str, CellArray], chunk_list: list[tuple[int, ...]], names: list[str],
+                 labelled: bool, capacity: int) -> None:
         self.arrays, self.chunk_list, self.names = arrays, chunk_list, names
         vert = arrays["vertices"]
         self.dtype = np.dtype(vert.meta.attributes.get("dtype", "float32")).newbyteorder("<")
@@ -220,16 +236,18 @@ class LevelRows:
         self.attrs: dict[str, np.ndarray | None] = {n: None for n in names}
         self.oids: np.ndarray | None = None
         self.channels: dict[str, int] = {}
-        self.pending: dict[int, tuple] = {}  # chunk index -> decoded rows waiting for earlier chunks
+        # chunk index -> decoded rows waiting for earlier chunks: (positions, attributes, labelling)
+        self.pending: dict[int, tuple[np.ndarray, dict[str, np.ndarray], Labelling | None]] = {}
         self.next = 0  # first chunk not placed yet
         self.at = 0  # rows placed so far
-        self.owners = None
-        self.unlabelled: list[tuple] = []  # (chunk, first row, rows, fragment index) placed before the owners came
+        self.owners: Owners | None = None
+        # (chunk, first row, rows, fragment index) placed before the owners came
+        self.unlabelled: list[tuple[int, int, int, Labelling]] = []
         self.keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
         self.vertex_count, self.level_key = level.meta.vertex_count, f"{level.index}/zarr.json"
         self.decoded = 0  # rows decoded so far, placed or pending
 
-    def arrived(self, i: int, payloads: dict) -> None:
+    def arrived(self, i: int, payloads: Mapping[str, bytes | memoryview | None]) -> None:
         """Decode chunk ``i`` from its cells' payloads; place every chunk whose predecessors are all in."""
         keys = self.keys
         pos = rows_from_payload(payloads["vertices"], self.dtype, (self.ndim,), key=keys["vertices"][i])
@@ -237,7 +255,7 @@ class LevelRows:
         if self.decoded > self.vertex_count:
             raise FormatError(f"{self.level_key}: vertex_count is {self.vertex_count}, but the cells read so far "
                               f"hold {self.decoded} rows (the last: {keys['vertices'][i]})")
-        attrs = {}
+        attrs: dict[str, np.ndarray] = {}
         for n in self.names:
             name = f"vertex_attributes/{n}"
             attrs[n] = attribute_rows(n, self.arrays[name], payloads[name], len(pos), keys[name][i], self.channels)
@@ -272,7 +290,7 @@ class LevelRows:
         self.oids = None if self.oids is None else _regrown(self.oids, cap)
         self.cap = cap
 
-    def _place(self, i: int, pos: np.ndarray, attrs: dict, fi) -> None:
+    def _place(self, i: int, pos: np.ndarray, attrs: dict[str, np.ndarray], fi: Labelling | None) -> None:
         at, n = self.at, len(pos)
         if at + n > self.cap:
             self._grow(at + n)
@@ -290,14 +308,14 @@ class LevelRows:
                 self._label(i, at, n, fi)
         self.at = at + n
 
-    def label_with(self, owners) -> None:
+    def label_with(self, owners: Owners) -> None:
         """The object index is decoded: label the rows placed so far, and every later chunk as it lands."""
         self.owners = owners
         for item in self.unlabelled:
             self._label(*item)
         self.unlabelled = []
 
-    def _label(self, i: int, at: int, n: int, fi) -> None:
+    def _label(self, i: int, at: int, n: int, fi: Labelling) -> None:
         assert self.oids is not None and self.owners is not None
         self.oids[at:at + n] = chunk_owners(fi, self.owners.get(self.chunk_list[i]), n)
 
@@ -308,18 +326,19 @@ class LevelRows:
         if total != self.vertex_count:
             raise FormatError(f"{self.level_key}: vertex_count is {self.vertex_count}, but the level's cells hold "
                               f"{total} rows")
-        trim = (lambda a: a) if total == self.cap else (lambda a: a[:total].copy())
-        attrs = {}
+        trim: Callable[[np.ndarray], np.ndarray] = (lambda a: a) if total == self.cap else (lambda a: a[:total].copy())
+        attrs: dict[str, np.ndarray] = {}
         for n, out in self.attrs.items():
             if out is None:
                 adt, rshape = attribute_layout(self.arrays[f"vertex_attributes/{n}"])
                 out = np.zeros((0, *(rshape or ((self.channels[n],) if self.channels.get(n) else ()))), adt)
             attrs[n] = trim(out) if len(out) else out
         oids = None if self.oids is None else trim(self.oids)
+        assert self.pos is not None  # allocate() ran: the read gathers it with the fetches
         return Selection(trim(self.pos), attrs, oids)
 
 
-def prefaulted(shape: tuple[int, ...], dtype, rows: int) -> np.ndarray:
+def prefaulted(shape: tuple[int, ...], dtype: npt.DTypeLike, rows: int) -> np.ndarray:
     """``np.empty(shape, dtype)`` with one byte of every page of its first ``rows`` rows written (numpy drops
     the GIL for it)."""
     out = np.empty(shape, dtype)
@@ -333,7 +352,7 @@ def _regrown(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
-def labelling_index(payload, n_rows: int, key: str):
+def labelling_index(payload: bytes | memoryview | None, n_rows: int, key: str) -> Labelling:
     """What :func:`chunk_owners` needs of a chunk's fragment index: its fragments' row counts when they
     tile the chunk (how writers lay out every level-0 chunk), else the whole decoded index."""
     payload = payload or b""
@@ -341,7 +360,7 @@ def labelling_index(payload, n_rows: int, key: str):
     return counts if counts is not None else decode_fragment_index(payload, key=key, n_rows=n_rows)
 
 
-def chunk_owners(fi, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
+def chunk_owners(fi: Labelling, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
     """Object id of each of a chunk's ``n_rows`` rows from its fragment index, or from its fragments' row
     counts when they tile the chunk (:func:`tiling_counts`); -1 where no object names a row."""
     if isinstance(fi, np.ndarray):
@@ -357,12 +376,14 @@ def chunk_owners(fi, per_frag: np.ndarray | None, n_rows: int) -> np.ndarray:
     return oids
 
 
-async def fetch(executor, arrays: dict, chunk_list: list, spans: dict | None, sweep: bool = False) -> dict[str, list]:
+async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list: ChunkList,
+                spans: Mapping[int, np.ndarray] | None, sweep: bool = False) -> Payloads:
     """Payloads per array and chunk: whole cells, or only ``spans[i]`` rows of chunk ``i`` (``sweep``: see
     :func:`read_chunks`)."""
     spans = spans or {}
     whole = [i for i in range(len(chunk_list)) if i not in spans]
-    jobs, slots = [], []
+    jobs: list[Awaitable[list[bytes | memoryview | None]]] = []
+    slots: list[tuple[str, list[int]]] = []
     for name, arr in arrays.items():
         jobs.append(arr.payloads([chunk_list[i] for i in whole], keep_shards=sweep and name == "vertex_fragments"))
         slots.append((name, whole))
@@ -370,26 +391,27 @@ async def fetch(executor, arrays: dict, chunk_list: list, spans: dict | None, sw
             jobs.append(_spans(arr, chunk_list[i], rows))
             slots.append((name, [i]))
     results = await executor.gather(jobs)  # raises the first error itself, naming its key
-    out = {name: [None] * len(chunk_list) for name in arrays}
+    out: Payloads = {name: [None] * len(chunk_list) for name in arrays}
     for (name, idx), res in zip(slots, results):
         for i, payload in zip(idx, res):
             out[name][i] = payload
     return out
 
 
-async def _spans(arr, chunk, rows: np.ndarray) -> list:
+async def _spans(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray) -> list[bytes | memoryview | None]:
     row_bytes = row_nbytes(arr)
     return [await arr.row_spans(chunk, rows, row_bytes)]
 
 
-def row_nbytes(arr) -> int:
+def row_nbytes(arr: CellArray) -> int:
     if arr.meta.attributes.get("zv_array") == "vertices":
-        return np.dtype(arr.meta.attributes.get("dtype", "float32")).itemsize * len(arr.meta.shape)
+        return int(np.dtype(arr.meta.attributes.get("dtype", "float32")).itemsize) * len(arr.meta.shape)
     dtype, rshape = attribute_layout(arr)
     return dtype.itemsize * int(np.prod(rshape or (1,)))
 
 
-async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.ndarray] | None:
+async def narrow(level: Level, chunks: np.ndarray, arrays: Mapping[str, CellArray],
+                 box: Box) -> dict[int, np.ndarray] | None:
     """Row spans to read of the chunks a box only partly covers, when that pays off.
 
     Bins tile the chunk (fragment f = bin f), so a chunk's fragment index
@@ -418,7 +440,7 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
                         ranged_round_trips=2) == "whole":
             return None
     cached = await fragment_indexes(frag_arr, [tuple(chunks[i]) for i in partial])
-    out = {}
+    out: dict[int, np.ndarray] = {}
     for i, fi in zip(partial, cached):
         if fi.num_fragments != layout.bins_in_chunk:
             return None  # fragments do not line up with bins: read whole cells
@@ -427,7 +449,7 @@ async def narrow(level, chunks: np.ndarray, arrays: dict, box) -> dict[int, np.n
     return out
 
 
-async def fragment_indexes(frag_arr, chunks: list) -> list[FragmentIndex]:
+async def fragment_indexes(frag_arr: CellArray, chunks: ChunkList) -> list[FragmentIndex]:
     """Decoded fragment index of each chunk (absolute coordinates) of array ``frag_arr``, through the
     executor's "fragment_index" cache: those missing are fetched in one batch and decoded once, however
     many queries ask for them at the same time."""
@@ -441,12 +463,16 @@ async def fragment_indexes(frag_arr, chunks: list) -> list[FragmentIndex]:
                                                lambda fi: 16 * max(1, fi.num_fragments))
 
 
-def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: dict, owners, box) -> Selection:
+def assemble(level: Level, arrays: Mapping[str, CellArray], chunk_list: list[tuple[int, ...]], names: list[str],
+             payloads: Payloads, owners: Owners | None, box: Box | None) -> Selection:
     """Decode fetched payloads into one Selection (pure CPU work)."""
     vert = arrays["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
     ndim = level.layout.ndim
-    pos_parts, attr_parts, oid_parts, channels = [], {n: [] for n in names}, [], {}
+    pos_parts: list[np.ndarray] = []
+    attr_parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    oid_parts: list[np.ndarray] = []
+    channels: dict[str, int] = {}
     keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
     for i, chunk in enumerate(chunk_list):
         pos = rows_from_payload(payloads["vertices"][i], dtype, (ndim,), key=keys["vertices"][i])
@@ -462,7 +488,7 @@ def assemble(level, arrays: dict, chunk_list: list, names: list[str], payloads: 
             oid_parts.append(oids if keep is None else oids[keep])
 
     positions = np.concatenate(pos_parts) if pos_parts else np.zeros((0, ndim), dtype)
-    attrs = {}
+    attrs: dict[str, np.ndarray] = {}
     for n in names:
         adt, rshape = attribute_layout(arrays[f"vertex_attributes/{n}"])
         if not rshape and channels.get(n):
