@@ -7,28 +7,43 @@ and link endpoints are resolved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..errors import FormatError, MissingDataError
 from ..format.draco import ENCODING as DRACO
 from ..format.draco import decode_cell
 from ..format.fragments import FragmentIndex, decode_fragment_index
 from ..format.links import decode_intra_links, decode_ragged_links, unpermute
-from .cells import CellArray, rows_from_payload
+from .cells import CellArray, ChunkList, rows_from_payload
 from .links import LinkArray, Links
 from .points import attribute_layout, attribute_rows
 from .rowops import expand_ranges, match_rows
 
 if TYPE_CHECKING:
     from .context import ReadContext
+    from .load import Level
+
+Chunk: TypeAlias = tuple[int, ...]  # chunk coordinates (a leading category axis included)
+Rows: TypeAlias = "np.ndarray[Any, np.dtype[Any]]"  # positions or attribute rows, of the array's dtype
+Concatenated: TypeAlias = tuple[NDArray[np.int64], NDArray[np.int64], Rows, dict[str, Rows]]
+"""(base row, counts, positions, attributes) of every loaded chunk (:meth:`ChunkSet.concat`)."""
+IntraCell: TypeAlias = tuple[NDArray[np.int64], dict[str, Rows]]
+"""A decoded intra-chunk link cell: (chunk-local rows, link attribute rows)."""
+CrossCell: TypeAlias = tuple[NDArray[np.int64], NDArray[np.int64] | None, str, dict[str, Rows]]
+"""A decoded cross-chunk link cell: (rows, perm or None, key, link attribute rows)."""
+LinkCell: TypeAlias = IntraCell | CrossCell | tuple[()]
+"""A decoded link cell as cached; ``()`` for an absent one."""
+Fetched: TypeAlias = dict[str, list[bytes | memoryview | None]]
+"""Payloads of one fetch wave by job name (``v``, ``f``, ``a/<name>``, ``l/<i>``, ``la/<i>/<name>``), in cell order."""
 
 LINK_CACHE = "link_cells"  # executor cache of decoded link cells, shared by the reads of a dataset
 EMPTY_FI = FragmentIndex(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def required_array(level, name: str, why: str = "") -> CellArray:
+def required_array(level: Level, name: str, why: str = "") -> CellArray:
     """``level.array(name)``, or a FormatError naming it: the read cannot go on without it."""
     arr = level.array(name)
     if arr is None:
@@ -36,7 +51,7 @@ def required_array(level, name: str, why: str = "") -> CellArray:
     return arr
 
 
-def is_draco(lvl) -> bool:
+def is_draco(lvl: Level) -> bool:
     """Whether the level's vertex cells are Draco bitstreams (3-D meshes only)."""
     vert = lvl.array("vertices")
     enc = "raw" if vert is None else vert.meta.attributes.get("encoding", "raw")
@@ -56,8 +71,8 @@ class ChunkSet:
     rows and link endpoints are expressed.
     """
 
-    def __init__(self, rc: ReadContext, level, names: list[str], links: Links | None = None, incoming: bool = False,
-                 category: bool = False):
+    def __init__(self, rc: ReadContext, level: Level, names: list[str], links: Links | None = None,
+                 incoming: bool = False, category: bool = False) -> None:
         self.level = level
         self.names = names
         self.links = links
@@ -68,31 +83,31 @@ class ChunkSet:
         self.ndim = rc.ndim
         self.kdim = level.key_ndim  # chunk coordinate rank (a leading category axis adds one)
         self.category = category  # add the chunking attribute's value of every row
-        self.attr_arrays = {n: level.array(f"vertex_attributes/{n}") for n in names}
+        self.attr_arrays = {n: level.need(f"vertex_attributes/{n}") for n in names}
         # a sweep of the whole level (the export's): sharded fragment indexes come a shard at a time and stay
         # cached, as later windows need the rest of each shard (see CellArray.payloads)
         self.sweep = False
-        self.coords: list[tuple] = []
-        self.slot: dict[tuple, int] = {}
+        self.coords: list[Chunk] = []
+        self.slot: dict[Chunk, int] = {}
         self.present: list[bool] = []
         self.frag_present: list[bool] = []
         self.pos: list[np.ndarray] = []
         self.fis: list[FragmentIndex] = []
-        self.attrs: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        self.attrs: dict[str, list[Rows | None]] = {n: [] for n in names}  # None: chunk loaded without them
         self.counts: list[int] = []
         self.has_attrs: list[bool] = []
         self._channels: dict[str, int] = {}  # inferred channels of attributes stored with row_shape []
-        self.intra: list[tuple[int, np.ndarray, dict]] = []  # (slot, rows local, link attribute rows)
-        self.cross: dict[tuple[int, tuple], tuple | None] = {}  # (array idx, source) -> (rows, perm, key, attrs)
+        self.intra: list[tuple[int, NDArray[np.int64], dict[str, Rows]]] = []  # (slot, rows local, link attr rows)
+        self.cross: dict[tuple[int, Chunk], CrossCell | None] = {}  # (array idx, source) -> decoded cell
         # a cross-chunk link row counts when all its endpoints are held; skeletons (and ``incoming``)
         # take rows with any endpoint held: a stored parent outside still replaces the implicit one
         self.any_end = incoming or rc.geometry_type == "skeleton"
         self._taken: np.ndarray | None = None  # listed cross cells (CrossCells indices) planned already
         self.ex = rc.ex
-        self._cat = None
+        self._cat: Concatenated | None = None
 
     # ------------------------------------------------------------- loading
-    async def load(self, chunks, *, attributes: bool = True) -> None:
+    async def load(self, chunks: ChunkList, *, attributes: bool = True) -> None:
         """Fetch what ``chunks`` still lack, all arrays in one wave.
 
         New chunks get vertices, fragments and links; attributes are fetched
@@ -105,7 +120,7 @@ class ChunkSet:
         want_attrs = [c for c in req if c not in self.slot or not self.has_attrs[self.slot[c]]] if attributes else []
         if not new and not (want_attrs and self.attr_arrays):
             return
-        jobs: dict[str, tuple[CellArray, list[tuple]]] = {}
+        jobs: dict[str, tuple[CellArray, list[Chunk]]] = {}
         if new:
             jobs["v"] = (self.vert, new)
             if self.frag is not None and not self.draco:  # a Draco chunk is one fragment, whatever is stored
@@ -114,10 +129,11 @@ class ChunkSet:
             for n, arr in self.attr_arrays.items():
                 jobs[f"a/{n}"] = (arr, want_attrs)
         # Draco: faces come from the bitstream
-        link_cells = self._link_cells(new) if self.links is not None and new and not self.draco else []
-        hits: dict[tuple[int, tuple], tuple] = {}
+        link_cells = self._link_cells(self.links, new) if self.links is not None and new and not self.draco else []
+        link_arrays = self.links.arrays if self.links is not None else []
+        hits: dict[tuple[int, Chunk], LinkCell] = {}
         for i, cells in link_cells:
-            la = self.links.arrays[i]
+            la = link_arrays[i]
             miss = []
             for c in cells:  # per cell: decoded cells of earlier reads are reused
                 hit = self.ex.get_cached(LINK_CACHE, self._link_ckey(la, c))
@@ -132,7 +148,7 @@ class ChunkSet:
         # executor.gather raises the first failure itself (a ZvfError naming its key), not a group
         fetched = await self.vert.executor.gather([arr.payloads(cs, keep_shards=self.sweep and name == "f")
                                                    for name, (arr, cs) in jobs.items()])
-        results: dict[str, list] = dict(zip(jobs, fetched))
+        results: Fetched = dict(zip(jobs, fetched))
 
         for i, c in enumerate(new):  # per chunk
             payload = results["v"][i]
@@ -172,25 +188,27 @@ class ChunkSet:
         self._cat = None
 
     # ------------------------------------------------------------- link cells
-    def _link_cells(self, new: list[tuple]) -> list[tuple[int, list[tuple]]]:
+    def _link_cells(self, links: Links, new: list[Chunk]) -> list[tuple[int, list[Chunk]]]:
         """(array index, cells) of the link cells the ``new`` chunks bring into use (:meth:`Links.plan`)."""
         if self._taken is None:
-            self._taken = np.zeros(len(self.links.cells), dtype=bool)
-        return self.links.plan(self.coords + new, new, self.any_end, self._taken, self.cross)
+            self._taken = np.zeros(len(links.cells), dtype=bool)
+        return links.plan(self.coords + new, new, self.any_end, self._taken, self.cross)
 
     @staticmethod
-    def _link_ckey(la: LinkArray, c: tuple) -> tuple:
+    def _link_ckey(la: LinkArray, c: Chunk) -> tuple[str, str, Chunk]:
         return ("link", la.arr.key_of(la.arr.cell_coords(c)), c)
 
-    def _fkey(self, c) -> str:
+    def _fkey(self, c: Chunk) -> str:
         arr = self.frag if self.frag is not None else self.vert
         name = arr.key_of(arr.cell_coords(c))
         return name if self.frag is not None else name.replace("/vertices/", "/vertex_fragments/", 1)
 
-    def _decode_links(self, link_cells: list, hits: dict, results: dict, jobs: dict) -> None:
+    def _decode_links(self, link_cells: list[tuple[int, list[Chunk]]], hits: dict[tuple[int, Chunk], LinkCell],
+                      results: Fetched, jobs: dict[str, tuple[CellArray, list[Chunk]]]) -> None:
         """Decode fetched link cells (caching them for later reads) and file every planned one, in plan order."""
+        link_arrays = self.links.arrays if self.links is not None else []
         for i, cells in link_cells:
-            la = self.links.arrays[i]
+            la = link_arrays[i]
             name = f"l/{i}"
             fetched = dict(zip(jobs[name][1], range(len(jobs[name][1])))) if name in jobs else {}
             for c in cells:  # per cell
@@ -199,18 +217,18 @@ class ChunkSet:
                     val = self._decode_cell(la, i, fetched[c], c, results)
                     if val is None:
                         continue
-                if not la.intra:
-                    self.cross[(i, c)] = val or None
-                elif val and len(val[0]):
+                if not la.intra:  # a cross array's cells are (rows, perm, key, attrs) or () when absent
+                    self.cross[(i, c)] = val if len(val) == 4 else None
+                elif len(val) == 2 and len(val[0]):
                     self.intra.append((self.slot[c], val[0], val[1]))
 
-    def _decode_cell(self, la: LinkArray, i: int, k: int, c: tuple, results: dict) -> tuple | None:
+    def _decode_cell(self, la: LinkArray, i: int, k: int, c: Chunk, results: Fetched) -> LinkCell | None:
         """The k-th fetched cell of array ``i``: intra (rows, attrs) or cross (rows, perm, key, attrs),
         ``()`` for an absent cell; None where nothing can be linked (no vertices)."""
         payload = results[f"l/{i}"][k]
         key = la.arr.key_of(la.arr.cell_coords(c))
         if payload is None:
-            val: tuple = ()
+            val: LinkCell = ()
         elif la.intra:
             s = self.slot[c]
             if not self.present[s]:  # the chunk's vertices are missing: nothing to link
@@ -226,9 +244,9 @@ class ChunkSet:
         return val
 
     @staticmethod
-    def _link_attrs(la: LinkArray, i: int, k: int, c: tuple, n_rows: int, results: dict) -> dict[str, np.ndarray]:
+    def _link_attrs(la: LinkArray, i: int, k: int, c: Chunk, n_rows: int, results: Fetched) -> dict[str, Rows]:
         """Attribute rows of link cell ``c`` of array ``i`` (k-th fetched), one per link row."""
-        out = {}
+        out: dict[str, Rows] = {}
         for an, arr in la.attributes.items():
             key = arr.key_of(arr.cell_coords(c))
             dtype, rshape = attribute_layout(arr)
@@ -254,13 +272,13 @@ class ChunkSet:
             await self.load(chunks[:1])
 
     # ------------------------------------------------------------- views
-    def concat(self):
+    def concat(self) -> Concatenated:
         """(base row, counts, positions, attributes) of every loaded chunk, concatenated once."""
         if self._cat is None:
             counts = np.asarray(self.counts, dtype=np.int64)
-            base = np.cumsum(counts) - counts
+            base = np.cumsum(counts, dtype=np.int64) - counts
             pos = np.concatenate(self.pos) if self.pos else np.zeros((0, self.ndim), self.dtype)
-            attrs = {}
+            attrs: dict[str, Rows] = {}
             for n, arr in self.attr_arrays.items():
                 adt, rshape = attribute_layout(arr)
                 width = self._channels.get(n, 0)
@@ -270,6 +288,7 @@ class ChunkSet:
                          else p.reshape(len(p), *rshape) for p, cnt in zip(self.attrs[n], self.counts)]
                 attrs[n] = np.concatenate(parts) if parts else np.zeros((0, *rshape), adt)
             if self.category:
+                assert self.level.category_name is not None  # ``category`` reads are of attribute-chunked levels
                 values = np.asarray(self.level.categories)
                 lead = np.asarray(self.coords, dtype=np.int64).reshape(-1, self.kdim)[:, 0]
                 attrs[self.level.category_name] = np.repeat(values[lead], counts)
@@ -284,7 +303,7 @@ class ChunkSet:
     def total(self) -> int:
         return int(sum(self.counts))
 
-    def slots_of(self, coords) -> np.ndarray:
+    def slots_of(self, coords: NDArray[np.integer[Any]]) -> NDArray[np.int64]:
         return match_rows(np.asarray(self.coords, dtype=np.int64).reshape(-1, self.kdim), coords)
 
     def rows(self, global_rows: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -293,7 +312,7 @@ class ChunkSet:
         # np.take along axis 0 copies whole rows: about twice as fast as fancy indexing for (N, 3) rows
         return np.take(pos, global_rows, axis=0), {n: np.take(a, global_rows, axis=0) for n, a in attrs.items()}
 
-    def row_owners(self, owners: dict[tuple, np.ndarray]) -> np.ndarray:
+    def row_owners(self, owners: dict[Chunk, NDArray[np.int64]]) -> NDArray[np.int64]:
         """Object id of every global row from its fragment (-1 where no manifest names it)."""
         owner = np.full(self.total, -1, dtype=np.int64)
         base = self.base
@@ -387,6 +406,7 @@ class ChunkSet:
         """Every loaded link row in global row space, endpoints in input order (-1 = not loaded),
         and the link attributes aligned with those rows (fill values where a row has none)."""
         w = self.links.width if self.links is not None else 2
+        link_arrays = self.links.arrays if self.links is not None else []
         base = self.base
         parts = [rows + base[s] for s, rows, _ in self.intra]
         attr_parts = [a for _, _, a in self.intra]
@@ -395,7 +415,7 @@ class ChunkSet:
                 continue
             rows, perm, key, attrs = val
             attr_parts.append(attrs)
-            la = self.links.arrays[i]
+            la = link_arrays[i]
             g = np.full(rows.shape, -1, dtype=np.int64)
             for j in range(rows.shape[1]):  # per endpoint column (link width)
                 c = src if j == 0 else tuple(int(a) + int(b) for a, b in zip(src, la.offsets[j - 1]))
@@ -434,9 +454,9 @@ class ChunkSet:
         rows = np.concatenate([parts[k] for k in fits]) if fits else np.zeros((0, w), dtype=np.int64)
         return rows, self._stack_link_attrs([parts[k] for k in fits], [attr_parts[k] for k in fits])
 
-    def _stack_link_attrs(self, parts: list[np.ndarray], attrs: list[dict]) -> dict[str, np.ndarray]:
+    def _stack_link_attrs(self, parts: list[NDArray[np.int64]], attrs: list[dict[str, Rows]]) -> dict[str, Rows]:
         """Concatenated link attributes of row blocks; blocks without one get its fill value."""
-        out = {}
+        out: dict[str, Rows] = {}
         for an in self.links.attribute_names if self.links is not None else ():
             have = [a[an] for a in attrs if an in a]
             if not have:
@@ -447,7 +467,8 @@ class ChunkSet:
                                       for p, a in zip(parts, attrs)])
         return out
 
-    def skeleton_rows(self, explicit: np.ndarray, attrs: dict) -> tuple[np.ndarray, dict]:
+    def skeleton_rows(self, explicit: NDArray[np.int64], attrs: dict[str, Rows]
+                      ) -> tuple[NDArray[np.int64], dict[str, Rows]]:
         """(child, parent) rows: implicit sequential ones inside fragments + ``explicit``.
 
         Inside a fragment row k's parent is row k-1, except at the fragment's
