@@ -12,14 +12,18 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..errors import InvalidArgumentError, UnknownArgumentError
 from ..format.grid import extremes
 from .object_index import check_layout
 from .types import WriteConfig
+
+if TYPE_CHECKING:
+    from .types import Bounds, Columns, Groups, Shape
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,7 +35,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
 RESERVED_NAMES = frozenset({"zarr.json", ".zgroup", ".zarray", ".zattrs"})
 
 
-def check_name(name, what: str) -> str:
+def check_name(name: object, what: str) -> str:
     """An attribute or array name that cannot escape its folder or collide with keys."""
     if isinstance(name, str) and name in RESERVED_NAMES:
         raise InvalidArgumentError(f"{what} name {name!r} is not allowed: it is a Zarr metadata key")
@@ -46,12 +50,12 @@ def check_name(name, what: str) -> str:
 POSITION_DTYPES = ("float16", "float32", "float64")
 
 
-def checked_dtype(dtype) -> np.dtype | None:
+def checked_dtype(dtype: DTypeLike | None) -> np.dtype | None:
     """``dtype=`` as a numpy float dtype a store may hold, or None (keep the input's)."""
     return None if dtype is None else _float_dtype(dtype)
 
 
-def _float_dtype(dtype) -> np.dtype:
+def _float_dtype(dtype: DTypeLike) -> np.dtype:
     try:
         out = np.dtype(dtype)
     except TypeError as exc:
@@ -61,7 +65,7 @@ def _float_dtype(dtype) -> np.dtype:
     return out
 
 
-def position_dtype(given: np.dtype, dtype) -> np.dtype:
+def position_dtype(given: np.dtype, dtype: DTypeLike | None) -> np.dtype:
     """The stored dtype: ``dtype`` when given, else the input's own float dtype.
 
     Integer inputs are stored as float32, 0.9.2's default;
@@ -135,7 +139,7 @@ def keywords_first(options: Iterable[str]) -> Callable[[F], F]:
     return wrap
 
 
-def streamed_config(chunk_shape, options: Mapping[str, Any], spill_bytes: int) -> WriteConfig:
+def streamed_config(chunk_shape: Shape, options: Mapping[str, Any], spill_bytes: int) -> WriteConfig:
     """:func:`write_config` for a write from batches: ``"auto"`` shapes need the whole input's extent
     and count up front, so they are refused here, before any batch is read."""
     cfg = write_config(chunk_shape, options)
@@ -147,7 +151,7 @@ def streamed_config(chunk_shape, options: Mapping[str, Any], spill_bytes: int) -
     return cfg
 
 
-def write_config(chunk_shape, options: Mapping[str, object]) -> WriteConfig:
+def write_config(chunk_shape: Shape, options: Mapping[str, Any]) -> WriteConfig:
     """A writer's common keywords (:class:`.types.WriteOptions`) checked once, naming the bad one."""
     check_keywords(options, WRITE_OPTIONS)
     check_layout(options.get("object_index_layout", "sharded"))
@@ -158,7 +162,7 @@ def write_config(chunk_shape, options: Mapping[str, object]) -> WriteConfig:
     return WriteConfig(chunk_shape=chunk_shape, **checked)
 
 
-def as_numeric(values, name: str) -> np.ndarray:
+def as_numeric(values: ArrayLike, name: str) -> np.ndarray:
     """``np.asarray(values)``, a ragged or odd input refused with its argument's name."""
     try:
         return np.asarray(values)
@@ -166,7 +170,7 @@ def as_numeric(values, name: str) -> np.ndarray:
         raise InvalidArgumentError(f"{name} must be an (N, ndim) numeric array") from exc
 
 
-def positions_array(positions, dtype, name: str = "positions") -> np.ndarray:
+def positions_array(positions: ArrayLike, dtype: DTypeLike | None, name: str = "positions") -> np.ndarray:
     """(N, ndim) positions in the stored dtype (see :func:`position_dtype`; ``dtype`` None keeps it)."""
     arr = as_numeric(positions, name)
     if arr.ndim != 2 or arr.shape[1] < 1:
@@ -179,7 +183,7 @@ def positions_array(positions, dtype, name: str = "positions") -> np.ndarray:
     return out
 
 
-def row_attributes(attributes, n: int, what: str = "attributes") -> dict[str, np.ndarray]:
+def row_attributes(attributes: Columns | None, n: int, what: str = "attributes") -> dict[str, np.ndarray]:
     """Per-row arrays of length ``n``: (n,) or (n, C), numeric."""
     out: dict[str, np.ndarray] = {}
     for name, values in (attributes or {}).items():
@@ -202,14 +206,14 @@ def as_int64(arr: np.ndarray, name: str, what: str = "integers", verb: str = "be
     return arr.astype(np.int64)
 
 
-def integer_ids(values, n: int, name: str) -> np.ndarray:
+def integer_ids(values: ArrayLike, n: int, name: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.shape != (n,):
         raise InvalidArgumentError(f"{name} has shape {arr.shape}; expected ({n},)")
     return as_int64(arr, name)
 
 
-def bounds_for(positions: np.ndarray, bounds, ndim: int) -> tuple[list, list]:
+def bounds_for(positions: np.ndarray, bounds: Bounds | None, ndim: int) -> tuple[list[float], list[float]]:
     """Declared bounds (as given) or the data's extent; every position must lie inside."""
     if bounds is None:
         if positions.shape[0] == 0:
@@ -236,7 +240,7 @@ def bounds_for(positions: np.ndarray, bounds, ndim: int) -> tuple[list, list]:
     return list(lo), list(hi)
 
 
-def groups_table(groups, object_ids: np.ndarray | None, name: str = "groups") -> list[np.ndarray]:
+def groups_table(groups: Groups | None, object_ids: np.ndarray | None, name: str = "groups") -> list[np.ndarray]:
     """``{gid: [object ids]}`` or a sequence of id lists -> rows 0..G-1 (missing gids empty)."""
     if groups is None:
         return []

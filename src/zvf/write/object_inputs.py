@@ -8,9 +8,11 @@ is uploaded, with the caller's argument name in the message.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import InvalidArgumentError
 from ..format import metadata as md
@@ -18,19 +20,24 @@ from ..format.codecs import CellCodec
 from ..format.grid import extremes
 from ..format.layout import LevelLayout
 from . import inputs
-from .level import shard_tuple
+from .level import ShardShape, shard_tuple
+
+if TYPE_CHECKING:
+    from .types import Bounds, Columns, Groups
 
 
-def as_given(values, name: str) -> list:
+def as_given(values: Iterable[object], name: str) -> list[float]:
     """Shape values as the caller wrote them (ints stay ints, as 0.9.2 records them)."""
     try:
         out = [v.item() if hasattr(v, "item") else v for v in values]
     except TypeError as exc:
         raise InvalidArgumentError(f"{name} must be a sequence of numbers, got {values!r}") from exc
+    numbers: list[float] = []
     for v in out:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise InvalidArgumentError(f"{name} must hold numbers, got {values!r}")
-    return out
+        numbers.append(v)
+    return numbers
 
 
 def check_dtypes(arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
@@ -43,7 +50,7 @@ def check_dtypes(arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarr
     return arrays
 
 
-def named_bounds(pos64: np.ndarray, bounds, ndim: int, name: str):
+def named_bounds(pos64: np.ndarray, bounds: Bounds | None, ndim: int, name: str) -> tuple[list[float], list[float]]:
     """``inputs.bounds_for`` with the caller's argument name in its message."""
     try:
         return inputs.bounds_for(pos64, bounds, ndim)
@@ -52,8 +59,8 @@ def named_bounds(pos64: np.ndarray, bounds, ndim: int, name: str):
         raise InvalidArgumentError(name + msg[len("positions"):] if msg.startswith("positions") else msg) from None
 
 
-def layout_and_codec(compression, shard_shape, ndim: int | None, chunk_shape,
-                     bin_shape) -> tuple[LevelLayout, CellCodec]:
+def layout_and_codec(compression: str | list[Any] | Literal[False] | None, shard_shape: ShardShape, ndim: int | None,
+                     chunk_shape: ArrayLike, bin_shape: ArrayLike | None) -> tuple[LevelLayout, CellCodec]:
     """Level 0's layout (objects: filed by chunk) and cell codec, from the caller's options."""
     level_layout = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=True, ndim=ndim)
     ndim = level_layout.ndim
@@ -67,7 +74,7 @@ def _finite(pos: np.ndarray, name: str) -> None:
         raise InvalidArgumentError(f"{name} has NaN or infinite coordinates")
 
 
-def _index_array(values, name: str, width: int | None, n_vertices: int, what: str) -> np.ndarray:
+def _index_array(values: ArrayLike, name: str, width: int | None, n_vertices: int, what: str) -> np.ndarray:
     """(M, width) integer rows indexing ``[0, n_vertices)``."""
     arr = np.asarray(values)
     if arr.size == 0 and (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[0] == 0)):
@@ -85,7 +92,7 @@ def _index_array(values, name: str, width: int | None, n_vertices: int, what: st
     return arr
 
 
-def _object_ids(object_ids, n: int) -> np.ndarray:
+def _object_ids(object_ids: ArrayLike | None, n: int) -> np.ndarray:
     if object_ids is None:
         return np.zeros(n, dtype=np.int64)
     ids = inputs.integer_ids(object_ids, n, "object_ids")
@@ -94,7 +101,7 @@ def _object_ids(object_ids, n: int) -> np.ndarray:
     return ids
 
 
-def object_attributes_table(object_attributes, count: int) -> dict[str, np.ndarray]:
+def object_attributes_table(object_attributes: Columns | None, count: int) -> dict[str, np.ndarray]:
     out = check_dtypes(inputs.row_attributes(object_attributes, count, "object_attributes"), "object_attributes")
     for name, values in out.items():
         if values.dtype.kind == "b":
@@ -104,18 +111,18 @@ def object_attributes_table(object_attributes, count: int) -> dict[str, np.ndarr
     return out
 
 
-def group_attributes_table(group_attributes, groups: list) -> dict[str, np.ndarray]:
+def group_attributes_table(group_attributes: Columns | None, groups: list[np.ndarray]) -> dict[str, np.ndarray]:
     out = check_dtypes(inputs.row_attributes(group_attributes, len(groups), "group_attributes"), "group_attributes")
     if out and not groups:
         raise InvalidArgumentError("group_attributes need groups")
     return out
 
 
-def _check_link_attributes(link_attributes, n_links: int) -> dict[str, np.ndarray]:
+def _check_link_attributes(link_attributes: Columns | None, n_links: int) -> dict[str, np.ndarray]:
     return check_dtypes(inputs.row_attributes(link_attributes, n_links, "link_attributes"), "link_attributes")
 
 
-def _polyline_arrays(polylines) -> list[np.ndarray]:
+def _polyline_arrays(polylines: Sequence[ArrayLike] | np.ndarray) -> list[np.ndarray]:
     if isinstance(polylines, np.ndarray):
         if polylines.ndim != 3:
             raise InvalidArgumentError(
@@ -176,10 +183,11 @@ def _concat_polylines_checked(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.
     return raw, lens
 
 
-def _per_vertex_attributes(attributes, lens: np.ndarray, what: str = "attributes") -> dict[str, np.ndarray]:
+def _per_vertex_attributes(attributes: Columns | None, lens: np.ndarray,
+                           what: str = "attributes") -> dict[str, np.ndarray]:
     """Per-vertex attributes: one concatenated array, or a list with one array per polyline."""
     n = int(lens.sum())
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name, values in (attributes or {}).items():
         inputs.check_name(name, "attribute")
         if isinstance(values, (list, tuple)) and len(values) == len(lens) and not (
@@ -207,7 +215,8 @@ def _per_vertex_attributes(attributes, lens: np.ndarray, what: str = "attributes
     return out
 
 
-def polyline_input(polylines, attributes, dt: np.dtype):
+def polyline_input(polylines: Sequence[ArrayLike] | np.ndarray, attributes: Columns | None,
+                   dt: np.dtype | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Checked polylines -> (vertices as given, for the bounds, stored vertices, lengths, attributes).
 
     0.9.2 takes (and checks) the bounds on the vertices as given, before the
@@ -220,7 +229,8 @@ def polyline_input(polylines, attributes, dt: np.dtype):
     return raw, pos, lens, _per_vertex_attributes(attributes, lens)
 
 
-def lines_input(endpoints, attributes, dt: np.dtype):
+def lines_input(endpoints: ArrayLike, attributes: Columns | None,
+                dt: np.dtype | None) -> tuple[np.ndarray, int, dict[str, np.ndarray]]:
     """Checked (M, 2, ndim) endpoints -> (stored vertices (2M, ndim), M, per-endpoint attributes)."""
     try:
         ep = np.asarray(endpoints)
@@ -233,7 +243,7 @@ def lines_input(endpoints, attributes, dt: np.dtype):
     m, _, ndim = ep.shape
     pos = ep.astype(inputs.position_dtype(ep.dtype, dt)).reshape(2 * m, ndim)
     _finite(pos, "endpoints")
-    attrs = {}
+    attrs: dict[str, np.ndarray] = {}
     for name, values in (attributes or {}).items():
         inputs.check_name(name, "attribute")
         arr = np.asarray(values)
@@ -297,9 +307,9 @@ def _skeleton_order(n: int, edges: np.ndarray, object_ids: np.ndarray, *, refere
     same = sp[1:] == sp[:-1]
     next_sib[sc[:-1][same]] = sc[1:][same]
     # events: enter(v) = v, exit(v) = n + v
-    v = np.arange(n, dtype=np.int64)
+    vertex = np.arange(n, dtype=np.int64)
     nxt = np.empty(2 * n, dtype=np.int64)
-    nxt[:n] = np.where(first_child >= 0, first_child, n + v)
+    nxt[:n] = np.where(first_child >= 0, first_child, n + vertex)
     up = np.where(parent >= 0, n + parent, -1)
     nxt[n:] = np.where(next_sib >= 0, next_sib, up)
     terminal = nxt < 0
@@ -318,7 +328,7 @@ def _skeleton_order(n: int, edges: np.ndarray, object_ids: np.ndarray, *, refere
     return np.concatenate([tree, np.flatnonzero(~in_tree)]).astype(np.int64)
 
 
-def sorted_unique(ids) -> np.ndarray:
+def sorted_unique(ids: ArrayLike) -> np.ndarray:
     """``np.unique(ids)``; ids already in ascending order (polyline numbers, sorted object ids) take one
     comparison pass instead of a hash or sort."""
     a = np.asarray(ids)
@@ -327,7 +337,9 @@ def sorted_unique(ids) -> np.ndarray:
     return np.unique(a)
 
 
-def object_tables(oids, object_attributes, groups, group_attributes):
+def object_tables(oids: ArrayLike, object_attributes: Columns | None, groups: Groups | None,
+                  group_attributes: Columns | None,
+                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray], dict[str, np.ndarray]]:
     uniq = sorted_unique(oids)
     obj_attrs = object_attributes_table(object_attributes, len(uniq))
     group_rows = inputs.groups_table(groups, uniq)
@@ -335,8 +347,9 @@ def object_tables(oids, object_attributes, groups, group_attributes):
     return obj_attrs, group_rows, grp_attrs
 
 
-def graph_input(positions, edges, object_ids, attributes, link_attributes, dt: np.dtype, *, skeleton: bool,
-                reference: bool = False):
+def graph_input(positions: ArrayLike, edges: ArrayLike, object_ids: ArrayLike | None, attributes: Columns | None,
+                link_attributes: Columns | None, dt: np.dtype | None, *, skeleton: bool, reference: bool = False,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Checked graph input -> (positions, object ids, edges, attributes, link attributes), skeletons in
     depth-first order (edges renumbered to it; link attribute rows keep the edges' order)."""
     pos = inputs.positions_array(positions, dt, "positions")
@@ -355,7 +368,8 @@ def graph_input(positions, edges, object_ids, attributes, link_attributes, dt: n
     return pos, oids, e, attrs, link_attrs
 
 
-def mesh_input(positions, faces, object_ids, attributes, dt: np.dtype):
+def mesh_input(positions: ArrayLike, faces: ArrayLike, object_ids: ArrayLike | None, attributes: Columns | None,
+               dt: np.dtype | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Checked mesh input -> (vertex positions, object ids, faces, attributes)."""
     pos = inputs.positions_array(positions, dt, "positions")
     n = len(pos)
