@@ -39,10 +39,11 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsInt
 
 import anyio
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import FormatError, InvalidArgumentError
 from ..format.grid import row_positions
@@ -50,7 +51,7 @@ from . import inputs, layout
 from . import object_cells as cell_writers
 from .engine import add_level0_documents
 from .fragment_attributes import FragmentAttributes
-from .level import fragment_shard
+from .level import LevelWriter, fragment_shard
 from .object_inputs import group_attributes_table, object_attributes_table, object_tables
 from .stream import SPILL_BYTES, level0
 from .stream_objects import _ConnectedSpill, _Dtype, _PathSpill, check_roots
@@ -74,14 +75,15 @@ from .types import WriteConfig, WriteSummary
 CONNECTED = ("graph", "skeleton", "mesh")
 
 
-def _schema(schema: dict) -> dict[str, list]:
+def _schema(schema: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict[str, list[Any]]:
     return {k: [np.dtype(d).str, list(r)] for k, (d, r) in schema.items()}
 
 
 # ----------------------------------------------------------------------------- 1. route
 
 
-def route_objects(job: WriteJob, index: int, batches: Iterable, *, spill_bytes: int = SPILL_BYTES) -> dict:
+def route_objects(job: WriteJob, index: int, batches: Iterable[Any], *, spill_bytes: int = SPILL_BYTES
+                  ) -> dict[str, Any]:
     """Spill one source's vertex rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary."""
     return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
 
@@ -91,7 +93,7 @@ def connected(job: WriteJob) -> bool:
     return job.geometry in CONNECTED
 
 
-async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
+async def _route(job: WriteJob, index: int, batches: Iterable[Any], spill_bytes: int) -> dict[str, Any]:
     level_layout = job.layout(with_ids=True)
     ex = job.executor()
     dt = _Dtype(None if job.dtype is None else np.dtype(job.dtype))
@@ -156,7 +158,7 @@ class ObjectPlan(GridPlan):
     object_attributes: dict[str, np.ndarray] | None = None  # paths: given per batch, concatenated
     uniq: np.ndarray | None = None  # connected: distinct object ids
     width: int = 2  # connected: endpoints per link record
-    link_attributes: dict[str, list] | None = None  # connected: name -> [dtype, row shape]
+    link_attributes: dict[str, list[Any]] | None = None  # connected: name -> [dtype, row shape]
     records: int = 0
     row_offsets: np.ndarray | None = None  # connected: first vertex of each source
     record_chunks: list[np.ndarray] | None = None  # connected: per source, rows of its record spill's chunks
@@ -166,7 +168,7 @@ class ObjectPlan(GridPlan):
     fragment_shard: tuple[int, ...] | None = None
 
 
-def _check_alike(summaries: list[dict], dtype, schemas: tuple[tuple[str, str], ...]) -> np.dtype:
+def _check_alike(summaries: list[dict[str, Any]], dtype: str | None, schemas: tuple[tuple[str, str], ...]) -> np.dtype:
     """Sources must agree as batches of one stream do: schemas equal, no position dtype narrowed."""
     full = [(i, s) for i, s in enumerate(summaries) if s["n"]]
     for key, what in schemas:
@@ -189,13 +191,13 @@ def _check_alike(summaries: list[dict], dtype, schemas: tuple[tuple[str, str], .
     return inputs.position_dtype(np.dtype(np.float32), stored)
 
 
-def _located(chunks: np.ndarray, summaries: list[dict], key: str, ndim: int) -> list[np.ndarray]:
+def _located(chunks: np.ndarray, summaries: list[dict[str, Any]], key: str, ndim: int) -> list[np.ndarray]:
     """Per source, the row in ``chunks`` of each chunk its ``key`` lists."""
     return [row_positions(chunks, s[key].reshape(-1, ndim)) if len(s[key]) else np.zeros(0, np.int64)
             for s in summaries]
 
 
-def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
+def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict[str, Any]], *,
                  rows_per_task: int = ROWS_PER_TASK) -> ObjectPlan:
     """Check the sources agree, lay the grid out and cut the chunks into task groups (on the driver)."""
     level_layout = job.layout(with_ids=True)
@@ -219,7 +221,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
         rows[idx] += s["counts"]
     codec = job.codec()
     groups = chunk_groups(chunks, rows, origin, codec.shard, rows_per_task)
-    attrs = next((s["attributes"] for s in summaries if s["n"]), {})
+    attrs: dict[str, list[Any]] = next((s["attributes"] for s in summaries if s["n"]), {})
     plan = ObjectPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in attrs.items()}, lo, hi, origin,
                       grid_shape, chunks, groups, spilled,
                       fragment_shard=fragment_shard(codec, cfg.object_index_layout, grid_shape))
@@ -239,7 +241,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict], *,
     return plan
 
 
-def _plan_links(plan: ObjectPlan, job: WriteJob, summaries: list[dict]) -> None:
+def _plan_links(plan: ObjectPlan, job: WriteJob, summaries: list[dict[str, Any]]) -> None:
     """Graphs, skeletons, meshes: sources agree on ids and record width; the skeleton roots check."""
     full = [(i, s) for i, s in enumerate(summaries) if s["explicit_ids"] is not None]
     for i, s in full[1:]:
@@ -265,13 +267,14 @@ def _plan_links(plan: ObjectPlan, job: WriteJob, summaries: list[dict]) -> None:
 # ----------------------------------------------------------------------------- 2. cells
 
 
-def object_cells(job: WriteJob, index: int, task: dict, sources: list[dict]) -> dict:
+def object_cells(job: WriteJob, index: int, task: dict[str, Any], sources: list[dict[str, Any]]) -> dict[str, Any]:
     """Write the vertex cells of one chunk group (paths: and the links filed under its chunks); ``task`` is
     :func:`cell_task` of the plan, ``sources`` the :func:`~.tasks.source_slices` of the group."""
     return anyio.run(_object_cells, job, index, task, sources, backend="asyncio")
 
 
-def cell_task(plan: ObjectPlan, index: int, fragment_attributes: dict | None) -> dict:
+def cell_task(plan: ObjectPlan, index: int, fragment_attributes: dict[str, dict[tuple[int, ...], np.ndarray]] | None
+              ) -> dict[str, Any]:
     """The small arguments of cell task ``index``: its chunks, the layout and the fragment attribute rows
     of its chunks (paths: their runs wait in the store, :func:`put_runs`)."""
     group = plan.groups[index]
@@ -301,7 +304,7 @@ async def put_runs(job: WriteJob, plan: ObjectPlan, indexes: list[int]) -> None:
                          for g in indexes[i:i + 64]])
 
 
-def _local_key(job: WriteJob, chunk) -> str:
+def _local_key(job: WriteJob, chunk: Iterable[SupportsInt]) -> str:
     """Where a cell task leaves a chunk's vertex -> chunk-local row table for the link tasks."""
     return f"{job.prefix}local/{'_'.join(str(int(c)) for c in chunk)}.npz"
 
@@ -317,12 +320,13 @@ class _Pieces:
                     arr = arr + offsets[si]
                 self.by_chunk.setdefault((name, k), []).append(arr)
 
-    def take(self, name: str, k: int, dtype: np.dtype, row_shape) -> np.ndarray:
+    def take(self, name: str, k: int, dtype: np.dtype, row_shape: tuple[int, ...]) -> np.ndarray:
         got = self.by_chunk.pop((name, k), [])
         return np.concatenate(got).astype(dtype, copy=False) if got else np.zeros((0, *row_shape), dtype)
 
 
-async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dict]) -> dict:
+async def _object_cells(job: WriteJob, index: int, task: dict[str, Any], sources: list[dict[str, Any]]
+                        ) -> dict[str, Any]:
     ex = job.executor()
     level_layout = job.layout(with_ids=True)
     chunks = task["chunks"]
@@ -330,7 +334,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
     dtype = np.dtype(task["dtype"])
     rows = _Pieces(await read_spilled(ex, f"{job.prefix}spill/", sources), task["row_offsets"])
     linked = connected(job)
-    work = None
+    work: dict[str, np.ndarray] | None = None
     if not linked:  # paths: this task's runs
         blob = await ex.get(_runs_key(job, index))
         if blob is None:
@@ -347,6 +351,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
             attrs = {name: rows.take(f"attr:{name}", k, np.dtype(d), tuple(r))
                      for name, (d, r) in task["attributes"].items()}
             if links is not None:
+                assert work is not None  # paths: read above, as links are made
                 first, count, b_chunks, b_vi = cell_writers.chunk_slice(work, k)
                 if int(count.sum()) != len(pos):
                     raise FormatError(f"{job.prefix}: chunk {tuple(chunk.tolist())} has {len(pos)} spilled rows, "
@@ -381,24 +386,25 @@ async def _object_cells(job: WriteJob, index: int, task: dict, sources: list[dic
     return summary
 
 
-def _arrays(level) -> list:
+def _arrays(level: LevelWriter) -> list[list[Any]]:
     """The spatial arrays a task wrote cells of: name, document attributes and chunks (for the commit)."""
     return [[name, arr.attributes, [list(c) for c in arr.nonempty]] for name, arr in level.arrays.items()
             if arr.nonempty]
 
 
-def link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]) -> dict:
+def link_cells(job: WriteJob, index: int, task: dict[str, Any], sources: list[dict[str, Any]]) -> dict[str, Any]:
     """Graphs, skeletons, meshes: write the link cells filed under one chunk group, once every cell task has
     left its chunks' vertex tables; ``task`` is :func:`link_task`, ``sources`` the record spills' slices."""
     return anyio.run(_link_cells, job, index, task, sources, backend="asyncio")
 
 
-def link_task(plan: ObjectPlan, index: int) -> dict:
+def link_task(plan: ObjectPlan, index: int) -> dict[str, Any]:
     return {"chunks": plan.chunks[plan.groups[index]], "origin": plan.origin, "grid_shape": plan.grid_shape,
             "width": plan.width, "link_attributes": plan.link_attributes, "row_offsets": plan.row_offsets}
 
 
-async def _link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]) -> dict:
+async def _link_cells(job: WriteJob, index: int, task: dict[str, Any], sources: list[dict[str, Any]]
+                      ) -> dict[str, Any]:
     ex = job.executor()
     ndim = len(job.chunk_shape)
     pieces = await read_spilled(ex, f"{job.prefix}records/", sources)
@@ -411,16 +417,17 @@ async def _link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]
     missing = [k for k, t in zip(keys, tables) if t is None]
     if missing:
         raise FormatError(f"{missing[0]}: a chunk's vertex table is missing (its cell task did not finish)")
-    vertex = np.concatenate([t["vertex"] for t in tables] or [np.zeros(0, np.int64)])
-    local = np.concatenate([t["local"] for t in tables] or [np.zeros(0, np.int64)])
+    found = [t for t in tables if t is not None]  # every one, after the check above
+    vertex = np.concatenate([t["vertex"] for t in found] or [np.zeros(0, np.int64)])
+    local = np.concatenate([t["local"] for t in found] or [np.zeros(0, np.int64)])
     skeleton = job.geometry == "skeleton"
-    starts = np.concatenate([t["starts"] for t in tables] or [np.zeros(0, bool)]) if skeleton else None
+    starts = np.concatenate([t["starts"] for t in found] or [np.zeros(0, bool)]) if skeleton else None
     order = np.argsort(vertex, kind="stable")
     vertex = vertex[order]
 
     def row_of(v: np.ndarray) -> np.ndarray:
         """Row in the tables of each vertex number ``v``."""
-        at = np.searchsorted(vertex, v).clip(0, max(len(vertex) - 1, 0))
+        at: npt.NDArray[np.intp] = np.searchsorted(vertex, v).clip(0, max(len(vertex) - 1, 0))
         if len(v) and (not len(vertex) or np.any(vertex[at] != v)):
             raise FormatError(f"{job.prefix}: a link record names a vertex no chunk table holds")
         return order[at]
@@ -449,7 +456,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict, sources: list[dict]
 # ----------------------------------------------------------------------------- 3. commit
 
 
-async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cells: list[dict],
+async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cells: list[dict[str, Any]],
                          fragment_attributes: FragmentAttributes) -> WriteSummary:
     """Documents, object index and tables over the cells the tasks wrote; root last; then the job prefix goes.
 
@@ -461,6 +468,7 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
     num = plan.num
     linked = connected(job)
     if linked:
+        assert plan.uniq is not None  # _plan_links set it
         obj_attrs, group_rows, grp_attrs = object_tables(plan.uniq, cfg.object_attributes, cfg.groups,
                                                          cfg.group_attributes)
         arrays_present = ["vertices", "links", "object_index"]
@@ -493,12 +501,15 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
         links.finish()
         if linked:
             cell = [c for c in cells if "frag_keys" in c]
-            frag = [np.concatenate([c[k] for c in cell] or [np.zeros(0, np.int64)])
-                    for k in ("frag_keys", "frag_chunk", "frag_local")]
-            fragments = len(frag[0])
-            await cell_writers.put_connected_index(writer, *frag, plan.uniq, plan.chunks, ndim,
+            frag_keys, frag_chunk, frag_local = (np.concatenate([c[k] for c in cell] or [np.zeros(0, np.int64)])
+                                                 for k in ("frag_keys", "frag_chunk", "frag_local"))
+            fragments = len(frag_keys)
+            assert plan.uniq is not None  # _plan_links set it
+            await cell_writers.put_connected_index(writer, frag_keys, frag_chunk, frag_local, plan.uniq, plan.chunks,
+                                                   ndim,
                                                    compression=cfg.compression, layout=cfg.object_index_layout)
         else:
+            assert plan.runs is not None  # plan_objects set it for paths
             fragments = len(plan.runs.run_gid)
             await cell_writers.put_path_index(writer, plan.runs, plan.chunks, num, ndim, compression=cfg.compression,
                                               layout=cfg.object_index_layout)
