@@ -37,9 +37,9 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
@@ -50,18 +50,25 @@ from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
 from ..format.grid import row_positions
 from ..format.layout import LevelLayout
+from ..format.metadata import CLAIM_KEY
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.plan import ByteRange
 from ..io.store import open_store
 from . import inputs
-from .engine import CLAIM_KEY, StoreWriter, empty_group
-from .level import LevelWriter, put_rows, shard_tuple
+from .engine import StoreWriter, empty_group
+from .level import LevelWriter, ShardShape, put_rows, shard_tuple
 from .object_index import check_layout
 from .partition import partition
 from .point_level import PointExtras, manifest_rows, publish_level
 from .stream import RunSpill, Spill
 from .types import WriteSummary
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from ..io.store import StorageOptions
+    from .types import Bounds, Columns, Groups, PointBatch, Shape
 
 JOBS_PREFIX = ".zvf-jobs/"
 ROWS_PER_TASK = 4_000_000  # rows a write_cells task gathers at once (bounds a worker's memory)
@@ -72,14 +79,14 @@ class WriteJob:
     """Everything a task needs, picklable: where the store is and how it is laid out."""
 
     url: str
-    storage_options: dict | None
+    storage_options: dict[str, Any] | None
     job: str
-    chunk_shape: tuple
-    bin_shape: tuple | None
-    bounds: tuple | None
+    chunk_shape: tuple[float, ...]
+    bin_shape: tuple[float, ...] | None
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] | None
     dtype: str | None
     compression: str | None
-    shard_shape: tuple | None
+    shard_shape: tuple[int, ...] | None
     implicit_ids: bool  # groups without object ids: every row is an object, numbered in input order
     geometry: str = "point_cloud"
 
@@ -98,13 +105,15 @@ class WriteJob:
     def executor(self) -> Executor:
         return Executor(open_store(self.url, mode="w", storage_options=self.storage_options))
 
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         """What a resumed job must agree on (JSON)."""
         return {k: v for k, v in asdict(self).items() if k not in ("storage_options",)}
 
 
-def new_job(url: str, storage_options, *, job: str | None, chunk_shape, bin_shape, bounds, dtype, compression,
-            shard_shape, implicit_ids: bool = False, geometry: str = "point_cloud") -> WriteJob:
+def new_job(url: str, storage_options: StorageOptions | Mapping[str, Any] | None, *, job: str | None,
+            chunk_shape: Shape, bin_shape: Shape | None, bounds: Bounds | None, dtype: DTypeLike | None,
+            compression: str | None, shard_shape: ShardShape, implicit_ids: bool = False,
+            geometry: str = "point_cloud") -> WriteJob:
     """Check the layout arguments once, on the driver (the same checks ``write_points`` makes)."""
     if isinstance(chunk_shape, str):
         raise InvalidArgumentError("chunk_shape: a distributed write needs numbers per axis ('auto' looks at "
@@ -112,43 +121,46 @@ def new_job(url: str, storage_options, *, job: str | None, chunk_shape, bin_shap
     ndim = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=False).ndim
     shard = shard_tuple(shard_shape, ndim)
     CellCodec.for_writing(compression, shard)
+    box = None
     if bounds is not None:
-        bounds = tuple(tuple(c) for c in inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim))
-    if dtype is not None:
-        dtype = np.dtype(dtype).str
+        lo, hi = inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
+        box = (tuple(lo), tuple(hi))
+    dtype_str = None if dtype is None else np.dtype(dtype).str
     if job is not None and (not isinstance(job, str) or not job or "/" in job):
         raise InvalidArgumentError(f"job must be a non-empty name without '/', got {job!r}")
 
-    def plain(v):  # as the caller gave it (0.9.2 records ints as ints)
-        return None if v is None else tuple(x.item() if hasattr(x, "item") else x for x in np.ravel(v).tolist())
+    def plain(v: ArrayLike) -> tuple[float, ...]:  # as the caller gave it (0.9.2 records ints as ints)
+        return tuple(x.item() if hasattr(x, "item") else x for x in np.ravel(v).tolist())
 
     return WriteJob(url, None if storage_options is None else dict(storage_options), job or uuid.uuid4().hex,
-                    plain(chunk_shape), plain(bin_shape), bounds, dtype, compression, shard, implicit_ids, geometry)
+                    plain(chunk_shape), None if bin_shape is None else plain(bin_shape), box, dtype_str, compression,
+                    shard, implicit_ids, geometry)
 
 
 # ----------------------------------------------------------------------------- small blobs
 
 
-def pack_summary(summary: dict) -> bytes:
+def pack_summary(summary: Mapping[str, Any]) -> bytes:
     """A task summary as one .npz: arrays as themselves, the rest as JSON (never pickled)."""
     arrays = {k: v for k, v in summary.items() if isinstance(v, np.ndarray)}
     meta = {k: v for k, v in summary.items() if not isinstance(v, np.ndarray)}
     buf = io.BytesIO()
-    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+    # mypy matches the ``**arrays`` names against savez's ``allow_pickle``: they are summary keys, never that one
+    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)  # type: ignore[arg-type]
     return buf.getvalue()
 
 
-def unpack_summary(blob: bytes, key: str) -> dict:
+def unpack_summary(blob: bytes, key: str) -> dict[str, Any]:
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            out = json.loads(bytes(z["__meta__"]).decode())
+            out: dict[str, Any] = json.loads(bytes(z["__meta__"]).decode())
             out.update((k, z[k]) for k in z.files if k != "__meta__")
     except (ValueError, KeyError, OSError) as exc:
         raise FormatError(f"{key}: not a zvf job summary ({exc})") from None
     return out
 
 
-async def load_summaries(ex: Executor, prefix: str) -> dict[int, dict]:
+async def load_summaries(ex: Executor, prefix: str) -> dict[int, dict[str, Any]]:
     """Summaries stored under ``prefix`` (``NNNNNN.npz``), by task index."""
     keys = [k for k, _ in await ex.list(prefix) if k.endswith(".npz")]
     blobs = await ex.gather([ex.get(k) for k in keys])
@@ -158,12 +170,13 @@ async def load_summaries(ex: Executor, prefix: str) -> dict[int, dict]:
 # ----------------------------------------------------------------------------- 1. route
 
 
-def route_source(job: WriteJob, index: int, batches: Iterable, *, spill_bytes: int = 64 << 20) -> dict:
+def route_source(job: WriteJob, index: int, batches: Iterable[PointBatch], *,
+                 spill_bytes: int = 64 << 20) -> dict[str, Any]:
     """Spill one source's rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary."""
     return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
 
 
-def add_source(spill: Any, batches: Iterable, index: int) -> None:
+def add_source(spill: Any, batches: Iterable[Any], index: int) -> None:
     """Feed one source's batches to a routing task's spill; its errors name the source."""
     try:
         for batch in batches:
@@ -172,7 +185,7 @@ def add_source(spill: Any, batches: Iterable, index: int) -> None:
         raise InvalidArgumentError(f"sources[{index}]: {exc}") from None
 
 
-async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int) -> dict:
+async def _route(job: WriteJob, index: int, batches: Iterable[PointBatch], spill_bytes: int) -> dict[str, Any]:
     ex = job.executor()
     with tempfile.TemporaryDirectory(prefix="zvf-route-") as tmp:
         spill = Spill(tmp, job.layout(with_ids=False), None if job.dtype is None else np.dtype(job.dtype), job.bounds,
@@ -182,7 +195,7 @@ async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int)
             spill.finish()
             layout, chunks, counts = await upload_spill(ex, f"{job.prefix}spill/{index:06d}.bin", spill.rows,
                                                         spill.chunk_coords)
-            summary = {
+            summary: dict[str, Any] = {
                 "n": int(spill.n_rows), "dtype": None if spill.dtype is None else np.dtype(spill.dtype).str,
                 "attributes": {k: [np.dtype(d).str, list(r)] for k, (d, r) in (spill.attr_schema or {}).items()},
                 "explicit_ids": spill.explicit_ids, "columns": layout, "chunks": chunks, "counts": counts,
@@ -199,7 +212,7 @@ async def _route(job: WriteJob, index: int, batches: Iterable, spill_bytes: int)
 
 async def upload_spill(ex: Executor, key: str, rows: RunSpill, coords: np.ndarray,
                        convert: Callable[[str, np.ndarray], np.ndarray] | None = None
-                       ) -> tuple[list, np.ndarray, np.ndarray]:
+                       ) -> tuple[list[list[Any]], np.ndarray, np.ndarray]:
     """Upload every row of a finished ``rows`` spill as one object at ``key``: chunks in C order, input order
     within a chunk, each column a contiguous block.  ``coords``: chunk coords by id; ``convert(name, col)``
     rewrites a column on the way (e.g. chunk ids, local to this spill, to coordinates).  Returns the column
@@ -239,8 +252,8 @@ class GridPlan:
     n: int
     dtype: np.dtype
     attributes: dict[str, tuple[np.dtype, tuple[int, ...]]]
-    lo: list
-    hi: list
+    lo: list[float]
+    hi: list[float]
     origin: tuple[int, ...]
     grid_shape: tuple[int, ...]
     chunks: np.ndarray  # (C, ndim) every chunk, C order
@@ -258,7 +271,7 @@ class CellPlan(GridPlan):
     uniq: np.ndarray | None
 
 
-def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
+def plan_cells(job: WriteJob, summaries: list[dict[str, Any]], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
     """Check the sources agree (dtype, attributes, ids) and cut the chunks into task groups."""
     ndim = len(job.chunk_shape)
     full = [s for s in summaries if s["n"]] or summaries[:1]
@@ -271,7 +284,7 @@ def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROW
                                        f"{full[0]['attributes']}: every source must carry the same ones")
         if s["n"] and s["explicit_ids"] != full[0]["explicit_ids"]:
             raise InvalidArgumentError(f"sources[{i}]: either every source has 'object_ids' or none does")
-    first = full[0] if full else {"attributes": {}, "explicit_ids": False}
+    first: dict[str, Any] = full[0] if full else {"attributes": {}, "explicit_ids": False}
     explicit = bool(first["explicit_ids"])
     with_ids = explicit or job.implicit_ids
     counts = np.asarray([s["n"] for s in summaries], np.int64)
@@ -296,7 +309,7 @@ def plan_cells(job: WriteJob, summaries: list[dict], *, rows_per_task: int = ROW
                     row_offsets=np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64), uniq=uniq)
 
 
-def extent(job: WriteJob, summaries: list[dict]) -> tuple[list, list]:
+def extent(job: WriteJob, summaries: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
     """The store's bounds: the job's, else the union of the sources' extents."""
     if job.bounds is not None:
         lo, hi = (list(c) for c in job.bounds)
@@ -308,7 +321,8 @@ def extent(job: WriteJob, summaries: list[dict]) -> tuple[list, list]:
             np.max([s["hi"] for s in full], axis=0).astype(np.float64).tolist())
 
 
-def chunk_groups(chunks: np.ndarray, rows: np.ndarray, origin, shard, rows_per_task: int) -> list[np.ndarray]:
+def chunk_groups(chunks: np.ndarray, rows: np.ndarray, origin: Sequence[int], shard: tuple[int, ...] | None,
+                 rows_per_task: int) -> list[np.ndarray]:
     """Chunks cut into runs of about ``rows_per_task`` rows; a shard never spans two groups."""
     if not len(chunks):
         return []
@@ -346,13 +360,13 @@ class CellWriter(StoreWriter):
         pass
 
 
-def write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
+def write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict[str, Any]]) -> dict[str, Any]:
     """Write the cells of ``plan.groups[index]`` from every source's spill; returns its summary."""
     return anyio.run(_write_cells, job, index, plan, sources, backend="asyncio")
 
 
-def source_slices(group: np.ndarray, source_chunks: list[np.ndarray], sources: list[dict], *,
-                  counts: str = "counts", columns: str = "columns") -> list[dict]:
+def source_slices(group: np.ndarray, source_chunks: list[np.ndarray], sources: list[dict[str, Any]], *,
+                  counts: str = "counts", columns: str = "columns") -> list[dict[str, Any]]:
     """Only what a task writing ``group`` (sorted rows of the plan's chunks) needs of each source summary
     (small task arguments): ``source_chunks[i]`` locates source ``i``'s spilled chunks in the plan's,
     ``sources[i][counts]`` their row counts and ``sources[i][columns]`` the spill's column layout."""
@@ -365,11 +379,11 @@ def source_slices(group: np.ndarray, source_chunks: list[np.ndarray], sources: l
     return out
 
 
-async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict]) -> dict:
+async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[dict[str, Any]]) -> dict[str, Any]:
     level_layout = job.layout(with_ids=plan.with_ids)
     ex = job.executor()
     want = plan.chunks[plan.groups[index]]
-    schema = {"positions": (plan.dtype, (level_layout.ndim,))}
+    schema: dict[str, tuple[np.dtype, tuple[int, ...]]] = {"positions": (plan.dtype, (level_layout.ndim,))}
     schema.update((f"attr:{k}", v) for k, v in plan.attributes.items())
     if plan.with_ids:
         schema["object_ids"] = (np.dtype(np.int64), ())
@@ -400,7 +414,7 @@ async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[
         level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
         await put_rows(level, part, pos, attrs, fragments_of)
         await level.finish()  # flushes this group's whole shards; the documents come at commit
-    summary = {"cells": writer.cells_written, "bytes": writer.bytes_written}
+    summary: dict[str, Any] = {"cells": writer.cells_written, "bytes": writer.bytes_written}
     if oids is not None:
         summary["frag_chunk"] = plan.groups[index][part.frag_chunk]
         summary["frag_keys"] = np.asarray(part.frag_keys, np.int64)
@@ -408,7 +422,8 @@ async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[
     return summary
 
 
-async def read_spilled(ex: Executor, folder: str, sources: list[dict]) -> dict[str, list[tuple[int, int, np.ndarray]]]:
+async def read_spilled(ex: Executor, folder: str, sources: list[dict[str, Any]]
+                       ) -> dict[str, list[tuple[int, int, np.ndarray]]]:
     """The rows of a task's chunks from every source's spill ``<folder><source>.bin`` (one coalesced read).
 
     ``sources``: :func:`source_slices` of the task.  Returns, per column,
@@ -439,7 +454,8 @@ async def read_spilled(ex: Executor, folder: str, sources: list[dict]) -> dict[s
 # ----------------------------------------------------------------------------- job state
 
 
-async def start(job: WriteJob, *, overwrite: bool, n_sources: int) -> tuple[dict[int, dict], dict[int, dict]]:
+async def start(job: WriteJob, *, overwrite: bool, n_sources: int
+                ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
     """Claim the store (or resume the job that claimed it); returns the finished (route, cells) summaries."""
     ex = job.executor()
     manifest_key = f"{job.prefix}job.json"
@@ -456,6 +472,7 @@ async def start(job: WriteJob, *, overwrite: bool, n_sources: int) -> tuple[dict
     claimer = StoreWriter(ex, overwrite=overwrite, lease=None)  # held across processes: never presumed dead
     await claimer._claim()  # the serial writers' claim: one writer per new store
     if claimer.publication is not None:  # workers write cells in the default key family: not over a store
+        assert claimer.lock is not None  # _claim took it before it began a publication
         await claimer.lock.release()
         raise StoreExistsError(f"{ex.handle.url}: a distributed write makes a new store; to replace the store "
                                "there, write it elsewhere (or with the in-process writer, which keeps it readable "
@@ -473,8 +490,9 @@ class CommitWriter(StoreWriter):
         pass
 
 
-async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite: bool, object_attributes=None,
-                 groups=None, group_attributes=None, object_index_layout: str = "sharded") -> WriteSummary:
+async def commit(job: WriteJob, plan: CellPlan, cells: list[dict[str, Any]], *, overwrite: bool,
+                 object_attributes: Columns | None = None, groups: Groups | None = None,
+                 group_attributes: Columns | None = None, object_index_layout: str = "sharded") -> WriteSummary:
     """Array documents, object index, per-object/group data, level and root; then remove the job prefix."""
     check_layout(object_index_layout)
     level_layout = job.layout(with_ids=plan.with_ids)
@@ -506,7 +524,7 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite:
             by_chunk = np.argsort(fr, kind="stable")  # fragments grouped by chunk, as in one Partition
             manifest = manifest_rows(fr[by_chunk], fk[by_chunk], plan.chunks, plan.uniq)
         await publish_level(writer, ex.handle.url, ndim=level_layout.ndim,
-                            shapes=(_shape(job.chunk_shape), _shape(job.bin_shape)),
+                            shapes=(list(job.chunk_shape), _shape(job.bin_shape)),
                             bounds=(plan.lo, plan.hi), n=plan.n, has_attributes=bool(plan.attributes), uniq=plan.uniq,
                             manifest=manifest, extras=extras, compression=job.compression,
                             object_index_layout=object_index_layout)
@@ -519,7 +537,7 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict], *, overwrite:
         bins_per_chunk=list(level_layout.bins_per_chunk))
 
 
-def _shape(v):
+def _shape(v: tuple[float, ...] | None) -> list[float] | None:
     return None if v is None else list(v)
 
 
@@ -531,7 +549,7 @@ async def discard(job: WriteJob) -> None:
         await ex.delete(keys)
 
 
-def batches_of_source(source: Any, index: int) -> Iterable:
+def batches_of_source(source: Any, index: int) -> Iterable[Any]:
     """The batches of one source: a ``.npy``/``.npz`` path, a callable, an array, a batch dict or a list.
 
     ``.npz`` keys are the export's: ``positions``, ``object_ids``, ``attr_<name>``.
@@ -549,7 +567,7 @@ def batches_of_source(source: Any, index: int) -> Iterable:
                 if other:  # never dropped unseen: a source's rows are all it holds
                     raise InvalidArgumentError(f"sources[{index}] {path!r}: keys {other} are not a point source's "
                                                f"(positions, object_ids, attr_<name>)")
-                batch: dict = {"positions": z["positions"]}
+                batch: dict[str, Any] = {"positions": z["positions"]}
                 if "object_ids" in z.files:
                     batch["object_ids"] = z["object_ids"]
                 attrs = {k[5:]: z[k] for k in z.files if k.startswith("attr_")}
@@ -557,7 +575,7 @@ def batches_of_source(source: Any, index: int) -> Iterable:
                     batch["attributes"] = attrs
             return [batch]
         raise InvalidArgumentError(f"sources[{index}] {path!r}: a file source must be .npy or .npz")
-    if isinstance(source, Callable):
+    if callable(source):
         return batches_of_source(source(), index)
     if isinstance(source, (np.ndarray, dict)):
         return [source]
