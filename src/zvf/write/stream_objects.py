@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
 
 import anyio
 import numpy as np
@@ -77,8 +77,14 @@ from .stream import (
 from .types import WriteSummary
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..format.codecs import CellCodec
     from ..io.store import Target
-    from .types import ObjectBatches, ObjectWriteOptions, Shape, SpillDir
+    from .types import Bounds, ObjectBatches, ObjectWriteOptions, Shape, SpillDir, WriteConfig
+
+# name -> (dtype, row shape) of a batch's named columns
+Schema: TypeAlias = "dict[str, tuple[np.dtype, tuple[int, ...]]]"
 
 # Half the point stream's upload queue: at this size 200 k streamlines peak at ~2x their input.
 UPLOAD_BYTES = 32 << 20
@@ -91,7 +97,7 @@ _KEYS = {
 }
 
 
-def is_object_stream(obj, kind: str) -> bool:
+def is_object_stream(obj: object, kind: str) -> bool:
     """True when ``obj`` is a stream of batches rather than one in-memory input of ``kind``.
 
     Generators, iterators and async iterables always are; a list or tuple is
@@ -113,7 +119,7 @@ def is_object_stream(obj, kind: str) -> bool:
             and isinstance(first[0], np.ndarray) and first[0].ndim == 2)
 
 
-def _fields(batch, kind: str, what: str) -> dict:
+def _fields(batch: object, kind: str, what: str) -> dict[str, Any]:
     """A batch as a dict of its fields (a bare polylines sequence / endpoints array is the main field)."""
     main, allowed = _KEYS[kind]
     if kind == "mesh" and isinstance(batch, Mapping) and "vertices" in batch and "positions" not in batch:
@@ -129,7 +135,7 @@ def _fields(batch, kind: str, what: str) -> dict:
     return dict(batch)
 
 
-def _schema_check(state: dict, key: str, arrays: dict[str, np.ndarray], what: str) -> None:
+def _schema_check(state: dict[str, Schema], key: str, arrays: dict[str, np.ndarray], what: str) -> None:
     """Every batch must carry the same named columns with the same dtypes and row shapes."""
     schema = {k: (v.dtype, v.shape[1:]) for k, v in arrays.items()}
     if key not in state:
@@ -141,11 +147,12 @@ def _schema_check(state: dict, key: str, arrays: dict[str, np.ndarray], what: st
 class _Bounds:
     """Running extent of the vertices, and the check of each batch against declared bounds."""
 
-    def __init__(self, bounds, ndim: int):
+    def __init__(self, bounds: Bounds | None, ndim: int):
         self.given = None if bounds is None else inputs.bounds_for(np.zeros((0, ndim)), bounds, ndim)
         self.raw = bounds
         self.ndim = ndim
-        self.lo = self.hi = None
+        self.lo: np.ndarray | None = None
+        self.hi: np.ndarray | None = None
 
     def add(self, pos64: np.ndarray, what: str) -> None:
         if not len(pos64):
@@ -159,15 +166,16 @@ class _Bounds:
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
 
-    def result(self) -> tuple[list, list]:
+    def result(self) -> tuple[list[float], list[float]]:
         if self.given is not None:
             return self.given
-        if self.lo is None:
+        if self.lo is None or self.hi is None:  # set together
             raise InvalidArgumentError("bounds are required when there are no positions")
         return self.lo.astype(np.float64).tolist(), self.hi.astype(np.float64).tolist()
 
 
-def _setup(chunk_shape, options: ObjectWriteOptions, spill_bytes: int):
+def _setup(chunk_shape: Shape, options: ObjectWriteOptions, spill_bytes: int
+           ) -> tuple[WriteConfig, LevelLayout, CellCodec, list[float], list[float] | None, _Dtype, FragmentAttributes]:
     """The checked options, level layout, codec, given shapes, dtype and fragment attributes of a streamed
     write, before any batch is read."""
     frag_columns = options.pop("fragment_attributes", None)
@@ -179,7 +187,7 @@ def _setup(chunk_shape, options: ObjectWriteOptions, spill_bytes: int):
             FragmentAttributes(frag_columns, level_layout.ndim))
 
 
-async def _spill_all(sp: _Pass1, batches) -> None:
+async def _spill_all(sp: _Pass1, batches: ObjectBatches) -> None:
     """Pass 1: every batch checked and spilled, in a worker thread (numpy and file writes)."""
     async for batch in batches_of(batches):
         await anyio.to_thread.run_sync(sp.add, batch)
@@ -192,7 +200,7 @@ class _Dtype:
     def __init__(self, dtype: np.dtype | None):
         self.dt, self.explicit = dtype, dtype is not None
 
-    def of(self, values, what: str) -> np.dtype | None:
+    def of(self, values: ArrayLike, what: str) -> np.dtype | None:
         """The dtype to cast a batch's ``values`` to (None: its own); refuses a silent narrowing."""
         given = values.dtype if isinstance(values, np.ndarray) else inputs.as_numeric(values, what).dtype
         return inputs.batch_dtype(given, self.dt, self.explicit, what)
@@ -212,17 +220,18 @@ class _Dtype:
 class _Pass1:
     """What pass 1 of every object stream keeps: vertex rows spilled per chunk, extent, dtype, schemas."""
 
-    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds, spill_bytes: int):
+    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds: Bounds | None,
+                 spill_bytes: int):
         self.level_layout, self.dt = level_layout, dt
         self.ndim = level_layout.ndim
         self.bounds = _Bounds(bounds, level_layout.ndim)
         self.chunks = ChunkIds(level_layout.ndim)
         self.rows = RunSpill(directory, "v", spill_bytes)
-        self.state: dict = {}  # the first batch's column schemas
+        self.state: dict[str, Schema] = {}  # the first batch's column schemas
         self.n_rows = 0
         self._batches = 0
 
-    def add(self, batch) -> None:
+    def add(self, batch: object) -> None:
         raise NotImplementedError
 
     def _next(self) -> str:
@@ -234,7 +243,8 @@ class _Pass1:
 class _PathSpill(_Pass1):
     """Pass 1 of a paths write: vertex rows spilled per chunk, runs and objects summarized."""
 
-    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds, kind: str, spill_bytes: int):
+    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds: Bounds | None, kind: str,
+                 spill_bytes: int):
         super().__init__(directory, level_layout, dt, bounds, spill_bytes)
         self.kind = kind
         self.run_gid: list[np.ndarray] = []
@@ -243,7 +253,7 @@ class _PathSpill(_Pass1):
         self.obj_attrs: dict[str, list[np.ndarray]] = {}
         self.n_objects = 0
 
-    def add(self, batch) -> None:
+    def add(self, batch: object) -> None:
         what = self._next()
         fields = _fields(batch, self.kind, what)
         try:
@@ -287,7 +297,7 @@ class _PathSpill(_Pass1):
         if n:
             self.rows.push(gids, {"positions": pos, **{f"attr:{k}": v for k, v in (attrs or {}).items()}})
 
-    def attr_schema(self) -> dict:
+    def attr_schema(self) -> Schema:
         return self.state.get("attributes", {})
 
 
@@ -387,7 +397,8 @@ def _smallest_endpoint(ends: np.ndarray) -> np.ndarray:
 class _ConnectedSpill(_Pass1):
     """Pass 1 of a graph/skeleton/mesh write: vertex rows and link records spilled per chunk."""
 
-    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds, geometry: str, spill_bytes: int):
+    def __init__(self, directory: str, level_layout: LevelLayout, dt: _Dtype, bounds: Bounds | None, geometry: str,
+                 spill_bytes: int):
         super().__init__(directory, level_layout, dt, bounds, spill_bytes)
         self.geometry = geometry
         self.records = RunSpill(directory, "e", spill_bytes)
@@ -397,7 +408,7 @@ class _ConnectedSpill(_Pass1):
         self.ids = DistinctIds()
         self.n_records = 0
 
-    def add(self, batch) -> None:
+    def add(self, batch: object) -> None:
         what = self._next()
         kind = "mesh" if self.geometry == "mesh" else "graph"
         fields = _fields(batch, kind, what)
@@ -412,7 +423,7 @@ class _ConnectedSpill(_Pass1):
             if kind == "mesh":
                 pos, oids, rec, attrs = mesh_input(raw, fields.get("faces", np.zeros((0, 3))),
                                                    fields.get("object_ids"), fields.get("attributes"), dt)
-                link_attrs = {}
+                link_attrs: dict[str, np.ndarray] = {}
             else:
                 pos, oids, rec, attrs, link_attrs = graph_input(
                     raw, fields.get("edges", np.zeros((0, 2))), fields.get("object_ids"),
@@ -504,7 +515,7 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                     got = await put_connected_chunk(level, frag_attrs, level_layout, coords[gid], pos, oids, attrs,
                                                     skeleton)
                     local_of[vertex] = got.local
-                    if skeleton:
+                    if frag_start is not None:  # skeletons
                         frag_start[vertex] = got.starts
                     frag_oid.append(got.frag_keys)
                     frag_rank.append(np.full(len(got.frag_keys), rank[gid], np.int64))
@@ -521,11 +532,11 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
                 links = graph_links(level, ndim, sp.width or (3 if geometry == "mesh" else 2), link_names)
                 for i, gid in enumerate(visit.tolist()):
                     rec = await anyio.to_thread.run_sync(sp.records.read, gid)
-                    vertex, chunk = rec.pop("vertex", None), rec.pop("chunk", None)
-                    if vertex is not None and len(vertex):
-                        await put_link_records(links, coords[chunk], local_of[vertex].astype(np.int64),
+                    ends, ends_chunk = rec.pop("vertex", None), rec.pop("chunk", None)
+                    if ends is not None and len(ends):
+                        await put_link_records(links, coords[ends_chunk], local_of[ends].astype(np.int64),
                                                {k[5:]: v for k, v in rec.items()},
-                                               frag_start[vertex[:, 0]] if skeleton else None)
+                                               None if frag_start is None else frag_start[ends[:, 0]])
                     shard = shard_done(visit, shard_of, i)
                     if shard is not None:
                         for arr in level.arrays.values():
