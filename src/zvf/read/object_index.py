@@ -18,9 +18,12 @@ readers ask for them at the same time (the executor's single flight).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from functools import partial
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from ..errors import FormatError, MissingDataError
 from ..format.manifest import ManifestTable, decode_manifests_packed
@@ -29,6 +32,18 @@ from ..io.plan import ByteRange
 from .chunkset import required_array
 from .dense import read_dense
 from .points import off_loop
+
+if TYPE_CHECKING:
+    from ..format.types import BytesLike
+    from ..io.executor import Executor
+    from .load import Level
+
+Unit: TypeAlias = tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]
+"""A decoded unit of manifests: (buffer, starts, lengths), one row per manifest."""
+Located: TypeAlias = tuple[list[Unit], NDArray[np.intp], NDArray[np.int64]]
+"""Units holding some rows, and per row (its unit, its row within it)."""
+ShardIndex: TypeAlias = tuple[NDArray[np.uint64], NDArray[np.uint64]]
+"""(offsets, nbytes) of a shard's inner chunks."""
 
 # Prefetch object ids and shard indexes at open only while they are this small.
 PREFETCH_LIMIT = 1 << 20
@@ -39,14 +54,14 @@ OFFLOAD_STORED = 1 << 19
 class ObjectIndex:
     """Manifests of one level, addressed by object id."""
 
-    def __init__(self, executor, level, ndim: int):
+    def __init__(self, executor: Executor, level: Level, ndim: int) -> None:
         self.ex = executor
         self.level_index = level.index  # not the level: it holds this index, and a cycle outlives its dataset
         self.ndim = ndim
         self.manifests = required_array(level, "object_index/manifests", " although the level has objects")
         self.ids_array = level.array("object_index/object_ids")
         self.count = int(self.manifests.meta.shape[0])
-        self._ids: np.ndarray | None = None
+        self._ids: NDArray[np.int64] | None = None
         self.rows_per_chunk = int(self.manifests.meta.chunk_shape[0])  # a shard when sharded
         codec = self.manifests.codec
         self.inner = None if codec.shard is None else (codec.inner_rows or 1)
@@ -54,7 +69,7 @@ class ObjectIndex:
     # ------------------------------------------------------------- ids
     async def prefetch(self) -> None:
         """Object ids and (small) shard indexes, so object reads skip those round trips."""
-        jobs = []
+        jobs: list[Awaitable[object]] = []
         if self.ids_array is not None and self.count * 8 <= PREFETCH_LIMIT:
             jobs.append(self.ids())
         if self.inner is not None:
@@ -64,13 +79,13 @@ class ObjectIndex:
                 jobs += [self._shard_index(s) for s in range(n_shards)]
         await self.ex.gather(jobs)
 
-    async def ids(self) -> np.ndarray:
+    async def ids(self) -> NDArray[np.int64]:
         """Object id of each manifest row (row number when the store lists none)."""
         if self._ids is None:
             self._ids = await self.ex.once(("object_ids", id(self)), self._read_ids)
         return self._ids
 
-    async def _read_ids(self) -> np.ndarray:
+    async def _read_ids(self) -> NDArray[np.int64]:
         if self.ids_array is None:
             return np.arange(self.count, dtype=np.int64)
         declared = int(self.ids_array.meta.shape[0])
@@ -110,11 +125,16 @@ class ObjectIndex:
         tables = await self.ex.gather([shard_table(s) for s in range(-(-self.count // per))])
         return await off_loop(sum(8 * (3 + self.ndim) * len(t) for t in tables), partial(ManifestTable.concat, tables))
 
-    def _remember(self, what, unit) -> None:
+    def _inner_rows(self) -> int:
+        """Manifests per inner chunk; only reads of the sharded layout ask."""
+        assert self.inner is not None  # callers run on the sharded path only
+        return self.inner
+
+    def _remember(self, what: tuple[str, int], unit: Unit) -> None:
         """Cache a decoded unit (buffer, starts, lengths), charged for its own bytes."""
         self.ex.put_cached("manifest", (self.manifests.path, *what), unit, nbytes=_unit_nbytes(unit))
 
-    def _decode(self, blob, starts, ends, per_unit: int, key: str):
+    def _decode(self, blob: BytesLike, starts: ArrayLike, ends: ArrayLike, per_unit: int, key: str) -> list[Unit]:
         """Stored chunks -> one decoded (buffer, starts, lengths) per chunk, in one batch."""
         buf, counts, ist, iln = self.manifests.codec.decode_items_many(blob, starts, ends, key=key)
         short = counts < per_unit
@@ -124,16 +144,16 @@ class ObjectIndex:
         first = np.cumsum(counts) - counts
         return [(buf, ist[f:f + per_unit], iln[f:f + per_unit]) for f in first.tolist()]
 
-    async def _plain(self, rows: np.ndarray):
+    async def _plain(self, rows: NDArray[np.int64]) -> Located:
         per = self.rows_per_chunk
         cells, part = np.unique(rows // per, return_inverse=True)
         parts = await self.ex.gather([self._plain_chunk(c) for c in cells.tolist()])
         return parts, part, rows % per
 
-    async def _plain_chunk(self, c: int):
+    async def _plain_chunk(self, c: int) -> Unit:
         """The decoded unit of plain manifest chunk ``c`` (cached)."""
 
-        async def fetch():
+        async def fetch() -> Unit:
             key = self.manifests.key_of((c,))
             want = min(self.rows_per_chunk, self.count - c * self.rows_per_chunk)
             raw = await self.ex.get(key)
@@ -141,7 +161,7 @@ class ObjectIndex:
 
         return await self.ex.cached("manifest", (self.manifests.path, "chunk", c), fetch, _unit_nbytes)
 
-    async def _shard_index(self, shard: int):
+    async def _shard_index(self, shard: int) -> ShardIndex | None:
         """A shard's index, by one suffix read that brings the whole shard when it is small.
 
         The suffix asked for is the index or one round trip's worth of bytes
@@ -150,7 +170,7 @@ class ObjectIndex:
         read in it needs no manifest request at all.
         """
         key = self.manifests.key_of((shard,))
-        n_inner = self.rows_per_chunk // self.inner
+        n_inner = self.rows_per_chunk // self._inner_rows()
         index_size = index_nbytes(n_inner)
         handle = self.ex.handle
         want = max(index_size, min(PREFETCH_LIMIT, int(handle.latency_hint * handle.bandwidth_hint)))
@@ -161,7 +181,7 @@ class ObjectIndex:
             self.ex.put_cached("manifest", (self.manifests.path, "shard", shard), tail)  # the whole shard
         return decode_shard_index(tail[-index_size:], n_inner, key=key)
 
-    async def _sharded(self, rows: np.ndarray):
+    async def _sharded(self, rows: NDArray[np.int64]) -> Located:
         """Units holding ``rows``: whole shards, or inner chunks by ranged reads.
 
         A shard is read and decoded whole when it costs no more than a round
@@ -169,12 +189,12 @@ class ObjectIndex:
         half of its bytes: one request instead of many ranges, and the
         decoded shard serves every later read in it.
         """
-        per, k = self.rows_per_chunk, self.inner
+        per, k = self.rows_per_chunk, self._inner_rows()
         slots = per // k
         path = self.manifests.path
         shard_of = rows // per
         shards = np.unique(shard_of).tolist()
-        whole = {s: self.ex.get_cached("manifest", (path, "rows", s)) for s in shards}
+        whole: dict[int, Unit | None] = {s: self.ex.get_cached("manifest", (path, "rows", s)) for s in shards}
         todo = [s for s in shards if whole[s] is None]
         indexes = dict(zip(todo, await self.ex.gather([self._shard_index(s) for s in todo])))
         handle = self.ex.handle
@@ -200,18 +220,19 @@ class ObjectIndex:
                     start = int(offsets[slot])
                     inner_ranges.append(ByteRange(self.manifests.key_of((s,)), start, start + int(nbytes[slot])))
                     inner_ids.append(i)
-        units, blobs = await self.ex.gather([self.ex.gather([self._whole_shard(s) for s in fetch_whole]),
-                                             self.ex.read_ranges(inner_ranges)])
-        whole.update(zip(fetch_whole, units))
+        both = await self.ex.gather([self.ex.gather([self._whole_shard(s) for s in fetch_whole]),
+                                     self.ex.read_ranges(inner_ranges)])
+        # one wave for both kinds: gather types its results by their join, so each is named back
+        whole.update(zip(fetch_whole, cast("list[Unit]", both[0])))
         if inner_ranges:
-            got = [_whole(blob, r) for blob, r in zip(blobs, inner_ranges)]
+            got = [_whole(blob, r) for blob, r in zip(cast("list[bytes | None]", both[1]), inner_ranges)]
             lens = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
             ends = np.cumsum(lens)
             units = self._decode(b"".join(got), ends - lens, ends, k, f"{path}/inner")
             for i, unit in zip(inner_ids, units):
                 self._remember(("inner", i), unit)
         # every row -> (unit, row within it)
-        parts: list = [_empty(0) if whole[s] is None else whole[s] for s in shards]  # ranged shards: no rows
+        parts = [_empty(0) if (u := whole[s]) is None else u for s in shards]  # ranged shards: no rows
         in_whole = np.isin(shard_of, [s for s in shards if whole[s] is not None])
         part = np.searchsorted(shards, shard_of)
         local = rows - shard_of * per
@@ -225,28 +246,29 @@ class ObjectIndex:
             local[~in_whole] = rows[~in_whole] % k
         return parts, part, local
 
-    async def _whole_shard(self, s: int):
+    async def _whole_shard(self, s: int) -> Unit:
         """Every row of shard ``s`` as one decoded unit (cached): one request for the shard, decompressed and
         split in a worker thread (zstd drops the GIL, so two cores decode two shards)."""
         return await self.ex.cached("manifest", (self.manifests.path, "rows", s), partial(self._fetch_shard, s),
                                     _unit_nbytes)
 
-    async def _fetch_shard(self, s: int):
+    async def _fetch_shard(self, s: int) -> Unit:
         path = self.manifests.path
         index = await self._shard_index(s)
         if index is None:  # absent shard: empty manifests
             return _empty(self.rows_per_chunk)
         offsets, nbytes = index
         present = offsets != EMPTY
-        raw = self.ex.get_cached("manifest", (path, "shard", s))
+        raw: bytes | None = self.ex.get_cached("manifest", (path, "shard", s))
         if raw is None:
             r = ByteRange(self.manifests.key_of((s,)), 0, _stored_end(offsets, nbytes, present))
             raw = _whole((await self.ex.read_ranges([r]))[0], r)
         return await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present), OFFLOAD_STORED)
 
-    def _decode_shard(self, shard: int, raw, offsets, nbytes, present):
+    def _decode_shard(self, shard: int, raw: bytes, offsets: NDArray[np.uint64], nbytes: NDArray[np.uint64],
+                      present: NDArray[np.bool_]) -> Unit:
         """Every inner chunk of a shard in one batch -> one unit of ``rows_per_chunk`` rows (pure: runs in a thread)."""
-        per, k = self.rows_per_chunk, self.inner
+        per, k = self.rows_per_chunk, self._inner_rows()
         slots = np.flatnonzero(present)
         starts = offsets[slots].astype(np.int64)
         buf, _counts, ist, iln = self.manifests.codec.decode_items_many(
@@ -260,29 +282,30 @@ class ObjectIndex:
         return buf, row_starts, row_lengths
 
 
-def _unit_nbytes(unit) -> int:
+def _unit_nbytes(unit: Unit) -> int:
     """What a decoded unit (buffer, starts, lengths) costs in the cache: its own bytes."""
     return 64 + 16 * len(unit[1]) + int(unit[2].sum())
 
 
-def _empty(n: int):
+def _empty(n: int) -> Unit:
     """A unit of ``n`` absent manifests (zero-length rows)."""
     z = np.zeros(n, dtype=np.int64)
     return np.zeros(0, dtype=np.uint8), z, z
 
 
-def _stored_end(offsets: np.ndarray, nbytes: np.ndarray, present: np.ndarray) -> int:
+def _stored_end(offsets: NDArray[np.uint64], nbytes: NDArray[np.uint64], present: NDArray[np.bool_]) -> int:
     """Bytes of a shard up to the end of its last stored inner chunk (0 when none is)."""
     return int((offsets[present] + nbytes[present]).max()) if present.any() else 0
 
 
-def _whole(blob, r: ByteRange):
+def _whole(blob: bytes | None, r: ByteRange) -> bytes:
+    assert r.end is not None  # the ranges asked for here are bounded
     if blob is None or len(blob) != r.end - r.start:
         raise MissingDataError(f"{r.key}: shard is shorter than its index says")
     return blob
 
 
-def _gather(parts: list, part: np.ndarray, local: np.ndarray):
+def _gather(parts: list[Unit], part: NDArray[np.intp], local: NDArray[np.int64]) -> Unit:
     """One buffer and per-row (starts, lengths) from the units rows fall in."""
     if not parts:
         return _empty(0)
