@@ -39,7 +39,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import numpy as np
@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 
     from ..io.store import StorageOptions
     from .types import Bounds, Columns, Groups, PointBatch, Shape
+
+BatchT = TypeVar("BatchT")
+BatchT_contra = TypeVar("BatchT_contra", contravariant=True)
 
 JOBS_PREFIX = ".zvf-jobs/"
 ROWS_PER_TASK = 4_000_000  # rows a write_cells task gathers at once (bounds a worker's memory)
@@ -176,7 +179,14 @@ def route_source(job: WriteJob, index: int, batches: Iterable[PointBatch], *,
     return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
 
 
-def add_source(spill: Any, batches: Iterable[Any], index: int) -> None:
+class BatchSink(Protocol[BatchT_contra]):
+    """A routing task's spill: takes one batch at a time (InvalidArgumentError for a bad one)."""
+
+    def add(self, batch: BatchT_contra) -> None: ...
+
+
+def add_source(spill: BatchSink[BatchT], batches: Iterable[BatchT], index: int) -> None:
+
     """Feed one source's batches to a routing task's spill; its errors name the source."""
     try:
         for batch in batches:
