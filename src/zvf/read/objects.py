@@ -30,17 +30,19 @@ box queries of object geometries are in :mod:`zvf.read.box`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import FormatError, InvalidArgumentError
 from ..format.manifest import ManifestTable
 from ..format.metadata import SEQUENTIAL_GEOMETRIES
 from .cells import rows_from_payload
 from .chunkset import ChunkSet, is_draco
-from .links import level_links
+from .links import Links, level_links
 from .load import LINKED
 from .points import attribute_layout, pick_attributes
 from .rowops import expand_ranges, map_rows, segments, sequential_edges, unique_rows
@@ -48,8 +50,11 @@ from .selection import FragmentRows, Selection
 
 if TYPE_CHECKING:
     from .context import ReadContext
+    from .load import Level
 
 SEQUENTIAL = SEQUENTIAL_GEOMETRIES
+#: A level's object ids and their manifests (row k of the table's ``object_row`` is ``ids[k]``).
+Manifests: TypeAlias = tuple[np.ndarray, ManifestTable]
 
 
 # --------------------------------------------------------------------------
@@ -92,14 +97,14 @@ class Grouped:
     ids: np.ndarray
     offsets: np.ndarray
     positions: np.ndarray
-    attributes: dict
+    attributes: dict[str, np.ndarray]
     edges: np.ndarray | None
     faces: np.ndarray | None
     grows: np.ndarray  # global chunk-set row of each result row
-    link_attributes: dict = field(default_factory=dict)  # aligned with edges / faces
+    link_attributes: dict[str, np.ndarray] = field(default_factory=dict)  # aligned with edges / faces
 
 
-def level_attributes(lvl, attributes) -> tuple[list[str], bool]:
+def level_attributes(lvl: Level, attributes: str | Sequence[str] | None) -> tuple[list[str], bool]:
     """(stored vertex attribute names to read, whether to add the chunking attribute's values).
 
     An attribute-chunked level keeps its chunking attribute only as the
@@ -119,7 +124,7 @@ def level_attributes(lvl, attributes) -> tuple[list[str], bool]:
     return pick_attributes(lvl, rest), with_cat
 
 
-def category_blocks(lvl, table: ManifestTable, categories) -> ManifestTable:
+def category_blocks(lvl: Level, table: ManifestTable, categories: Sequence[Any] | None) -> ManifestTable:
     """Manifest rows whose chunk lies in the chosen categories (all when None)."""
     if categories is None:
         return table
@@ -128,23 +133,38 @@ def category_blocks(lvl, table: ManifestTable, categories) -> ManifestTable:
                          table.num_objects)
 
 
-async def prepare(rc: ReadContext, level: int, attributes, *, links: bool, incoming: bool = False, table: bool = True):
+@overload
+async def prepare(rc: ReadContext, level: int, attributes: str | Sequence[str] | None, *,
+                  links: bool, incoming: bool = False,
+                  table: Literal[True] = True) -> tuple[Level, list[str], Manifests, ChunkSet]: ...
+
+
+@overload
+async def prepare(rc: ReadContext, level: int, attributes: str | Sequence[str] | None, *,
+                  links: bool, incoming: bool = False,
+                  table: Literal[False]) -> tuple[Level, list[str], tuple[None, None], ChunkSet]: ...
+
+
+async def prepare(rc: ReadContext, level: int, attributes: str | Sequence[str] | None, *,
+                  links: bool, incoming: bool = False,
+                  table: bool = True) -> tuple[Level, list[str], Manifests | tuple[None, None], ChunkSet]:
     """Level, attribute names, (ids, full ManifestTable) when ``table``, and a ChunkSet."""
     lvl = await rc.level(level)
     names, with_cat = level_attributes(lvl, attributes)
     want_links = links and rc.geometry_type in LINKED
-    jobs = []
+    jobs: list[Awaitable[Manifests | Links]] = []
     if table:
         jobs.append(rc.manifests(level))
     if want_links:
         jobs.append(level_links(rc, level))
     got = await rc.ex.gather(jobs)
-    manifests = got[0] if table else (None, None)
-    lk = got[-1] if want_links else None
+    # one gather of the manifests and the links: which is which follows from the jobs appended above
+    manifests: Manifests | tuple[None, None] = cast("Manifests", got[0]) if table else (None, None)
+    lk = cast("Links", got[-1]) if want_links else None
     return lvl, names, manifests, ChunkSet(rc, lvl, names, lk, incoming, category=with_cat)
 
 
-async def object_table(rc: ReadContext, lvl, ids) -> tuple[np.ndarray, ManifestTable]:
+async def object_table(rc: ReadContext, lvl: Level, ids: np.ndarray) -> Manifests:
     """(ids, their manifests) -- only the manifests asked for when the level's index allows."""
     if not rc.has_objects(lvl.index):
         raise InvalidArgumentError(f"level {lvl.index} has no objects (a point cloud without object ids)")
@@ -171,8 +191,9 @@ async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: Mani
     per_obj = np.bincount(sub.object_row, weights=lens, minlength=len(ids)).astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(per_obj))).astype(np.int64)
     positions, attrs = cs.rows(grows)
-    edges = faces = None
-    link_attrs = {}
+    edges: np.ndarray | None = None
+    faces: np.ndarray | None = None
+    link_attrs: dict[str, np.ndarray] = {}
     if links and geometry in SEQUENTIAL:
         edges = sequential_edges(offsets)
     elif links and geometry in LINKED and cs.links is not None:
@@ -259,8 +280,9 @@ def combined_selection(g: Grouped) -> Selection:
     )
 
 
-async def read_objects(rc: ReadContext, ids, *, level: int = 0, attributes=None, combined: bool = False,
-                       categories=None):
+async def read_objects(rc: ReadContext, ids: ArrayLike, *, level: int = 0,
+                       attributes: str | Sequence[str] | None = None, combined: bool = False,
+                       categories: Sequence[Any] | None = None) -> Selection | list[Selection]:
     """Objects by id; see :meth:`zvf.read.dataset.DatasetReader.read_objects`."""
     req = as_ids(ids)
     uniq, inverse = np.unique(req, return_inverse=True)
@@ -276,12 +298,14 @@ async def read_objects(rc: ReadContext, ids, *, level: int = 0, attributes=None,
     return [parts[int(i)] for i in inverse]
 
 
-def as_ids(ids) -> np.ndarray:
+def as_ids(ids: ArrayLike) -> np.ndarray:
     """Requested ids as a 1-D int64 array (InvalidArgumentError for anything else)."""
     if isinstance(ids, (str, bytes)) or ids is None or isinstance(ids, bool):
         raise InvalidArgumentError(f"object ids must be integers, got {ids!r}")
     try:
-        req = np.asarray(list(ids) if not np.isscalar(ids) and not isinstance(ids, np.ndarray) else ids)
+        # neither a scalar nor an array: a sequence of ids, or list() raises the TypeError handled below
+        req = np.asarray(list(cast("Iterable[Any]", ids)) if not np.isscalar(ids) and not isinstance(ids, np.ndarray)
+                         else ids)
     except TypeError as exc:
         raise InvalidArgumentError(f"object ids must be integers, got {ids!r}") from exc
     if req.size == 0:
@@ -325,7 +349,8 @@ def _reorder(g: Grouped, take: np.ndarray) -> Grouped:
 # --------------------------------------------------------------------------
 
 
-async def fragment_attribute(rc: ReadContext, name: str, *, level: int = 0, objects=None) -> FragmentRows:
+async def fragment_attribute(rc: ReadContext, name: str, *, level: int = 0,
+                             objects: ArrayLike | None = None) -> FragmentRows:
     """Rows of ``fragment_attributes/<name>``: every stored one, or those of the fragments
     the manifests of ``objects`` name (manifest order; fill value where a chunk has none)."""
     lvl = await rc.family(level, "fragment_attributes")
@@ -360,7 +385,7 @@ async def fragment_attribute(rc: ReadContext, name: str, *, level: int = 0, obje
     return FragmentRows(sub.coords, sub.fragment, out, got_ids[sub.object_row])
 
 
-def _stack_rows(parts: list[np.ndarray], dtype, rshape) -> np.ndarray:
+def _stack_rows(parts: list[np.ndarray], dtype: np.dtype, rshape: tuple[int, ...]) -> np.ndarray:
     """Per-chunk rows stacked into one array (empty with the declared layout)."""
     parts = [p for p in parts if len(p)]
     return np.concatenate(parts) if parts else np.zeros((0, *rshape), np.dtype(dtype).newbyteorder("="))
