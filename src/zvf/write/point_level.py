@@ -79,4 +79,5 @@ async def publish_level(writer: StoreWriter, url: str, *, ndim: int,
     await put_object_attributes(writer, 0, extras.object_attributes, ZSTD)
     await put_groups(writer, extras.group_rows, extras.group_attributes, ZSTD)
     add_level0_documents(writer, url, geometry="point_cloud", n=n, arrays_present=arrays_present,
-                         chunk_shape=shapes[0], bounds=bounds, bin_shape=shapes[1])
+                         chunk_shape=shapes[0], bin_shape=shapes[1],
+                         bounds=[np.asarray(b, dtype=np.float64).tolist() for b in bounds])

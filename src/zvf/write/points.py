@@ -7,7 +7,7 @@ included) with rows sorted by bin; with object ids one fragment per
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Unpack, cast
 
 import numpy as np
 
@@ -75,7 +75,8 @@ async def write_points(
     if fragment_attributes is not None and chunk_by_attribute is not None:
         raise InvalidArgumentError("fragment_attributes: not supported with chunk_by_attribute")
     cfg = inputs.write_config(chunk_shape, options)
-    pos = inputs.positions_array(positions, cfg.dtype)
+    # is_batch_stream is a TypeGuard: it narrows the stream branch above, not this one
+    pos = inputs.positions_array(cast("ArrayLike", positions), cfg.dtype)
     n, ndim = pos.shape
     lo, hi = inputs.bounds_for(pos, cfg.bounds, ndim)
     chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n)
