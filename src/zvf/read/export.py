@@ -27,8 +27,8 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import anyio
 import numpy as np
@@ -43,6 +43,13 @@ from .points import fragment_indexes, pick_attributes, read_chunks, row_nbytes, 
 from .rowops import expand_ranges, match_rows, unique_rows
 from .selection import Selection
 from .writers import check_out, format_of, link_table, open_writer
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectSendStream
+    from numpy.typing import ArrayLike
+
+    from .dataset import AttributeNames, DatasetReader
+    from .load import Level
 
 
 class _Slot:
@@ -78,7 +85,7 @@ class BatchStream(Generic[T]):
     are yielded one by one.
     """
 
-    def __init__(self, setup: Callable[[], Awaitable[list]], fetch: Callable[[Any], Awaitable[Any]], *,
+    def __init__(self, setup: Callable[[], Awaitable[list[Any]]], fetch: Callable[[Any], Awaitable[Any]], *,
                  prefetch: int, flatten: bool = False):
         if not isinstance(prefetch, (int, np.integer)) or prefetch < 1:
             raise InvalidArgumentError(f"prefetch must be an integer >= 1, got {prefetch!r}")
@@ -86,7 +93,7 @@ class BatchStream(Generic[T]):
         self._fetch = fetch
         self.prefetch = int(prefetch)
         self._flatten = flatten
-        self._gen = None
+        self._gen: AsyncGenerator[T] | None = None
         self.jobs_total: int | None = None  # known once iteration has started
         self.jobs_done = 0
 
@@ -106,10 +113,10 @@ class BatchStream(Generic[T]):
         if self._gen is not None:
             await self._gen.aclose()
 
-    async def _iterate(self) -> AsyncIterator[T]:
+    async def _iterate(self) -> AsyncGenerator[T]:
         jobs = await self._setup()
         self.jobs_total = len(jobs)
-        send, recv = anyio.create_memory_object_stream(max_buffer_size=self.prefetch)
+        send, recv = anyio.create_memory_object_stream[_Slot](max_buffer_size=self.prefetch)
         window = anyio.Semaphore(self.prefetch)
         # Its own task: a task group entered here would stay open across ``yield`` and bind
         # the consumer's task to its cancel scope.
@@ -133,8 +140,8 @@ class BatchStream(Generic[T]):
             with anyio.CancelScope(shield=True):
                 await asyncio.wait({producer})
 
-    async def _produce(self, jobs: list, send, window) -> None:
-        async def run(job, slot: _Slot) -> None:
+    async def _produce(self, jobs: list[Any], send: MemoryObjectSendStream[_Slot], window: anyio.Semaphore) -> None:
+        async def run(job: Any, slot: _Slot) -> None:
             try:
                 slot.value = await self._fetch(job)
             except Exception as exc:  # handed to the consumer in order
@@ -153,14 +160,14 @@ class BatchStream(Generic[T]):
             pass  # the consumer went away
 
 
-def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
+def iter_chunks(ds: DatasetReader, *, level: int = 0, attributes: AttributeNames = None, prefetch: int = 4,
                 batch_chunks: int = 16) -> BatchStream[Selection]:
     """Every stored chunk of a level, ``batch_chunks`` chunks per Selection, in chunk order."""
     if not isinstance(batch_chunks, (int, np.integer)) or batch_chunks < 1:
         raise InvalidArgumentError(f"batch_chunks must be an integer >= 1, got {batch_chunks!r}")
-    state: dict = {}
+    state: dict[str, Any] = {}  # the level and its attribute names, once setup has read them
 
-    async def setup() -> list:
+    async def setup() -> list[np.ndarray]:
         lvl = await ds.level(level)
         state["level"] = lvl
         state["names"] = pick_attributes(lvl, attributes)
@@ -182,14 +189,14 @@ def iter_chunks(ds, *, level: int = 0, attributes=None, prefetch: int = 4,
     return BatchStream(setup, fetch, prefetch=prefetch)
 
 
-async def _shared_chunks(ds, lvl, chunks: np.ndarray, names: list[str]) -> Selection:
+async def _shared_chunks(ds: DatasetReader, lvl: Level, chunks: np.ndarray, names: list[str]) -> Selection:
     """Rows of ``chunks`` on a level whose polylines share vertices (a pyramid's coarse levels): each
     fragment's rows once per object through it, labelled with that object, objects ascending in a chunk --
     what ``read_all`` and ``select(level=).read()`` return, where a fragment's single owner would be
     any one of its objects."""
     rc = ds.context
     cells = await rc.ex.gather([read_chunks(rc, lvl, c[None, :], names, sweep=True) for c in chunks])
-    fis = await fragment_indexes(lvl.array("vertex_fragments"), [tuple(c) for c in chunks.tolist()])
+    fis = await fragment_indexes(lvl.need("vertex_fragments"), [tuple(c) for c in chunks.tolist()])
     oids, table = await rc.manifests(lvl.index)
     key = f"{lvl.index}/vertex_fragments"
     parts: list[Selection] = []
@@ -207,7 +214,8 @@ async def _shared_chunks(ds, lvl, chunks: np.ndarray, names: list[str]) -> Selec
                      np.concatenate([p.object_ids for p in parts]))
 
 
-def iter_objects(ds, ids=None, *, level: int = 0, attributes=None, batch: int = 256,
+def iter_objects(ds: DatasetReader, ids: ArrayLike | None = None, *, level: int = 0,
+                 attributes: AttributeNames = None, batch: int = 256,
                  prefetch: int = 4) -> BatchStream[Selection]:
     """One Selection per object, in the order of ``ids`` (default: every object, ``object_ids`` order).
 
@@ -221,7 +229,7 @@ def iter_objects(ds, ids=None, *, level: int = 0, attributes=None, batch: int = 
         raise InvalidArgumentError(f"batch must be an integer >= 1, got {batch!r}")
     sweep = ObjectSweep(ds, level=level, attributes=attributes, window=1, per_batch=1, cache_bytes=-1)
 
-    async def setup() -> list:
+    async def setup() -> list[int] | list[np.ndarray]:
         lvl = await ds.level(level)
         fits = level_bytes(lvl, level_attributes(lvl, attributes)[0]) <= SWEEP_BYTES
         if ids is None and fits and ds.has_objects(lvl.index):
@@ -232,7 +240,7 @@ def iter_objects(ds, ids=None, *, level: int = 0, attributes=None, batch: int = 
         step = len(wanted) if fits and len(wanted) > batch else batch
         return [wanted[i:i + step] for i in range(0, len(wanted), step)]
 
-    async def fetch(job) -> list[Selection]:
+    async def fetch(job: int | np.ndarray) -> list[Selection]:
         if isinstance(job, int):
             return await sweep.fetch(job)
         return await ds.read_objects(job, level=level, attributes=attributes)
@@ -251,7 +259,7 @@ WHOLE_GROUPS = 8
 """A level that fits in the sweep's cache has its objects' rows gathered in this many groups."""
 
 
-def level_bytes(lvl, names: list[str]) -> int:
+def level_bytes(lvl: Level, names: list[str]) -> int:
     """Decoded bytes of a level's vertices, the named attributes and a fragment id per row (estimate)."""
     arrays = [lvl.array("vertices")] + [lvl.array(f"vertex_attributes/{n}") for n in names]
     return max(1, lvl.meta.vertex_count) * (8 + sum(row_nbytes(a) for a in arrays if a is not None))
@@ -303,7 +311,7 @@ class ObjectSweep:
     consumer of a :class:`BatchStream` still overlaps its work with the reads.
     """
 
-    def __init__(self, ds, *, level: int, attributes, window: int, per_batch: int,
+    def __init__(self, ds: DatasetReader, *, level: int, attributes: AttributeNames, window: int, per_batch: int,
                  cache_bytes: int | None = None, links: bool = True):
         self.ds, self.level, self.attributes, self.links = ds, level, attributes, links
         self.window, self.per_batch = int(window), int(per_batch)
@@ -321,7 +329,9 @@ class ObjectSweep:
         self.whole = self.keep >= len(chunks) or self.cache_bytes < 0
         # a level read whole downloads its cells while its object index is decoded
         load = [self.cs.load(chunks)] if self.whole and len(chunks) else []
-        (self.oids, self.table), *_ = await rc.ex.gather([rc.manifests(lvl.index), *load])
+        got = await rc.ex.gather([rc.manifests(lvl.index), *load])
+        # one gather of the manifests and the loads (None): its result type cannot tell them apart
+        self.oids, self.table = cast("tuple[np.ndarray, ManifestTable]", got[0])
         table = self.table
         hit, last = last_chunks(chunks, table, len(self.oids))
         rank = np.maximum(hit, 0)
@@ -374,7 +384,8 @@ class ObjectSweep:
         return split_ranges(g, cuts)
 
 
-async def object_batches(ds, *, level: int = 0, attributes=None, batch: int = 4096) -> AsyncIterator[Selection]:
+async def object_batches(ds: DatasetReader, *, level: int = 0, attributes: AttributeNames = None,
+                         batch: int = 4096) -> AsyncIterator[Selection]:
     """Every object of a level, in ``object_ids`` order, as combined Selections of up to ``batch`` whole
     objects (the input of the streaming writers, converters and appends).
 
@@ -386,8 +397,9 @@ async def object_batches(ds, *, level: int = 0, attributes=None, batch: int = 40
     names = pick_attributes(lvl, attributes)
     if level_bytes(lvl, names) <= SWEEP_BYTES:
         sweep = ObjectSweep(ds, level=level, attributes=names, window=1, per_batch=batch, cache_bytes=-1)
-        async with BatchStream(sweep.setup, sweep.fetch, prefetch=2, flatten=True) as stream:
-            async for sel in stream:
+        stream: BatchStream[Selection] = BatchStream(sweep.setup, sweep.fetch, prefetch=2, flatten=True)
+        async with stream as batches:
+            async for sel in batches:
                 yield sel
         return
     ids = await ds.object_ids(level=level)
@@ -400,7 +412,7 @@ async def object_batches(ds, *, level: int = 0, attributes=None, batch: int = 40
 # --------------------------------------------------------------------------
 
 
-async def object_tables(ds, level: int) -> dict[str, dict[str, np.ndarray]]:
+async def object_tables(ds: DatasetReader, level: int) -> dict[str, dict[str, np.ndarray]]:
     """The whole tables an export adds for a level's objects (``zvf.read.writers``): ``objects`` (id and
     object attributes, when it has some) and ``groups`` (one row per membership, -1 for an empty group,
     with the group's attributes), keyed as in the NPZ file.  Dense arrays: one read each."""
@@ -514,9 +526,10 @@ class WriterThread:
             self._ended.exception()  # retrieved: what propagates is the caller's own error
 
 
-async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attributes=None, prefetch: int = 4,
-                 batch_chunks: int = 16, batch_objects: int = 1024,
-                 progress: Callable[[dict], None] | None = None) -> dict:
+async def export(ds: DatasetReader, out: str, *, level: int = 0, fmt: str | None = None,
+                 attributes: AttributeNames = None, prefetch: int = 4, batch_chunks: int = 16,
+                 batch_objects: int = 1024,
+                 progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Write a level to ``out`` (npz, csv, parquet or json; ``-``: stdout), batch by batch; layout in
     ``zvf.read.writers``.
 
@@ -554,7 +567,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
         # whole polylines need no edges: ``vertex_index`` is their order
         sweep = ObjectSweep(ds, level=level, attributes=names, window=batch_chunks, per_batch=batch_objects,
                             links=links is not None)
-        stream = BatchStream(sweep.setup, sweep.fetch, prefetch=prefetch, flatten=True)
+        stream: BatchStream[Selection] = BatchStream(sweep.setup, sweep.fetch, prefetch=prefetch, flatten=True)
     else:
         template = await read_chunks(ds.context, lvl, lvl.nonempty_chunks[:0], names)  # dtypes and shapes, no data
         total, unit = len(lvl.nonempty_chunks), "chunks"
@@ -562,7 +575,7 @@ async def export(ds, out: str, *, level: int = 0, fmt: str | None = None, attrib
     # the level's vertex count, when right (every zvf-written level 0), lets an .npz be written in place
     writer = await anyio.to_thread.run_sync(open_writer, str(out), fmt, template, links,
                                             max(0, int(lvl.meta.vertex_count)), tuple(extra))
-    summary = {"vertices": 0, unit: 0, f"total_{unit}": total, "done": 0, "total": total, "unit": unit,
+    summary: dict[str, Any] = {"vertices": 0, unit: 0, f"total_{unit}": total, "done": 0, "total": total, "unit": unit,
                "requests": 0, "bytes": 0, "seconds": 0.0, "mb_per_s": 0.0, "format": fmt, "out": str(out),
                "files": writer.files()}
 
