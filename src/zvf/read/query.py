@@ -580,7 +580,11 @@ async def _read_sequential(rc: ReadContext, ctx: _Ctx) -> Selection:
         s = cs.slot[c]
         if not cs.counts[s] or cs.fis[s].num_fragments == 0:
             continue
-        attrs = {n: cs.attrs[n][s] for n in (t.name for t in ctx.vterms)}
+        attrs: dict[str, np.ndarray] = {}
+        for t in ctx.vterms:
+            loaded = cs.attrs[t.name][s]
+            assert loaded is not None  # loaded with attributes whenever there are vertex terms (above)
+            attrs[t.name] = loaded
         ok = _vertex_pass(ctx, cs.pos[s], attrs)
         if not ok.any():
             continue
@@ -728,6 +732,7 @@ async def _count_without_vertices(rc: ReadContext, ctx: _Ctx) -> int | None:
     if lvl.array("vertex_fragments") is None:
         return None
     if spec.bbox is None and g in (*SEQUENTIAL, "point_cloud"):  # objects only: fragment lengths
+        assert ctx.allowed is not None  # no objects and no box returned above
         got_ids, sub = await object_table(rc, lvl, ctx.allowed)
         if g in SEQUENTIAL and limit is not None:
             nonempty = np.flatnonzero(np.bincount(sub.object_row, minlength=len(got_ids)) > 0)[:limit]
