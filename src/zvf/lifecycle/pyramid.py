@@ -657,7 +657,7 @@ def seed_section(ex: Executor, nodes: dict[str, dict[str, Any]]) -> None:
     ex.put_cached(load.SECTION, "zarr.json", nodes, nbytes=len(json.dumps(nodes)))
 
 
-Payloads = list[bytes | None]
+Payloads = list[bytes | memoryview | None]
 """One array's payload per chunk of a block (None: the cell is absent)."""
 
 
