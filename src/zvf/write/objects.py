@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import numpy as np
 
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
     from ..io.store import Target
-    from .types import Columns, ObjectBatches, ObjectWriteOptions, Shape
+    from .types import Columns, FragmentColumns, ObjectBatches, ObjectWriteOptions, Shape
 
 __all__ = ["write_graph", "write_lines", "write_mesh", "write_polylines"]
 
@@ -87,7 +87,7 @@ __all__ = ["write_graph", "write_lines", "write_mesh", "write_polylines"]
 # ---------------------------------------------------------------------------
 # shared by every geometry
 
-def _attribute_docs(attrs: dict[str, np.ndarray], quirk_row_shape: bool) -> dict[str, dict] | None:
+def _attribute_docs(attrs: dict[str, np.ndarray], quirk_row_shape: bool) -> dict[str, dict[str, Any]] | None:
     """0.9.2's object writers label multi-channel attributes ``row_shape: []`` (reproduced on request only)."""
     if not quirk_row_shape:
         return None
@@ -102,9 +102,9 @@ class _Setup:
     cfg: WriteConfig
     level_layout: LevelLayout
     codec: CellCodec
-    bounds: tuple[list, list]
-    chunk_shape: list  # as given: 0.9.2 records ints as ints
-    bin_shape: list | None
+    bounds: tuple[list[float], list[float]]
+    chunk_shape: list[float]  # as given: 0.9.2 records ints as ints
+    bin_shape: list[float] | None
 
     @classmethod
     def of(cls, cfg: WriteConfig, pos: np.ndarray, name: str, *, lengths: np.ndarray | None = None,
@@ -116,19 +116,23 @@ class _Setup:
         lo, hi = bounds = named_bounds(pos, cfg.bounds, ndim, name)
         sample = None
         if isinstance(cfg.chunk_shape, str) or isinstance(cfg.bin_shape, str):
-            sample = layout.ObjectSample.of(pos, lengths) if lengths is not None else \
-                layout.ObjectSample.of_ids(pos, object_ids)
+            if lengths is not None:
+                sample = layout.ObjectSample.of(pos, lengths)
+            else:
+                assert object_ids is not None  # every caller gives lengths or object_ids
+                sample = layout.ObjectSample.of_ids(pos, object_ids)
         chunk_shape, bin_shape = layout.resolve(cfg.chunk_shape, cfg.bin_shape, lo, hi, len(pos), objects=sample)
         level_layout, codec = layout_and_codec(cfg.compression, cfg.shard_shape, ndim, chunk_shape, bin_shape)
         return cls(cfg, level_layout, codec, bounds, as_given(chunk_shape, "chunk_shape"),
                    None if bin_shape is None else as_given(bin_shape, "bin_shape"))
 
-    def writer(self, target) -> tuple[str, StoreWriter]:
+    def writer(self, target: Target) -> tuple[str, StoreWriter]:
         """(url, writer) of the store to publish."""
         handle = open_store(target, mode="w", storage_options=self.cfg.storage_options)
         return handle.url, store_writer(Executor(handle), self.cfg)
 
-    async def put_vertices(self, writer: StoreWriter, lay: Layout, attrs: dict, quirk_row_shape: bool) -> LevelWriter:
+    async def put_vertices(self, writer: StoreWriter, lay: Layout, attrs: dict[str, np.ndarray],
+                           quirk_row_shape: bool) -> LevelWriter:
         """Level 0's writer with every vertex row (and vertex attribute) of ``lay`` uploaded."""
         origin, grid_shape = self.level_layout.extent(self.bounds[0], self.bounds[1])
         level = level0(writer, origin, grid_shape, self.codec, bool(attrs),
@@ -147,7 +151,7 @@ class _Tables:
     frag_attrs: FragmentAttributes
 
     @classmethod
-    def of(cls, oids: np.ndarray, cfg: WriteConfig, fragment_attributes, ndim: int) -> _Tables:
+    def of(cls, oids: np.ndarray, cfg: WriteConfig, fragment_attributes: FragmentColumns | None, ndim: int) -> _Tables:
         obj_attrs, group_rows, grp_attrs = object_tables(oids, cfg.object_attributes, cfg.groups, cfg.group_attributes)
         return cls(obj_attrs, group_rows, grp_attrs, FragmentAttributes(fragment_attributes, ndim))
 
@@ -175,8 +179,8 @@ async def _put_fragment_attributes(level: LevelWriter, part: Partition, frag_att
 # polylines and lines
 
 
-async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, geometry: str, attrs,
-                       tables: _Tables, arrays_present, quirk_row_shape: bool,
+async def _write_paths(target: Target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, geometry: str,
+                       attrs: dict[str, np.ndarray], tables: _Tables, arrays_present: list[str], quirk_row_shape: bool,
                        fragment_index_links: bool) -> WriteSummary:
     """Shared body of polylines and lines: every object is an ordered path of vertices."""
     level_layout, bounds = s.level_layout, s.bounds
@@ -216,7 +220,7 @@ async def _write_paths(target, s: _Setup, pos: np.ndarray, lens: np.ndarray, *, 
         group_count=len(tables.group_rows))
 
 
-def _streamed(what: str, given: dict) -> None:
+def _streamed(what: str, given: dict[str, object]) -> None:
     """Refuse whole-input arguments next to batches (they belong inside each batch)."""
     bad = [k for k, v in given.items() if v is not None]
     if bad:
@@ -259,7 +263,8 @@ async def write_polylines(
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry_type!r}")
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.write_config(chunk_shape, options)
-    raw, pos, lens, attrs = polyline_input(polylines, attributes, cfg.dtype)
+    # not batches (is_object_stream said so): the in-memory form of the argument
+    raw, pos, lens, attrs = polyline_input(cast("Sequence[ArrayLike] | np.ndarray", polylines), attributes, cfg.dtype)
     s = _Setup.of(cfg, raw, "polylines", lengths=lens)
     del raw
     return await _write_paths(
@@ -292,7 +297,8 @@ async def write_lines(
         return await write_paths_stream(target, endpoints, geometry="line", chunk_shape=chunk_shape, **options)
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.write_config(chunk_shape, options)
-    pos, m, attrs = lines_input(endpoints, attributes, cfg.dtype)
+    # not batches (is_object_stream said so): the in-memory form of the argument
+    pos, m, attrs = lines_input(cast("ArrayLike", endpoints), attributes, cfg.dtype)
     lens = np.full(m, 2, dtype=np.int64)
     return await _write_paths(
         target, _Setup.of(cfg, pos, "endpoints", lengths=lens), pos, lens, geometry="line", attrs=attrs,
@@ -305,8 +311,9 @@ async def write_lines(
 # graphs, skeletons, meshes
 
 
-async def _write_connected(target, s: _Setup, pos: np.ndarray, oids: np.ndarray, records: np.ndarray, *,
-                           geometry: str, attrs, link_attrs, tables: _Tables, quirk_row_shape: bool,
+async def _write_connected(target: Target, s: _Setup, pos: np.ndarray, oids: np.ndarray, records: np.ndarray, *,
+                           geometry: str, attrs: dict[str, np.ndarray], link_attrs: dict[str, np.ndarray],
+                           tables: _Tables, quirk_row_shape: bool,
                            skeleton: bool) -> WriteSummary:
     """Shared body of graphs, skeletons and meshes: one fragment per (object, chunk), explicit links."""
     n, ndim = pos.shape
@@ -381,8 +388,10 @@ async def write_graph(
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.write_config(chunk_shape, options)
     skeleton = geometry_type == "skeleton"
-    pos, oids, e, attrs, link_attrs = graph_input(positions, edges, object_ids, attributes, link_attributes,
-                                                  cfg.dtype, skeleton=skeleton, reference=quirks.active())
+    # not batches (is_object_stream said so): the in-memory form of the argument
+    pos, oids, e, attrs, link_attrs = graph_input(cast("ArrayLike", positions), edges, object_ids, attributes,
+                                                  link_attributes, cfg.dtype, skeleton=skeleton,
+                                                  reference=quirks.active())
     return await _write_connected(
         target, _Setup.of(cfg, pos, "positions", object_ids=oids), pos, oids, e, geometry=geometry_type, attrs=attrs,
         link_attrs=link_attrs, tables=_Tables.of(oids, cfg, frag_columns, pos.shape[1]),
@@ -417,7 +426,8 @@ async def write_mesh(
         raise InvalidArgumentError("faces are required (an (F, L) integer array), unless positions are batches")
     frag_columns = options.pop("fragment_attributes", None)
     cfg = inputs.write_config(chunk_shape, options)
-    pos, oids, f, attrs = mesh_input(positions, faces, object_ids, attributes, cfg.dtype)
+    # not batches (is_object_stream said so): the in-memory form of the argument
+    pos, oids, f, attrs = mesh_input(cast("ArrayLike", positions), faces, object_ids, attributes, cfg.dtype)
     return await _write_connected(
         target, _Setup.of(cfg, pos, "positions", object_ids=oids), pos, oids, f, geometry="mesh", attrs=attrs,
         link_attrs={},

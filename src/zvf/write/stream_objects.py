@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Unpack
 
 import anyio
 import numpy as np
@@ -97,7 +97,7 @@ _KEYS = {
 }
 
 
-def is_object_stream(obj: object, kind: str) -> bool:
+def is_object_stream(obj: object, kind: str) -> TypeGuard[ObjectBatches]:
     """True when ``obj`` is a stream of batches rather than one in-memory input of ``kind``.
 
     Generators, iterators and async iterables always are; a list or tuple is
