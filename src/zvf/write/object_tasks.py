@@ -54,7 +54,7 @@ from .fragment_attributes import FragmentAttributes
 from .level import LevelWriter, fragment_shard
 from .object_inputs import group_attributes_table, object_attributes_table, object_tables
 from .stream import SPILL_BYTES, level0
-from .stream_objects import _ConnectedSpill, _Dtype, _PathSpill, check_roots
+from .stream_objects import Schema, _ConnectedSpill, _Dtype, _PathSpill, check_roots
 from .tasks import (
     ROWS_PER_TASK,
     CellWriter,
@@ -75,7 +75,7 @@ from .types import WriteConfig, WriteSummary
 CONNECTED = ("graph", "skeleton", "mesh")
 
 
-def _schema(schema: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict[str, list[Any]]:
+def _schema(schema: Schema) -> dict[str, list[Any]]:
     return {k: [np.dtype(d).str, list(r)] for k, (d, r) in schema.items()}
 
 
