@@ -85,7 +85,7 @@ class _View:
         self.oids = np.zeros(0, np.int64)
         if self.geometry != "point_cloud":
             self.oids = np.sort(await ds.object_ids(level=self.level))
-        self.layouts = {n: attribute_layout(self.lvl.array(f"vertex_attributes/{n}")) for n in self.names}
+        self.layouts = {n: attribute_layout(self.lvl.need(f"vertex_attributes/{n}")) for n in self.names}
         self.schema: ann.Schema | None = None
         if self.geometry == "point_cloud":
             props, _ = ann.properties_for({n: (d, int(np.prod(shape, dtype=np.int64)))

@@ -276,8 +276,9 @@ class DatasetReader(RootFacts):
         ``link_attributes`` holds the link attributes of its edges/faces, and
         ``categories`` keeps only its parts in those categories (attribute-chunked levels).
         """
-        found: list[Selection] = await objects.read_objects(self._ctx, [oid], level=level, attributes=attributes,
-                                                            categories=categories)
+        found = await objects.read_objects(self._ctx, [oid], level=level, attributes=attributes,
+                                           categories=categories)
+        assert isinstance(found, list)  # not combined: one Selection per id asked
         return found[0]
 
     @overload

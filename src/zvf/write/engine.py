@@ -131,7 +131,7 @@ class StoreWriter:
         return self.lock if self._own_lock else None
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> bool:
+                        tb: TracebackType | None) -> None:
         try:
             try:
                 assert self._tg is not None, "entered in __aenter__"
@@ -152,7 +152,6 @@ class StoreWriter:
         elif (lock := self._owned_lock()) is not None:
             await lock.stop_heartbeat()
             await lock.release()
-        return False
 
     async def _failed(self) -> None:
         """After an error: a change to a published store takes its unreferenced cells away and releases
