@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..format.rows import RowLayout
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -106,13 +107,10 @@ def copy_range(src: int, src_at: int, dst: int, dst_at: int, nbytes: int, crc: i
 
 
 @dataclass
-class _Column:
+class _Column(RowLayout):
     """One member: where its region is (if reserved), how many rows it holds, its CRC so far."""
 
     name: bytes
-    dtype: np.dtype
-    row_shape: tuple[int, ...]
-    row_nbytes: int
     header_at: int = -1  # offset of its local header in the zip; -1: not reserved
     data_at: int = -1  # offset of its first row there
     capacity: int = 0  # rows reserved in place
@@ -147,7 +145,7 @@ class NpzBuilder:
     def add(self, key: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None) -> None:
         """A member ``key.npy`` of rows of ``row_shape``; ``rows``: its final row count, when known."""
         dtype = np.dtype(dtype)
-        col = _Column(f"{key}.npy".encode(), dtype, tuple(row_shape), dtype.itemsize * int(np.prod(row_shape)))
+        col = _Column(dtype, tuple(row_shape), f"{key}.npy".encode())
         head = 0 if rows is None else len(col.header(int(rows)))
         if rows is not None and self.reserving and self.end + head + int(rows) * col.row_nbytes <= MAX_RESERVED:
             col.header_at, col.data_at, col.capacity = self.end, self.end + head, int(rows)

@@ -38,6 +38,7 @@ from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex
 from ..format.grid import dense_ids, extremes
 from ..format.layout import LevelLayout
+from ..format.rows import RowLayout
 from ..format.shard import shard_coords
 from ..io.executor import Executor
 from ..io.store import open_store
@@ -81,25 +82,19 @@ def is_batch_stream(obj: object) -> TypeGuard[Iterable[Any] | AsyncIterable[Any]
 
 
 @dataclass
-class _Column:
+class _Column(RowLayout):
     """One spill file: fixed-size rows of one array."""
 
     name: str
-    dtype: np.dtype
-    row_shape: tuple[int, ...]
     fh: BufferedRandom
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
 
     def read(self, row0: int, n: int) -> np.ndarray:
         """Rows ``row0 .. row0 + n`` (one reader at a time: the upload pass is sequential)."""
-        buf = bytearray(n * self.row_bytes)
-        self.fh.seek(row0 * self.row_bytes)
+        buf = bytearray(n * self.row_nbytes)
+        self.fh.seek(row0 * self.row_nbytes)
         if self.fh.readinto(buf) != len(buf):
             raise OSError(f"spill file for {self.name!r} ended early")
-        return np.frombuffer(buf, dtype=self.dtype).reshape(n, *self.row_shape)
+        return self.rows_from(buf, n)
 
 
 class ChunkIds:
@@ -193,7 +188,7 @@ class RunSpill:
         if col is None:
             path = os.path.join(self.dir, f"{self.prefix}{len(self.columns)}.bin")
             fh = open(path, "w+b")  # noqa: SIM115 - closed in close()
-            col = self.columns[name] = _Column(name, np.dtype(dtype), tuple(row_shape), fh)
+            col = self.columns[name] = _Column(np.dtype(dtype), tuple(row_shape), name, fh)
         return col
 
     def flush(self) -> None:
