@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -80,4 +80,5 @@ async def publish_level(writer: StoreWriter, url: str, *, ndim: int,
     await put_groups(writer, extras.group_rows, extras.group_attributes, ZSTD)
     add_level0_documents(writer, url, geometry="point_cloud", n=n, arrays_present=arrays_present,
                          chunk_shape=shapes[0], bin_shape=shapes[1],
-                         bounds=[np.asarray(b, dtype=np.float64).tolist() for b in bounds])
+                         # the corners as given (numpy rows): the root spells them in their own dtype, as 0.9.2 does
+                         bounds=cast("Sequence[Sequence[float]]", bounds))
