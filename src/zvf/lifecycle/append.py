@@ -115,7 +115,8 @@ def stored(values: ArrayLike, dtype: np.dtype, what: str, cast: bool) -> np.ndar
     if given.dtype == dtype:
         return given
     try:
-        out = given.astype(dtype)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf/out of range: refused below, not warned
+            out = given.astype(dtype)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"{what}: {given.dtype} values cannot be stored as {dtype}: {exc}") from None
     if cast:
