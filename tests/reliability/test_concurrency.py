@@ -143,9 +143,13 @@ async def run_writers(url, opts, steps) -> list[str]:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     async def finish(proc, op):
-        err = (await asyncio.to_thread(proc.communicate))[1]
-        if proc.returncode:
-            failures.append(f"{op}: {err.decode()[-2000:]}")
+        err = (await asyncio.to_thread(proc.communicate))[1].decode()
+        if proc.returncode and op != "append" and "nothing was published" in err and "no longer holds the lock" in err:
+            # the protocol's safe abort: a writer whose heartbeat stalled past its lease (a machine loaded several
+            # times over) stops unpublished; a rechunk or pyramid leaves level 0 as it was, so every truth holds
+            print(f"{op}: lock lost, nothing published", file=sys.stderr)
+        elif proc.returncode:
+            failures.append(f"{op}: {err[-2000:]}")
 
     for op, seed, overlap in steps:
         running.append((start(op, seed), op))
