@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Layer of each top-level module or package of zvf, lowest first.  A module imports its own layer or lower.
 LAYERS: dict[str, int] = {
-    "errors": 0, "format": 0,
+    "errors": 0, "config": 0, "format": 0,
     "io": 1, "testing": 1,
     "read": 2, "write": 2,
     "lifecycle": 3,
@@ -21,10 +21,12 @@ LAYERS: dict[str, int] = {
 }
 
 # Modules of one layer that must not import each other, (importer, imported): readers never load the
-# writers (nor the writers the readers: they share format/ and io/), errors.py imports nothing of zvf,
+# writers (nor the writers the readers: they share format/ and io/), errors.py imports nothing of zvf
+# (config.py only errors),
 # and the layer-4 packages stand beside each other (a user of one never loads another).
 _BESIDE = ("distributed", "converters", "neuroglancer", "validation")
-APART = {("read", "write"), ("write", "read"), ("errors", "format")} | {
+APART = {("read", "write"), ("write", "read"), ("errors", "format"), ("errors", "config"),
+         ("config", "format")} | {
     (a, b) for a in _BESIDE for b in _BESIDE if a != b}
 
 
