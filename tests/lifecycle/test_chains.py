@@ -306,7 +306,10 @@ class Chains(RuleBasedStateMachine):
         self._step("append_uncastable")
         m = self.model
         top = int(m.ids.max()) if len(m.ids) else -1
-        piece = make_piece(np.random.default_rng(seed), m.spec, 4, first_id=top + 1 if m.kind == "point_ids" else 0)
+        rng = np.random.default_rng(seed)
+        piece = make_piece(rng, m.spec, 4, first_id=top + 1 if m.kind == "point_ids" else 0)
+        while not len(piece.positions):  # four objects may all be empty: nothing to refuse then
+            piece = make_piece(rng, m.spec, 4, first_id=top + 1 if m.kind == "point_ids" else 0)
         victim = next(a for a in m.spec.vattrs if np.dtype(a.dtype).kind in "iu")
         bad = piece.attrs[victim.name].astype(np.float64)
         bad.reshape(-1)[0] = 0.7  # not an integer
@@ -709,8 +712,9 @@ def _run(make_backend, label: str, capsys, monkeypatch) -> None:
                     run_state_machine_as_test(machine, settings=_settings(10, 25, ci=False))
             except Exception as e:  # collected, reported together at the end
                 first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                where = "".join(traceback.format_exception(e)[-12:])
-                failures.setdefault(re.sub(r"[-\d.e]+", "#", first), "\n".join([first, *lines, where]))
+                steps = getattr(e, "__notes__", [])  # hypothesis reports the rule sequence as notes
+                where = "".join(traceback.format_tb(e.__traceback__)[-10:])
+                failures.setdefault(re.sub(r"[-\d.e]+", "#", first), "\n".join([first, *lines, *steps, where]))
         if failures:
             pytest.fail(f"{len(failures)} distinct failures:\n\n" + "\n\n".join(failures.values()))
     finally:
