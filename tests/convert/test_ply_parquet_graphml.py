@@ -182,6 +182,57 @@ def test_ply_refuses_integers_its_properties_cannot_hold(tmp_path):
     assert not (tmp_path / "s.ply").exists()
 
 
+def test_ply_round_trip_keeps_dtypes_ply_lacks(tmp_path):
+    """int64 / uint64 / bool / float16 attributes go out in PLY's nearest type and come back in their own
+    (the chain test saw an int64 attribute come back int32 after a store -> PLY -> store)."""
+    plyfile = pytest.importorskip("plyfile")
+    rng = np.random.default_rng(3)
+    pos = rng.uniform(0, 10, (40, 3)).astype(np.float32)
+    attrs = {"i64": rng.integers(-5, 5, 40).astype(np.int64), "u64": rng.integers(0, 9, 40).astype(np.uint64),
+             "flag": rng.random(40) < 0.5, "half": rng.random(40).astype(np.float16),
+             "u8": rng.integers(0, 255, 40).astype(np.uint8)}
+    zvf.write_points(str(tmp_path / "s"), pos, chunk_shape=[5.0] * 3, attributes=attrs)
+    zvf.convert(str(tmp_path / "s"), str(tmp_path / "s.ply"))
+    assert plyfile.PlyData.read(str(tmp_path / "s.ply"))["vertex"].data.dtype["i64"] == np.dtype("i4")
+    zvf.convert(str(tmp_path / "s.ply"), str(tmp_path / "back"))
+    with zvf.open(str(tmp_path / "back")) as ds:
+        got = ds.read_all()
+    order = np.lexsort(got.positions.T[::-1])
+    want = np.lexsort(pos.T[::-1])
+    for name, a in attrs.items():
+        assert got.attributes[name].dtype == a.dtype, name
+        assert np.array_equal(got.attributes[name][order], a[want]), name
+    # a second trip writes no second comment
+    zvf.convert(str(tmp_path / "back"), str(tmp_path / "again.ply"))
+    comments = plyfile.PlyData.read(str(tmp_path / "again.ply")).comments
+    assert sorted(comments) == sorted(f"zvf dtype vertex {n} {a.dtype.name}" for n, a in attrs.items() if n != "u8")
+
+
+def test_ply_mesh_object_attributes_keep_their_dtype(tmp_path):
+    pytest.importorskip("plyfile")
+    pos = np.random.default_rng(4).uniform(0, 10, (6, 3))
+    faces = np.array([[0, 1, 2], [3, 4, 5]])
+    zvf.write_mesh(str(tmp_path / "m"), pos, faces, chunk_shape=[5.0] * 3, object_ids=np.array([0, 0, 0, 7, 7, 7]),
+                   object_attributes={"weight": np.array([2**20, -3], np.int64)})
+    zvf.convert(str(tmp_path / "m"), str(tmp_path / "m.ply"))
+    zvf.convert(str(tmp_path / "m.ply"), str(tmp_path / "back"))
+    with zvf.open(str(tmp_path / "back")) as ds:
+        w = ds.object_attribute("weight")
+    assert w.dtype == np.int64 and w.tolist() == [2**20, -3]
+
+
+def test_ply_refuses_a_dtype_comment_its_values_do_not_fit(tmp_path):
+    plyfile = pytest.importorskip("plyfile")
+    from zvf.errors import InputFileError
+
+    v = np.zeros(2, dtype=[("x", "f4"), ("y", "f4"), ("z", "f4"), ("flag", "u1")])
+    v["flag"] = [0, 3]
+    plyfile.PlyData([plyfile.PlyElement.describe(v, "vertex")], comments=["zvf dtype vertex flag bool"]).write(
+        str(tmp_path / "e.ply"))
+    with pytest.raises(InputFileError, match="flag"):
+        zvf.convert(str(tmp_path / "e.ply"), str(tmp_path / "e"))
+
+
 def test_graphml_keeps_channels_and_dtypes_of_every_attribute(tmp_path):
     pytest.importorskip("networkx")
     pos = np.random.default_rng(0).uniform(0, 10, (6, 3))

@@ -11,7 +11,9 @@ A mesh of several objects (or of one object whose id is not 0, or with object at
 written with a vertex property ``object_id`` and an ``object`` element: one row per object,
 its ``object_id`` and each object attribute as a property.  A file holding both is read back
 as those objects and attributes.  PLY properties are scalars: attributes of several channels,
-and integers PLY cannot hold exactly, are refused naming the attribute.
+and integers PLY cannot hold exactly, are refused naming the attribute.  PLY has no 64-bit
+integers, bool or float16: such an attribute is written in the nearest PLY type with a comment
+``zvf dtype <element> <property> <dtype>``, and reading the file back restores that dtype.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 FACE_LISTS = ("vertex_indices", "vertex_index")
 # PLY has no 64-bit integers: what a store's dtype becomes in a PLY property
 _PLY_CAST = {"int64": "i4", "uint64": "u4", "bool": "u1", "float16": "f4"}
+DTYPE_COMMENT = "zvf dtype"
 
 
 def _plyfile() -> Any:
@@ -83,10 +86,13 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     props = [(p.name, p.val_dtype) for p in ply["vertex"].properties]
     names = [n for n, _ in props if n not in axes]
     pos = np.column_stack([v[a] for a in axes])
-    attrs = {n: np.ascontiguousarray(v[n]) for n in names}
+    comments, stored = _stored_dtypes(list(ply.comments), src)
+    attrs = {n: _restored(np.ascontiguousarray(v[n]), stored.get(("vertex", n)), src, n) for n in names}
     faces, finfo = _faces(ply, src)
     oids, oattrs = _objects(ply, attrs, src) if faces is not None else (None, None)
-    record = {"format": "ply", "text": bool(ply.text), "byte_order": ply.byte_order, "comments": list(ply.comments),
+    if oattrs:
+        oattrs = {n: _restored(a, stored.get(("object", n)), src, n) for n, a in oattrs.items()}
+    record = {"format": "ply", "text": bool(ply.text), "byte_order": ply.byte_order, "comments": comments,
               "obj_info": list(ply.obj_info), "vertex_properties": props, **finfo}
     stamp(store, record)
     if faces is None:
@@ -120,6 +126,7 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
     faces = None
     oids = None
     objects = None
+    narrowed: list[str] = []  # "zvf dtype" comments of the attributes PLY holds in another type
     if ds.geometry_type == "mesh":
         await written.start(level)
         ids = await ds.object_ids(level=level)
@@ -138,7 +145,7 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
                 raise InvalidArgumentError(f"{ds.url}: object {int(objects_of[np.argmax(sizes == 0)])} has no "
                                            f"vertices; a PLY mesh names its objects through their vertices")
             oids = np.repeat(objects_of, sizes)
-            objects = _element({OBJECT_ID: objects_of, **oattrs}, [], {}, ds.url, "object")
+            objects = _element({OBJECT_ID: objects_of, **oattrs}, [], {}, ds.url, "object", narrowed)
     else:
         sel = _concat([s async for s in await point_batches(ds, level, opts["keep_order"], written)], ds.ndim)
     axes = list(AXES[:ds.ndim])
@@ -147,7 +154,7 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
     if oids is not None:
         cols[OBJECT_ID] = oids
     vert = _element(cols, [n for n, _ in rec.get("vertex_properties", [])], dict(rec.get("vertex_properties", [])),
-                    ds.url, "vertex")
+                    ds.url, "vertex", narrowed)
     elements = [plyfile.PlyElement.describe(vert, "vertex")]
     if objects is not None:
         elements.append(plyfile.PlyElement.describe(objects, "object"))
@@ -160,14 +167,15 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
             fa, "face", len_types={name: rec.get("face_count_dtype", "u1")}, val_types={name: idx_dt}))
     text = rec.get("text", False) if opts["ascii"] is None else bool(opts["ascii"])
     plyfile.PlyData(elements, text=text, byte_order=rec.get("byte_order", "<") if not text else "=",
-                    comments=rec.get("comments", []), obj_info=rec.get("obj_info", [])).write(dst)
+                    comments=[*rec.get("comments", []), *narrowed], obj_info=rec.get("obj_info", [])).write(dst)
     return {"vertices": len(vert), **({"faces": len(faces)} if faces is not None else {})}
 
 
 def _element(cols: dict[str, np.ndarray], order: list[str], given: dict[str, str], url: str,
-             what: str) -> np.ndarray:
+             what: str, narrowed: list[str]) -> np.ndarray:
     """The rows of a PLY element holding ``cols`` (the names in ``order`` first), each column in the
-    PLY type ``given`` for it or the nearest one PLY has; refuses a column PLY cannot hold exactly."""
+    PLY type ``given`` for it or the nearest one PLY has; refuses a column PLY cannot hold exactly.
+    A column held in a type other than its own gets a ``zvf dtype`` comment in ``narrowed``."""
     names = [n for n in order if n in cols] + [n for n in cols if n not in order]
     dtype = []
     for n in names:
@@ -182,7 +190,37 @@ def _element(cols: dict[str, np.ndarray], order: list[str], given: dict[str, str
         if cols[n].dtype.kind in "iub" and not np.array_equal(rows[n], cols[n]):
             raise InvalidArgumentError(f"{url}: {what} attribute {n!r} holds values PLY's {rows[n].dtype} "
                                        f"property cannot (PLY has no 64-bit integers)")
+        if rows[n].dtype != cols[n].dtype and n != OBJECT_ID:
+            narrowed.append(f"{DTYPE_COMMENT} {what} {n} {cols[n].dtype.name}")
     return rows
+
+
+def _stored_dtypes(comments: list[str], src: str) -> tuple[list[str], dict[tuple[str, str], np.dtype[Any]]]:
+    """(the file's other comments, the store dtype of each (element, property) a ``zvf dtype``
+    comment names)."""
+    kept: list[str] = []
+    stored: dict[tuple[str, str], np.dtype[Any]] = {}
+    for c in comments:
+        parts = c.split()
+        if parts[:2] != DTYPE_COMMENT.split():
+            kept.append(c)
+            continue
+        if len(parts) != 5 or parts[4] not in _PLY_CAST:
+            raise InputFileError(f"{src}: comment {c!r} is not '{DTYPE_COMMENT} <element> <property> <dtype>' "
+                                 f"with dtype one of {sorted(_PLY_CAST)}")
+        stored[(parts[2], parts[3])] = np.dtype(parts[4])
+    return kept, stored
+
+
+def _restored(col: np.ndarray, dtype: np.dtype[Any] | None, src: str, name: str) -> np.ndarray:
+    """``col`` in the dtype its ``zvf dtype`` comment names (unchanged without one); refuses values
+    that dtype does not hold exactly (a file edited after zvf wrote it)."""
+    if dtype is None:
+        return col
+    out = col.astype(dtype)
+    if not np.array_equal(out, col):
+        raise InputFileError(f"{src}: property {name!r} holds values its comment's dtype {dtype.name} cannot")
+    return out
 
 
 def _objects(ply: Any, attrs: dict[str, np.ndarray], src: str) -> tuple[np.ndarray | None, dict[str, Any] | None]:
