@@ -233,6 +233,34 @@ def test_ply_refuses_a_dtype_comment_its_values_do_not_fit(tmp_path):
         zvf.convert(str(tmp_path / "e.ply"), str(tmp_path / "e"))
 
 
+def test_graphml_round_trip_keeps_position_dtype_object_ids_and_adds_no_node_id(tmp_path):
+    """A store -> GraphML -> store trip gave float64 positions, a ``node_id`` attribute the store never
+    had, and object 0 for a store's single object 5 (the chain test)."""
+    pytest.importorskip("networkx")
+    pos = np.random.default_rng(5).uniform(0, 10, (4, 3)).astype(np.float32)
+    zvf.write_graph(str(tmp_path / "g"), pos, np.array([[0, 1], [2, 3]]), chunk_shape=[5.0] * 3,
+                    object_ids=np.array([5, 5, 5, 5]))
+    zvf.convert(str(tmp_path / "g"), str(tmp_path / "g.graphml"))
+    zvf.convert(str(tmp_path / "g.graphml"), str(tmp_path / "back"))
+    with zvf.open(str(tmp_path / "back")) as ds:
+        got = ds.read_all()
+        assert got.positions.dtype == np.float32 and got.attributes == {}
+        assert ds.object_ids().tolist() == [5]
+        assert np.array_equal(got.positions[np.lexsort(got.positions.T[::-1])], pos[np.lexsort(pos.T[::-1])])
+
+
+def test_graphml_keeps_a_node_id_attribute_and_its_dtype(tmp_path):
+    pytest.importorskip("networkx")
+    pos = np.random.default_rng(6).uniform(0, 10, (3, 3))
+    zvf.write_graph(str(tmp_path / "g"), pos, np.array([[0, 1]]), chunk_shape=[5.0] * 3,
+                    attributes={"node_id": np.array([10, 20, 30], np.int32)})
+    zvf.convert(str(tmp_path / "g"), str(tmp_path / "g.graphml"))
+    zvf.convert(str(tmp_path / "g.graphml"), str(tmp_path / "back"))
+    with zvf.open(str(tmp_path / "back")) as ds:
+        ids = ds.read_all().attributes["node_id"]
+    assert ids.dtype == np.int32 and sorted(ids.tolist()) == [10, 20, 30]
+
+
 def test_graphml_keeps_channels_and_dtypes_of_every_attribute(tmp_path):
     pytest.importorskip("networkx")
     pos = np.random.default_rng(0).uniform(0, 10, (6, 3))

@@ -11,8 +11,12 @@ GraphML data are scalars, so zvf writes an attribute of C channels as C keys ``n
 ``name[C-1]`` and each object attribute as the node key ``object:name`` on every node of the
 object.  The graph key ``zvf_columns`` (a JSON document) records that encoding: for each of
 ``node``, ``edge`` and ``object`` the written attributes with their channel count (0: scalar)
-and numpy dtype, so reading the file back rebuilds the same columns and dtypes.  Files without
-it are read as plain GraphML.
+and numpy dtype, so reading the file back rebuilds the same columns and dtypes; its ``vertex``
+entry holds the positions' dtype and, when the store had one, the ``node_id`` attribute's (node
+ids are then those values; without it they are zvf's numbering and are not read back as an
+attribute).  Files without it are read as plain GraphML.  Object ids are written (node data
+``object_id``) unless the store holds one object, 0; an object with no vertices has no node to
+carry its id, so such a store is refused.
 """
 
 from __future__ import annotations
@@ -137,23 +141,31 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     axes = [a for a in AXES if a in ndata]
     if axes not in (["x", "y"], ["x", "y", "z"]):
         raise InputFileError(f"{src}: nodes need numeric x, y[, z] data; found {sorted(ndata)}")
-    pos = np.column_stack([ndata.pop(a).astype(np.float64) for a in axes])
-    oids = ndata.pop("object_id", None)
     columns = _columns_record(g.graph.get(COLUMNS_KEY), src)
+    vertex = columns.get("vertex", {})
+    pos_dtype = np.dtype(vertex["positions"][1]) if "positions" in vertex else np.dtype(np.float64)
+    pos = np.column_stack([ndata.pop(a).astype(np.float64) for a in axes])
+    if not np.array_equal(pos.astype(pos_dtype), pos):
+        raise InputFileError(f"{src}: node positions hold values {COLUMNS_KEY}'s dtype {pos_dtype} cannot")
+    pos = pos.astype(pos_dtype)
+    oids = ndata.pop("object_id", None)
     edges_list = list(g.edges(data=True))
     edata = _decoded(_table([d for _, _, d in edges_list], "edge", types, src), columns.get("edge", {}), "edge", src)
     odata = _decoded({n[len(OBJECT_PREFIX):]: ndata.pop(n) for n in list(ndata) if n.startswith(OBJECT_PREFIX)},
                      columns.get("object", {}), "object", src)
     ndata = _decoded(ndata, columns.get("node", {}), "node", src)
     object_attrs = _per_object(odata, oids, len(pos), src) if odata else None
-    with contextlib.suppress(ValueError):  # ids that are not integers are not kept
-        ndata.setdefault("node_id", np.array([int(n) for n in nodes], dtype=np.int64))
+    if "node_id" in vertex:
+        ndata["node_id"] = _decoded({"node_id": np.array([int(n) for n in nodes], np.int64)},
+                                    {"node_id": vertex["node_id"]}, "node", src)["node_id"]
+    elif not vertex:  # a file zvf did not write: integer node ids are kept
+        with contextlib.suppress(ValueError):  # ids that are not integers are not kept
+            ndata.setdefault("node_id", np.array([int(n) for n in nodes], dtype=np.int64))
     edges = np.array([(index[u], index[v]) for u, v, _ in edges_list], dtype=np.int64).reshape(-1, 2)
     stamp(store, {"format": "graphml", "directed": g.is_directed(), "ndim": len(axes)})
     s = await write_graph(dst, pos, edges, chunk_shape=store.chunk_shape, object_ids=oids,
                           attributes=ndata or None, link_attributes=edata or None, object_attributes=object_attrs,
-                          dtype="float64",
-                          **store.writer_kw())
+                          dtype=pos.dtype, **store.writer_kw())
     return {"vertices": s.vertex_count, "edges": len(edges), "objects": s.object_count}
 
 
@@ -165,19 +177,20 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
     g = nx.DiGraph() if rec.get("directed", False) else nx.Graph()
     base = 0
     object_ids = await ds.object_ids(level=level)
-    several = len(object_ids) > 1
+    several = len(object_ids) > 1 or (len(object_ids) == 1 and int(object_ids[0]) != 0)
     oattrs = await object_attributes(ds, level)
-    columns: dict[str, dict[str, list[Any]]] = {"node": {}, "edge": {}, "object": {}}
+    columns: dict[str, dict[str, list[Any]]] = {"node": {}, "edge": {}, "object": {}, "vertex": {}}
     row = -1  # the object's row in the object attributes
     async for sel in written.each(ds.iter_objects(level=level), level):
         row += 1
         k = len(sel)
         if not k:
-            if oattrs:
-                raise InvalidArgumentError(f"{ds.url}: object {int(object_ids[row])} has no vertices, so GraphML "
-                                           f"(object attributes on nodes) cannot hold its {sorted(oattrs)[0]!r}")
-            continue
+            raise InvalidArgumentError(f"{ds.url}: object {int(object_ids[row])} has no vertices, so GraphML "
+                                       f"(object ids and attributes on nodes) cannot hold it")
+        columns["vertex"]["positions"] = [sel.positions.shape[1], sel.positions.dtype.str]
         ids = sel.attributes.get("node_id")
+        if ids is not None:
+            columns["vertex"]["node_id"] = [0, ids.dtype.str]
         names = (ids.astype(np.int64) if ids is not None else np.arange(base, base + k)).astype(str).tolist()
         cols = dict(zip(AXES, sel.positions.T.tolist()))
         if several:
