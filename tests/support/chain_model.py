@@ -387,6 +387,8 @@ CONVERSIONS = {
     "point_ids": ("parquet", "csv"),
     "polyline": ("parquet", "csv"),
     "streamline": ("parquet", "csv", "trx"),
+    "mesh": ("ply",),
+    "graph": ("graphml",),
 }
 """File formats a store of each kind goes out to and comes back from as :func:`converted` says."""
 
@@ -398,7 +400,9 @@ def converted(model: Model, fmt: str) -> Model:
     float32); point clouds lose their object ids (a table's ``object_id`` column means polylines),
     polylines come back ``polyline`` with the objects that have vertices, numbered in order, object
     attributes kept (``object.<name>`` columns), no groups; CSV keeps values only (integers int64,
-    the rest float64).  TRX keeps dtypes, groups and group attributes.  No root attribute of
+    the rest float64).  TRX keeps dtypes, groups and group attributes.  PLY (meshes) and GraphML
+    (graphs) keep objects, links and vertex/object attributes with their dtypes, not groups or group
+    attributes (PLY refuses several channels and objects with no vertices).  No root attribute of
     the source store comes back (the new store's ``zvf_source`` is what the file knew).
     """
     spec, m = model.spec, model.copy()
@@ -424,6 +428,8 @@ def converted(model: Model, fmt: str) -> Model:
                                        np.float64).reshape(-1, NDIM)
     else:
         dtype = spec.dtype
+        if fmt in ("ply", "graphml"):
+            gattrs, m.groups, m.gattrs = (), [], {}
     m.spec = dataclasses.replace(spec, kind=kind, dtype=dtype, vattrs=vattrs, oattrs=oattrs, gattrs=gattrs)
     m.positions = m.positions.astype(dtype)
     m.attrs = {a.name: m.attrs[a.name].astype(a.dtype) for a in vattrs}
