@@ -54,6 +54,23 @@ class RemoteError(ZvfError):
     """The object store kept failing after the allowed retries."""
 
 
+class TransientError(RemoteError):
+    """A store request failed in a way worth retrying (5xx, 429, timeouts, dropped or refused connections);
+    the executor retries it and raises :class:`RemoteError` when it gives up.  ``ambiguous``: the request
+    may have taken effect (a retried create could then meet its own write)."""
+
+    def __init__(
+        self, message: str, *, key: str = "", op: str = "", status: int | None = None,
+        ambiguous: bool = True, reason: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.op = op
+        self.status = status
+        self.ambiguous = ambiguous
+        self.reason = reason or message  # the cause without the "op of key on store" part
+
+
 class UnsupportedRequestError(RemoteError):
     """The store's server does not implement the request (a listing on a static web host: HTTP 405/501)."""
 

@@ -11,10 +11,11 @@ from zvf.errors import (
     RemoteError,
     StoreExistsError,
     StoreNotFoundError,
+    TransientError,
 )
 from zvf.io.executor import Executor
 from zvf.io.store import RetryPolicy, forget_memory_store, memory_store, open_store
-from zvf.io.transport import ObstoreTransport, ReadOnlyTransport, TransientError
+from zvf.io.transport import ObstoreTransport, ReadOnlyTransport
 
 SECRET = "sEcReT-9f8e7d6c5b4a"
 

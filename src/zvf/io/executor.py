@@ -11,7 +11,7 @@ retries are off by default (``transport_retries=0`` in storage_options), so
 every HTTP attempt is visible here: ``Stats.requests`` counts attempts and
 ``Stats.retries`` counts re-attempts exactly, and the same policy is testable
 on :class:`~zvf.testing.MemoryTransport`.  Transient failures
-(:class:`~zvf.io.transport.TransientError`: 5xx, 429, timeouts, dropped or
+(:class:`~zvf.errors.TransientError`: 5xx, 429, timeouts, dropped or
 refused connections) are retried with exponential backoff and full jitter
 (``sleep ~ U(0, min(max_backoff, init_backoff * base**(n-1)))``) at most
 ``max_retries`` times and never past ``retry_timeout`` seconds after the first
@@ -77,11 +77,10 @@ from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 
-from ..errors import DatasetClosedError, InvalidArgumentError, ReadOnlyError, RemoteError
+from ..errors import DatasetClosedError, InvalidArgumentError, ReadOnlyError, RemoteError, TransientError
 from . import fork
 from .plan import ByteRange, Request, coalesce, scatter
 from .store import RetryPolicy, StoreHandle
-from .transport import TransientError
 
 __all__ = ["DEFAULT_CACHE_BYTES", "ByteLRU", "Executor", "Stats"]
 

@@ -13,7 +13,7 @@ normalised so the executor can decide without knowing the backend:
 * stale ETag put       -> :class:`zvf.errors.ConcurrentModificationError`
   (``mode=tag`` with the tag from :meth:`get_tagged`: ``{"e_tag": ...}`` plus
   ``"version"`` where the store needs it, e.g. GCS generations)
-* retryable failure    -> :class:`TransientError` (a ``RemoteError``) with
+* retryable failure    -> :class:`zvf.errors.TransientError` (a ``RemoteError``) with
   ``ambiguous=True`` when the request may have been applied (500, dropped
   connection) and ``False`` when it surely was not (429, 503, connect refused)
 * anything else        -> :class:`zvf.errors.RemoteError` (not retried)
@@ -46,6 +46,7 @@ from ..errors import (
     RemoteError,
     StoreExistsError,
     StoreNotFoundError,
+    TransientError,
     UnsupportedRequestError,
     ZvfError,
 )
@@ -59,7 +60,6 @@ __all__ = [
     "Chunks",
     "ObstoreTransport",
     "ReadOnlyTransport",
-    "TransientError",
     "Transport",
 ]
 
@@ -131,21 +131,6 @@ def _settling_obstore() -> Any:
 @functools.cache
 def _settling(api: Any) -> _SettlingObstore:
     return _SettlingObstore(api)
-
-
-class TransientError(RemoteError):
-    """A failure worth retrying.  ``ambiguous``: the request may have taken effect."""
-
-    def __init__(
-        self, message: str, *, key: str = "", op: str = "", status: int | None = None,
-        ambiguous: bool = True, reason: str = "",
-    ) -> None:
-        super().__init__(message)
-        self.key = key
-        self.op = op
-        self.status = status
-        self.ambiguous = ambiguous
-        self.reason = reason or message  # the cause without the "op of key on store" part
 
 
 @runtime_checkable

@@ -16,8 +16,14 @@ from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from ..errors import ConcurrentModificationError, InvalidArgumentError, RemoteError, StoreExistsError
-from ..io.transport import Chunks, TransientError, _check_mode, _dir_prefix
+from ..errors import (
+    ConcurrentModificationError,
+    InvalidArgumentError,
+    RemoteError,
+    StoreExistsError,
+    TransientError,
+)
+from ..io.transport import Chunks, _check_mode, _dir_prefix
 
 T = TypeVar("T")
 
