@@ -12,7 +12,7 @@ import pytest
 
 import zvf
 from zvf.errors import InvalidArgumentError, StoreExistsError
-from zvf.write.stream import is_batch_stream, write_points_stream
+from zvf.write.points.stream import is_batch_stream, write_points_stream
 
 
 def files(root) -> dict[str, bytes]:

@@ -16,7 +16,7 @@ zvf_dask = pytest.importorskip("zvf.dask")
 def test_a_job_that_died_in_its_link_tasks_resumes_from_them(tmp_path, monkeypatch):
     import dask
 
-    from zvf.write import object_tasks
+    from zvf.write.objects import tasks as object_tasks
 
     rng = np.random.default_rng(8)
     batches, _ = graph_batches(rng, [50, 40, 30], 3)

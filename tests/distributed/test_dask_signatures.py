@@ -12,9 +12,9 @@ import pytest
 import zvf
 from tests.support.store_tree import tree
 from zvf.errors import InvalidArgumentError
-from zvf.write import objects as serial_objects
-from zvf.write import points as serial_points
 from zvf.write import types
+from zvf.write.objects import memory as serial_objects
+from zvf.write.points import memory as serial_points
 
 da = pytest.importorskip("dask.array")
 zd = pytest.importorskip("zvf.dask")

@@ -151,7 +151,7 @@ def test_query_signature_is_explicit():
 
 
 def test_write_points_signature_names_its_keywords():
-    from zvf.write.points import write_points as impl
+    from zvf.write.points.memory import write_points as impl
 
     assert inspect.signature(zvf.aio.write_points) == inspect.signature(impl)
 
@@ -231,9 +231,10 @@ def test_obstore_store_built_by_the_caller(cloud):
 
 
 def test_storage_options_typeddict_names_every_accepted_key():
-    from zvf.io import store
+    from zvf.io import options
 
-    assert set(zvf.StorageOptions.__annotations__) == store._ALL_KEYS | set(store._ALIASES)
+    assert set(zvf.StorageOptions.__annotations__) == options.ALL_KEYS | set(options.ALIASES)
+    assert set(options.ALIASES.values()) <= options.ALL_KEYS
 
 
 def test_interrupt_cancels_the_coroutine_and_waits_for_it():

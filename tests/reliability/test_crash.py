@@ -270,7 +270,7 @@ async def test_late_loser_cannot_clobber_the_winner(memory_url):
     import anyio
 
     from zvf.io.executor import Executor
-    from zvf.write import points as wp
+    from zvf.write.points import memory as wp
 
     a_pos = np.random.default_rng(1).uniform(0, 100, (300, 3)).astype(np.float32)
     b_pos = np.random.default_rng(2).uniform(0, 100, (300, 3)).astype(np.float32)

@@ -491,7 +491,7 @@ def test_memory_store_through_executor(memory_url):
     # same bytes on a slow transport: requests overlap but stay under the limit
     import obstore
 
-    from zvf.io.store import memory_store
+    from zvf.io.backends import memory_store
 
     store = memory_store(memory_url.split("://")[1])
     data = {}
@@ -519,22 +519,12 @@ def test_zvf_written_stores_validate(tmp_path):
         assert rep.ok, rep.summary()
 
 
-def _objects_module():
-    try:
-        from zvf.write import objects
-    except ImportError:
-        return None
-    return objects
-
-
 OBJECT_KINDS = ["polylines", "streamlines_zstd", "lines", "graph", "graph_sharded", "skeleton", "mesh"]
 
 
 @pytest.mark.parametrize("kind", OBJECT_KINDS)
 def test_zvf_written_object_stores_validate(kind, tmp_path):
     """Every geometry zvf writes passes all five levels (and the reference's validator)."""
-    if _objects_module() is None:
-        pytest.skip("zvf.write.objects not written yet")
     rng = np.random.default_rng(2)
     target = str(tmp_path / f"{kind}.zarrvectors")
     box = {"chunk_shape": (50,) * 3, "bounds": ([0] * 3, [100] * 3)}

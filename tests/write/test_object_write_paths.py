@@ -15,7 +15,7 @@ from zvf.format.vlen import encode_vlen
 from zvf.write import links
 from zvf.write.engine import ByteBudget, vlen_frames
 from zvf.write.level import _run_order
-from zvf.write.object_inputs import sorted_unique
+from zvf.write.objects.inputs import sorted_unique
 
 
 @pytest.mark.parametrize("seed", range(4))

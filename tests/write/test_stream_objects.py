@@ -16,7 +16,7 @@ import zvf
 from tests.write import store_files
 from tests.write.test_fragment_attributes import fragment_counts
 from zvf.errors import InvalidArgumentError
-from zvf.write.stream_objects import (
+from zvf.write.objects.stream import (
     is_object_stream,
     write_connected_stream,
     write_paths_stream,

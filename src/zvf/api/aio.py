@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..io.store import StorageOptions, Target
+from ..io.options import StorageOptions
+from ..io.store import Target
 from ..read.dataset import Refresh
 from ..read.query import AsyncQuery
 from ..read.selection import Selection
@@ -16,12 +17,13 @@ if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checker
     from ..lifecycle.gc import gc
     from ..lifecycle.pyramid import build_pyramid
     from ..lifecycle.rechunk import rechunk
-    from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
-    from ..write.points import write_points
+    from ..write.objects.memory import write_graph, write_lines, write_mesh, write_polylines
+    from ..write.points.memory import write_points
 
 # Writers load on first use: a reader (a serverless cold start) never pays for them.
-_WRITERS = {"write_points": "..write.points", "write_polylines": "..write.objects", "write_lines": "..write.objects",
-            "write_graph": "..write.objects", "write_mesh": "..write.objects",
+_WRITERS = {"write_points": "..write.points.memory", "write_polylines": "..write.objects.memory",
+            "write_lines": "..write.objects.memory", "write_graph": "..write.objects.memory",
+            "write_mesh": "..write.objects.memory",
             "build_pyramid": "..lifecycle.pyramid", "rechunk": "..lifecycle.rechunk", "convert": "..converters",
             "gc": "..lifecycle.gc"}
 

@@ -29,7 +29,7 @@ class AsyncDataset(DatasetReader):
         Every append_* refuses a position or attribute value the store's dtype cannot hold exactly
         (``InvalidArgumentError`` naming it, the dtype and the values) unless ``cast=True``."""
         from ..lifecycle.append import append
-        from ..write.points import write_points
+        from ..write.points.memory import write_points
 
         return await append(self, write_points, (positions,), {**kwargs, "cast": cast})
 
@@ -37,7 +37,7 @@ class AsyncDataset(DatasetReader):
                                **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append polylines/streamlines; they get the next object ids."""
         from ..lifecycle.append import append
-        from ..write.objects import write_polylines
+        from ..write.objects.memory import write_polylines
 
         return await append(self, write_polylines, (polylines,), {**kwargs, "cast": cast})
 
@@ -45,7 +45,7 @@ class AsyncDataset(DatasetReader):
                            **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append line segments (M, 2, ndim); they get the next object ids."""
         from ..lifecycle.append import append
-        from ..write.objects import write_lines
+        from ..write.objects.memory import write_lines
 
         return await append(self, write_lines, (endpoints,), {**kwargs, "cast": cast})
 
@@ -53,7 +53,7 @@ class AsyncDataset(DatasetReader):
                            **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append a graph or skeleton; its ``object_ids`` (default 0) are shifted past the store's."""
         from ..lifecycle.append import append
-        from ..write.objects import write_graph
+        from ..write.objects.memory import write_graph
 
         return await append(self, write_graph, (positions, edges), {**kwargs, "cast": cast})
 
@@ -61,6 +61,6 @@ class AsyncDataset(DatasetReader):
                           **kwargs: Unpack[AppendOptions]) -> AppendSummary:
         """Append a mesh; its ``object_ids`` (default 0) are shifted past the store's."""
         from ..lifecycle.append import append
-        from ..write.objects import write_mesh
+        from ..write.objects.memory import write_mesh
 
         return await append(self, write_mesh, (vertices, faces), {**kwargs, "cast": cast})

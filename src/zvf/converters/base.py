@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, UnknownArgumentError
 
 if TYPE_CHECKING:
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
     from ..read.selection import Selection
 
 SOURCE_KEY = "zvf_source"
@@ -132,7 +132,7 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict[str, Any]]
     from ..write import layout
 
     if write is None:
-        from ..write.points import write_points as write
+        from ..write.points.memory import write_points as write
     chunk_shape, bin_shape = store.chunk_shape, store.bin_shape
     if isinstance(chunk_shape, str) or isinstance(bin_shape, str):
         layout.check_words(chunk_shape, bin_shape)  # before a pass over the source

@@ -130,7 +130,7 @@ def _per_object(odata: dict[str, np.ndarray], oids: np.ndarray | None, n: int, s
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     take_options(fmt, options, {})
     nx = _nx()
-    from ..write.objects import write_graph
+    from ..write.objects.memory import write_graph
 
     with reading(src, fmt, (ET.ParseError, nx.NetworkXError, ValueError, KeyError)):
         g = nx.read_graphml(src)

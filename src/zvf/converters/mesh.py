@@ -144,7 +144,7 @@ def write_stl(dst: str, tris: np.ndarray, *, ascii: bool) -> None:
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"dtype": "float32" if fmt == "stl" else "float64"})
-    from ..write.objects import write_mesh
+    from ..write.objects.memory import write_mesh
 
     names: dict[int, str] = {}
     if fmt == "obj":

@@ -110,7 +110,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         if opts["keep_order"]:
             raise InvalidArgumentError(f"{src}: keep_order applies to point clouds (a mesh's faces name its "
                                        f"vertices in the file's order anyway)")
-        from ..write.objects import write_mesh
+        from ..write.objects.memory import write_mesh
 
         s = await write_mesh(dst, pos, faces, chunk_shape=store.chunk_shape, attributes=attrs or None,
                              object_ids=oids, object_attributes=oattrs, dtype=pos.dtype, **store.writer_kw())

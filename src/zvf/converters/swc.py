@@ -83,7 +83,7 @@ async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions
     """Files into one store, their trees numbered in file order (then by root row within a file); the
     file names and each one's tree count go to the ``zvf_source`` record."""
     take_options(fmt, options, {})
-    from ..write.objects import write_graph
+    from ..write.objects.memory import write_graph
 
     parts = []
     for k, src in enumerate(srcs):

@@ -284,7 +284,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     if opts["keep_order"]:
         raise InvalidArgumentError(f"{src}: keep_order applies to point clouds; the rows of each {OBJECT_ID} "
                                    f"keep their order anyway")
-    from ..write.objects import write_polylines
+    from ..write.objects.memory import write_polylines
 
     if geo is not None:
         stamp(store, {"format": fmt, "geometry_column": geo})

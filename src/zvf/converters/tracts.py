@@ -144,7 +144,7 @@ def _trx_group_attributes(trx: Any, names: list[str], src: str) -> dict[str, np.
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
     opts = take_options(fmt, options, {"batch": BATCH})
-    from ..write.objects import write_polylines
+    from ..write.objects.memory import write_polylines
 
     groups = None
     group_attrs = None

@@ -1,6 +1,6 @@
 """``zvf.dask.write_points``: a point cloud from many sources, written by Dask workers.
 
-Plan -> map -> commit over :mod:`zvf.write.tasks`: one routing task per
+Plan -> map -> commit over :mod:`zvf.write.points.tasks`: one routing task per
 source spills its rows by chunk under the job prefix of the target store,
 one task per chunk group merges the spills and writes the cells, and the
 driver commits (documents, object index, root last).  The store equals
@@ -16,14 +16,15 @@ import anyio
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..write import inputs, tasks
+from ..write import inputs
+from ..write.points import tasks
 from ..write.types import Bounds, Columns, FragmentColumns, Groups, Shape, WriteSummary
 from .run import Progress, compute, need_dask, spec_of
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike
 
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
 
 
 def _route(job: tasks.WriteJob, index: int, source: Any) -> dict[str, Any]:

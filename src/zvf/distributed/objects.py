@@ -7,7 +7,7 @@ itself.  Loading -- reading and parsing the files users hold, the costly part of
 runs on the workers.  Object ids continue across sources as they do across batches, and the store
 is byte for byte the one ``zvf.write_*`` writes from the concatenated batches.
 
-Every geometry goes route -> cells -> commit (:mod:`zvf.write.object_tasks`): each worker spills
+Every geometry goes route -> cells -> commit (:mod:`zvf.write.objects.tasks`): each worker spills
 its sources' rows by chunk under the job prefix of the target store, workers write the cells of
 disjoint chunk groups, and the driver -- holding a few integers per fragment, never a vertex --
 commits the object index and documents, root last.  Graphs, skeletons and meshes take one more
@@ -23,9 +23,11 @@ from typing import Any, Unpack
 import anyio
 
 from ..errors import InvalidArgumentError
-from ..write import inputs, object_tasks, tasks
+from ..write import inputs
 from ..write.fragment_attributes import FragmentAttributes
-from ..write.tasks import WriteJob
+from ..write.objects import tasks as object_tasks
+from ..write.points import tasks
+from ..write.points.tasks import WriteJob
 from ..write.types import ObjectWriteOptions, WriteSummary
 from .run import Progress, compute, need_dask, spec_of
 
@@ -69,7 +71,7 @@ def _in_batches(**per_row: Any) -> None:
 def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str, ...], chunk_shape: Any,
                    client: Any, job: str | None, rows_per_task: int, progress: Progress | None,
                    options: ObjectWriteOptions) -> WriteSummary:
-    """Route -> cells (-> links) -> commit over :mod:`zvf.write.object_tasks`: workers write every cell.
+    """Route -> cells (-> links) -> commit over :mod:`zvf.write.objects.tasks`: workers write every cell.
     ``geometry`` is the writer's ``geometry_type``, one of ``kinds``."""
     if geometry not in kinds:
         raise InvalidArgumentError(f"geometry_type must be {' or '.join(map(repr, kinds))}, got {geometry!r}")

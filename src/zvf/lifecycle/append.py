@@ -38,16 +38,20 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 import anyio
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, ReadOnlyError
 from ..format import metadata as md
 from ..format.keys import format_chunk_id
+from ..format.layout import LevelLayout
 from ..io.executor import Executor
+from ..io.store import open_store
 from ..read import load
 from ..read.dataset import DatasetReader
-from ..read.points import attribute_layout
+from ..read.points import attribute_layout, read_chunks
 from ..write.engine import StoreWriter
 from ..write.lock import LEASE, StoreLock
-from ..write.points import write_points
+from ..write.points.level import PointExtras, publish_level
+from ..write.points.memory import write_points
 from ..write.publish import CONSOLIDATED, Publication
 from . import rechunk
 from .carry import carry_root
@@ -342,9 +346,9 @@ async def _rewrite(ds: DatasetReader, write: Writer, args: tuple[Any, ...], kwar
     if kwargs:
         raise InvalidArgumentError(f"{writer.replace('write', 'append')}: unexpected arguments {sorted(kwargs)}")
     if writer == "write_points":
-        old = rechunk.point_batches(ds, batch_chunks=64)
+        old = rechunk.point_batches(ds, batch_chunks=tuning().rewrite_batch_chunks)
     else:
-        old = rechunk.object_batches(ds, rechunk.OBJECT_BATCH)
+        old = rechunk.object_batches(ds, tuning().rewrite_object_batch)
 
     async def batches() -> AsyncIterator[dict[str, Any]]:
         async for b in old:
@@ -370,11 +374,6 @@ async def _rewrite(ds: DatasetReader, write: Writer, args: tuple[Any, ...], kwar
 async def _incremental_points(ds: DatasetReader, positions: ArrayLike, kwargs: Mapping[str, Any],
                               opts: dict[str, Any], scratch: str, cast: bool) -> Prepared:
     """Only the chunks the new points fall in are read and rewritten (see the module docstring)."""
-    from ..format.layout import LevelLayout
-    from ..io.store import open_store
-    from ..read.points import read_chunks
-    from ..write.point_level import PointExtras, publish_level
-
     level = await ds.level(0)
     dtype = np.dtype(opts["dtype"])
     pos = stored(positions, dtype, "positions", cast)

@@ -17,14 +17,17 @@ from typing import Any
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, StoreExistsError
 from ..io.executor import Executor
-from ..io.store import StorageOptions, Target, open_store
+from ..io.options import StorageOptions
+from ..io.store import Target, open_store
 from ..read.dataset import DatasetReader
+from ..read.export import object_batches as object_selections
 from ..write import layout
 from ..write.lock import StoreLock
-from ..write.objects import write_graph, write_lines, write_mesh, write_polylines
-from ..write.points import write_points
+from ..write.objects.memory import write_graph, write_lines, write_mesh, write_polylines
+from ..write.points.memory import write_points
 from ..write.publish import holding, shaping_root
 from ..write.types import Shape, WriteSummary
 from .carry import carry_root
@@ -76,16 +79,11 @@ async def level_tables(ds: DatasetReader) -> dict[str, Any]:
     return out
 
 
-OBJECT_BATCH = 4096  # whole objects per batch handed to the streaming writer
-
-
 async def object_batches(ds: DatasetReader, batch: int) -> AsyncIterator[Batch]:
     """Level 0 of an object store as batches of its streaming writer's input, ``batch`` objects each,
     in id order (:func:`zvf.read.export.object_batches`)."""
-    from ..read.export import object_batches as selections
-
     geometry = ds.geometry_type
-    async for sel in selections(ds, batch=batch):
+    async for sel in object_selections(ds, batch=batch):
         assert sel.offsets is not None  # an object selection has its objects' row offsets
         if geometry == "line":
             m = len(sel.offsets) - 1
@@ -108,12 +106,12 @@ async def rechunk(source: Target, target: Target, *, chunk_shape: Shape | None =
                   shard_shape: int | Sequence[int] | EllipsisType | None = ...,
                   object_index_layout: str | EllipsisType = ..., overwrite: bool = False,
                   storage_options: StorageOptions | None = None, target_storage_options: StorageOptions | None = None,
-                  batch_chunks: int = 64, retention: float | None = None) -> WriteSummary:
+                  batch_chunks: int | None = None, retention: float | None = None) -> WriteSummary:
     """Copy ``source`` to ``target`` with a new layout; unnamed options keep the source's.
 
     ``chunk_shape`` / ``bin_shape`` may be ``"auto"``.  Point clouds stream
-    ``batch_chunks`` source chunks at a time, object geometries
-    :data:`OBJECT_BATCH` whole objects at a time.  ``by_attribute`` names the
+    ``batch_chunks`` source chunks at a time (default ``tuning().rewrite_batch_chunks``), object geometries
+    ``tuning().rewrite_object_batch`` whole objects at a time.  ``by_attribute`` names the
     point attribute to chunk by (an attribute-chunked target, written from
     memory); None writes a spatial store, also from an attribute-chunked source.
 
@@ -124,7 +122,8 @@ async def rechunk(source: Target, target: Target, *, chunk_shape: Shape | None =
     rewrite = functools.partial(
         _rechunk, target=target, chunk_shape=chunk_shape, bin_shape=bin_shape, by_attribute=by_attribute,
         compression=compression, shard_shape=shard_shape, object_index_layout=object_index_layout,
-        overwrite=overwrite, target_storage_options=target_storage_options, batch_chunks=batch_chunks)
+        overwrite=overwrite, target_storage_options=target_storage_options,
+        batch_chunks=tuning().rewrite_batch_chunks if batch_chunks is None else batch_chunks)
     here = open_store(target, mode="a", storage_options=target_storage_options)
     if here.url != open_store(source, storage_options=storage_options).url:
         return await rewrite(await DatasetReader.open(source, storage_options=storage_options))
@@ -185,8 +184,8 @@ async def _rechunk_objects(ds: DatasetReader, target: Target, write_kw: dict[str
     if geometry in ("polyline", "streamline", "graph", "skeleton"):
         kw["geometry_type"] = geometry
     lo, hi = ds.bounds
-    return await WRITERS[geometry](target, object_batches(ds, OBJECT_BATCH), bounds=(lo.tolist(), hi.tolist()),
-                                   **kw, **write_kw)
+    return await WRITERS[geometry](target, object_batches(ds, tuning().rewrite_object_batch),
+                                   bounds=(lo.tolist(), hi.tolist()), **kw, **write_kw)
 
 
 async def point_batches(ds: DatasetReader, *, batch_chunks: int) -> AsyncIterator[Batch]:

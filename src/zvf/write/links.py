@@ -158,7 +158,7 @@ DEFERRED_RECORDS = 1 << 16
 class LinkWriter:
     """Level 0's ``links/0`` family (and its attribute families), fed cells in any number of parts.
 
-    ``level`` is a :class:`~zvf.write.points.LevelWriter`.  ``intra_array``:
+    ``level`` is a :class:`~zvf.write.level.LevelWriter`.  ``intra_array``:
     create the all-zero offsets array (and the family) even when no record
     lands there, as 0.9.2's graph and mesh writers do; ``link_fragments``:
     index every intra cell with one range fragment (graphs, meshes).  A

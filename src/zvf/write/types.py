@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import ArrayLike, DTypeLike
 
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
     from .engine import StoreWriter
 
 Shape: TypeAlias = "Sequence[float] | Literal['auto']"

@@ -31,38 +31,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Unpack
 import anyio
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..format.grid import extremes
-from ..format.layout import LevelLayout
-from . import inputs, layout
-from .engine import add_level0_documents
-from .fragment_attributes import FragmentAttributes
-from .level import fragment_shard, run_starts
-from .object_cells import (
-    PathRuns,
-    graph_links,
-    path_links,
-    put_connected_chunk,
-    put_connected_index,
-    put_link_records,
-    put_no_rows,
-    put_path_chunk,
-    put_path_index,
-    put_tables,
-)
-from .object_inputs import (
-    as_given,
-    check_dtypes,
-    graph_input,
-    group_attributes_table,
-    layout_and_codec,
-    lines_input,
-    mesh_input,
-    object_attributes_table,
-    object_tables,
-    polyline_input,
-)
-from .stream import (
+from ...errors import InvalidArgumentError
+from ...format.grid import extremes
+from ...format.layout import LevelLayout
+from .. import inputs, layout
+from ..engine import add_level0_documents
+from ..fragment_attributes import FragmentAttributes
+from ..level import fragment_shard, run_starts
+from ..points.stream import (
     SPILL_BYTES,
     ChunkIds,
     DistinctIds,
@@ -74,14 +50,38 @@ from .stream import (
     shard_done,
     store_writer,
 )
-from .types import WriteSummary
+from ..types import WriteSummary
+from .cells import (
+    PathRuns,
+    graph_links,
+    path_links,
+    put_connected_chunk,
+    put_connected_index,
+    put_link_records,
+    put_no_rows,
+    put_path_chunk,
+    put_path_index,
+    put_tables,
+)
+from .inputs import (
+    as_given,
+    check_dtypes,
+    graph_input,
+    group_attributes_table,
+    layout_and_codec,
+    lines_input,
+    mesh_input,
+    object_attributes_table,
+    object_tables,
+    polyline_input,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-    from ..format.codecs import CellCodec
-    from ..io.store import Target
-    from .types import Bounds, ObjectBatches, ObjectWriteOptions, Shape, SpillDir, WriteConfig
+    from ...format.codecs import CellCodec
+    from ...io.store import Target
+    from ..types import Bounds, ObjectBatches, ObjectWriteOptions, Shape, SpillDir, WriteConfig
 
 # name -> (dtype, row shape) of a batch's named columns
 Schema: TypeAlias = "dict[str, tuple[np.dtype, tuple[int, ...]]]"

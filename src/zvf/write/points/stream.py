@@ -33,26 +33,26 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, Unpack
 import anyio
 import numpy as np
 
-from ..errors import InvalidArgumentError, StoreExistsError
-from ..format.codecs import CellCodec
-from ..format.fragments import FragmentIndex
-from ..format.grid import dense_ids, extremes
-from ..format.layout import LevelLayout
-from ..format.rows import RowLayout
-from ..format.shard import shard_coords
-from ..io.executor import Executor
-from ..io.store import open_store
-from . import inputs, layout
-from .engine import StoreWriter, empty_group
-from .fragment_attributes import FragmentAttributes
-from .level import LevelWriter, put_rows, shard_tuple
-from .partition import Partition, partition
-from .point_level import PointExtras, manifest_rows, publish_level
-from .types import WriteConfig, WriteSummary
+from ...errors import InvalidArgumentError, StoreExistsError
+from ...format.codecs import CellCodec
+from ...format.fragments import FragmentIndex
+from ...format.grid import dense_ids, extremes
+from ...format.layout import LevelLayout
+from ...format.rows import RowLayout
+from ...format.shard import shard_coords
+from ...io.executor import Executor
+from ...io.store import open_store
+from .. import inputs, layout
+from ..engine import StoreWriter, empty_group
+from ..fragment_attributes import FragmentAttributes
+from ..level import LevelWriter, put_rows, shard_tuple
+from ..partition import Partition, partition
+from ..types import WriteConfig, WriteSummary
+from .level import PointExtras, manifest_rows, publish_level
 
 if TYPE_CHECKING:
-    from ..io.store import StoreHandle, Target
-    from .types import Bounds, FragmentColumns, PointBatch, PointBatches, Shape, SpillDir, WriteOptions
+    from ...io.store import StoreHandle, Target
+    from ..types import Bounds, FragmentColumns, PointBatch, PointBatches, Shape, SpillDir, WriteOptions
 
 T = TypeVar("T")
 

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..format import builders
-from ..format.grid import CellCodes
-from ..format.metadata import DEFAULT_AXIS_NAMES
-from .engine import StoreWriter
-from .level import ShardShape, shard_tuple
-from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
-from .partition import Partition, partition
-from .point_level import Manifest, PointExtras
+from ...errors import InvalidArgumentError
+from ...format import builders
+from ...format.grid import CellCodes
+from ...format.metadata import DEFAULT_AXIS_NAMES
+from ..engine import StoreWriter
+from ..level import ShardShape, shard_tuple
+from ..object_index import ZSTD, put_groups, put_object_attributes, put_object_index
+from ..partition import Partition, partition
+from .level import Manifest, PointExtras
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ them, each with only a :class:`WriteJob` (store URL + storage options, never
 a live store object) and small arguments:
 
 1. :func:`route_source` -- one per source: checks and casts its batches with
-   the streaming writer's :class:`~zvf.write.stream.Spill`, sorts its rows by
+   the streaming writer's :class:`~zvf.write.points.stream.Spill`, sorts its rows by
    chunk (input order kept within a chunk) and uploads them as one *spill*
    object under the job prefix, plus a small summary (row count, extent,
    dtype, schema, distinct ids, rows per chunk).
@@ -44,31 +44,31 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 import numpy as np
 
-from ..errors import FormatError, InvalidArgumentError, StoreExistsError
-from ..format import builders
-from ..format.codecs import CellCodec
-from ..format.fragments import FragmentIndex
-from ..format.grid import row_positions
-from ..format.layout import LevelLayout
-from ..format.metadata import CLAIM_KEY
-from ..format.shard import shard_coords
-from ..io.executor import Executor
-from ..io.plan import ByteRange
-from ..io.store import open_store
-from . import inputs
-from .engine import StoreWriter, empty_group
-from .level import LevelWriter, ShardShape, put_rows, shard_tuple
-from .object_index import check_layout
-from .partition import partition
-from .point_level import PointExtras, manifest_rows, publish_level
+from ...errors import FormatError, InvalidArgumentError, StoreExistsError
+from ...format import builders
+from ...format.codecs import CellCodec
+from ...format.fragments import FragmentIndex
+from ...format.grid import row_positions
+from ...format.layout import LevelLayout
+from ...format.metadata import CLAIM_KEY
+from ...format.shard import shard_coords
+from ...io.executor import Executor
+from ...io.plan import ByteRange
+from ...io.store import open_store
+from .. import inputs
+from ..engine import StoreWriter, empty_group
+from ..level import LevelWriter, ShardShape, put_rows, shard_tuple
+from ..object_index import check_layout
+from ..partition import partition
+from ..types import WriteSummary
+from .level import PointExtras, manifest_rows, publish_level
 from .stream import RunSpill, Spill
-from .types import WriteSummary
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike
 
-    from ..io.store import StorageOptions
-    from .types import Bounds, Columns, Groups, PointBatch, Shape
+    from ...io.options import StorageOptions
+    from ..types import Bounds, Columns, Groups, PointBatch, Shape
 
 BatchT = TypeVar("BatchT")
 BatchT_contra = TypeVar("BatchT_contra", contravariant=True)

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import InvalidArgumentError
-from . import inputs
-from .engine import StoreWriter, add_level0_documents
-from .fragment_attributes import FragmentAttributes
-from .object_index import ZSTD, put_groups, put_object_attributes, put_object_index
+from ...errors import InvalidArgumentError
+from .. import inputs
+from ..engine import StoreWriter, add_level0_documents
+from ..fragment_attributes import FragmentAttributes
+from ..object_index import ZSTD, put_groups, put_object_attributes, put_object_index
 
 if TYPE_CHECKING:
-    from .types import Columns, Groups
+    from ..types import Columns, Groups
 
 Manifest: TypeAlias = "tuple[np.ndarray, np.ndarray, np.ndarray]"
 """(object row, chunk coords, fragment) per block of a level's object index."""

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..format.codecs import CellCodec
-from ..format.fragments import FragmentIndex
-from ..format.layout import LevelLayout
-from .engine import StoreWriter
-from .fragment_attributes import FragmentAttributes
-from .level import Layout, LevelWriter, put_rows
-from .links import LinkWriter, place_records
-from .object_index import put_groups, put_object_attributes, put_object_index
-from .partition import Partition, partition
+from ...format.codecs import CellCodec
+from ...format.fragments import FragmentIndex
+from ...format.layout import LevelLayout
+from ..engine import StoreWriter
+from ..fragment_attributes import FragmentAttributes
+from ..level import Layout, LevelWriter, put_rows
+from ..links import LinkWriter, place_records
+from ..object_index import put_groups, put_object_attributes, put_object_index
+from ..partition import Partition, partition
 
 
 @dataclass

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import InvalidArgumentError
-from ..format import metadata as md
-from ..format.codecs import CellCodec
-from ..format.grid import extremes
-from ..format.layout import LevelLayout
-from . import inputs
-from .level import ShardShape, shard_tuple
+from ...errors import InvalidArgumentError
+from ...format import metadata as md
+from ...format.codecs import CellCodec
+from ...format.grid import extremes
+from ...format.layout import LevelLayout
+from .. import inputs
+from ..level import ShardShape, shard_tuple
 
 if TYPE_CHECKING:
-    from .types import Bounds, Columns, Groups
+    from ..types import Bounds, Columns, Groups
 
 
 def as_given(values: Iterable[object], name: str) -> list[float]:

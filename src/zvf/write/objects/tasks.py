@@ -45,17 +45,14 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import FormatError, InvalidArgumentError
-from ..format.grid import row_positions
-from . import inputs, layout
-from . import object_cells as cell_writers
-from .engine import add_level0_documents
-from .fragment_attributes import FragmentAttributes
-from .level import LevelWriter, fragment_shard
-from .object_inputs import group_attributes_table, object_attributes_table, object_tables
-from .stream import SPILL_BYTES, level0
-from .stream_objects import Schema, _ConnectedSpill, _Dtype, _PathSpill, check_roots
-from .tasks import (
+from ...errors import FormatError, InvalidArgumentError
+from ...format.grid import row_positions
+from .. import inputs, layout
+from ..engine import add_level0_documents
+from ..fragment_attributes import FragmentAttributes
+from ..level import LevelWriter, fragment_shard
+from ..points.stream import SPILL_BYTES, level0
+from ..points.tasks import (
     ROWS_PER_TASK,
     CellWriter,
     CommitWriter,
@@ -70,7 +67,10 @@ from .tasks import (
     unpack_summary,
     upload_spill,
 )
-from .types import WriteConfig, WriteSummary
+from ..types import WriteConfig, WriteSummary
+from . import cells as cell_writers
+from .inputs import group_attributes_table, object_attributes_table, object_tables
+from .stream import Schema, _ConnectedSpill, _Dtype, _PathSpill, check_roots
 
 CONNECTED = ("graph", "skeleton", "mesh")
 

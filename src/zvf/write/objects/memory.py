@@ -41,25 +41,28 @@ from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..format.codecs import CellCodec
-from ..format.layout import LevelLayout
-from ..io.executor import Executor
-from ..io.store import open_store
-from . import inputs, layout, quirks
-from .engine import (
+from ...errors import InvalidArgumentError
+from ...format.codecs import CellCodec
+from ...format.layout import LevelLayout
+from ...io.executor import Executor
+from ...io.store import open_store
+from .. import inputs, layout, quirks
+from ..engine import (
     StoreWriter,
     add_level0_documents,
 )
-from .fragment_attributes import FragmentAttributes
-from .level import Layout, LevelWriter, fragment_shard, put_rows, run_starts
-from .links import place_records, put_links
-from .object_index import (
+from ..fragment_attributes import FragmentAttributes
+from ..level import Layout, LevelWriter, fragment_shard, put_rows, run_starts
+from ..links import place_records, put_links
+from ..object_index import (
     put_groups,
     put_object_attributes,
     put_object_index,
 )
-from .object_inputs import (
+from ..partition import Partition
+from ..points.stream import level0, store_writer
+from ..types import WriteConfig, WriteSummary
+from .inputs import (
     as_given,
     graph_input,
     layout_and_codec,
@@ -69,16 +72,13 @@ from .object_inputs import (
     object_tables,
     polyline_input,
 )
-from .partition import Partition
-from .stream import level0, store_writer
-from .stream_objects import is_object_stream, write_connected_stream, write_paths_stream
-from .types import WriteConfig, WriteSummary
+from .stream import is_object_stream, write_connected_stream, write_paths_stream
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-    from ..io.store import Target
-    from .types import Columns, FragmentColumns, ObjectBatches, ObjectWriteOptions, Shape
+    from ...io.store import Target
+    from ..types import Columns, FragmentColumns, ObjectBatches, ObjectWriteOptions, Shape
 
 __all__ = ["write_graph", "write_lines", "write_mesh", "write_polylines"]
 
@@ -254,7 +254,7 @@ async def write_polylines(
     generator, or a list of batches): each batch a sequence of polylines or
     ``{"polylines", "attributes", "object_attributes"}``; ids continue across
     batches.  Streamed through local spill files (see
-    :mod:`zvf.write.stream_objects`), same bytes as the concatenation.
+    :mod:`zvf.write.objects.stream`), same bytes as the concatenation.
     """
     if is_object_stream(polylines, "polylines"):
         _streamed("polylines", {"attributes": attributes})

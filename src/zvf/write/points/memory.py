@@ -11,26 +11,26 @@ from typing import TYPE_CHECKING, Unpack, cast
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..format.codecs import CellCodec
-from ..format.fragments import FragmentIndex
-from ..format.layout import LevelLayout
-from ..io.executor import Executor
-from ..io.store import open_store
-from . import inputs, layout
+from ...errors import InvalidArgumentError
+from ...format.codecs import CellCodec
+from ...format.fragments import FragmentIndex
+from ...format.layout import LevelLayout
+from ...io.executor import Executor
+from ...io.store import open_store
+from .. import inputs, layout
+from ..fragment_attributes import FragmentAttributes
+from ..level import put_rows, shard_tuple
+from ..partition import partition_codes
+from ..types import WriteSummary
 from .categories import CategoryAxis
-from .fragment_attributes import FragmentAttributes
-from .level import put_rows, shard_tuple
-from .partition import partition_codes
-from .point_level import PointExtras, manifest_rows, publish_level
+from .level import PointExtras, manifest_rows, publish_level
 from .stream import is_batch_stream, level0, store_writer, write_points_stream
-from .types import WriteSummary
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-    from ..io.store import Target
-    from .types import Columns, FragmentColumns, PointBatches, Shape, WriteOptions
+    from ...io.store import Target
+    from ..types import Columns, FragmentColumns, PointBatches, Shape, WriteOptions
 
 
 @inputs.keywords_first(inputs.WRITE_OPTIONS | inputs.STREAM_OPTIONS)
@@ -55,10 +55,10 @@ async def write_points(
     the default ("sharded") lets a reader fetch one object's manifest alone.
 
     ``positions`` may also be an iterable or async iterable of batches (see
-    ``zvf.write.stream``): streamed through local spill files, same bytes.
+    ``zvf.write.points.stream``): streamed through local spill files, same bytes.
 
     ``chunk_by_attribute`` names an integer attribute whose values become a leading
-    chunk axis (0.9.2's layout, see ``zvf.write.categories``; in-memory input only).
+    chunk axis (0.9.2's layout, see ``zvf.write.points.categories``; in-memory input only).
 
     ``fragment_attributes``: ``{name: {chunk coords: (F_c,) / (F_c, C)}}``, one row per
     fragment of the chunk (see ``zvf.write.fragment_attributes``): without object ids, one
