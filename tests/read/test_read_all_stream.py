@@ -11,8 +11,8 @@ import pytest
 
 import zvf
 import zvf.aio
+from zvf.config import tuned
 from zvf.errors import FormatError
-from zvf.read import points
 from zvf.read.selection import Selection
 
 
@@ -54,24 +54,24 @@ async def test_polylines_match_chunkwise(tmp_path, layout):
 
 
 @pytest.mark.parametrize("claimed", [0, 17, 10**4, 10**15])
-async def test_a_wrong_vertex_count_is_refused(tmp_path, monkeypatch, claimed):
-    """Outputs are sized from the metadata (an absurd count allocates no more than PREALLOC_ROWS up front);
+async def test_a_wrong_vertex_count_is_refused(tmp_path, claimed):
+    """Outputs are sized from the metadata (an absurd count allocates no more than prealloc_rows up front);
     cells holding another number of rows than the level's vertex_count make the read an error naming the level
     document, whether they hold more (refused as they arrive) or fewer -- never a short or padded answer."""
-    monkeypatch.setattr(points, "PREALLOC_ROWS", 5000)
-    rng = np.random.default_rng(1)
-    pos = rng.uniform(0, 1, (900, 3)).astype(np.float32)
-    attrs = {"rgb": rng.integers(0, 255, (900, 3)).astype(np.uint8), "w": rng.normal(size=900).astype(np.float32)}
-    path = str(tmp_path / "pts.zarrvectors")
-    zvf.write_points(path, pos, chunk_shape=(0.5,) * 3, attributes=attrs, object_ids=np.arange(900) // 7,
-                     bounds=([0, 0, 0], [1, 1, 1]))
-    ds = await zvf.aio.open(path)
-    truth = await _chunkwise(ds)
-    _same(await ds.read_all(), truth)
-    lvl = await ds.level(0)
-    lvl.meta = dataclasses.replace(lvl.meta, vertex_count=claimed)
-    with pytest.raises(FormatError, match=rf"0/zarr\.json: vertex_count is {claimed}, but the .*cells"):
-        await ds.read_all()
+    with tuned(prealloc_rows=5000):
+        rng = np.random.default_rng(1)
+        pos = rng.uniform(0, 1, (900, 3)).astype(np.float32)
+        attrs = {"rgb": rng.integers(0, 255, (900, 3)).astype(np.uint8), "w": rng.normal(size=900).astype(np.float32)}
+        path = str(tmp_path / "pts.zarrvectors")
+        zvf.write_points(path, pos, chunk_shape=(0.5,) * 3, attributes=attrs, object_ids=np.arange(900) // 7,
+                         bounds=([0, 0, 0], [1, 1, 1]))
+        ds = await zvf.aio.open(path)
+        truth = await _chunkwise(ds)
+        _same(await ds.read_all(), truth)
+        lvl = await ds.level(0)
+        lvl.meta = dataclasses.replace(lvl.meta, vertex_count=claimed)
+        with pytest.raises(FormatError, match=rf"0/zarr\.json: vertex_count is {claimed}, but the .*cells"):
+            await ds.read_all()
 
 
 async def test_unlabelled_points_and_empty_level(tmp_path):

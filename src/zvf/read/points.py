@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import FragmentIndex, decode_fragment_index, tiling_counts
 from ..format.grid import inside
@@ -86,20 +87,10 @@ def pick_attributes(level: Level, attributes: str | Sequence[str] | None) -> lis
     return list(attributes)
 
 
-# Decoding more than this many payload bytes runs in a worker thread, not on the event loop.
-OFFLOAD_BYTES = 4 << 20
-# A whole-level read sizes its outputs from the level's vertex count, a metadata field (the read ends in an
-# error if the cells hold another number of rows): at most this many rows up front (more are made room for as
-# they arrive, by doubling), of which the pages of at most PREFAULT_ROWS are touched ahead of the rows (a
-# vertex count that lies costs no more memory than that).
-PREALLOC_ROWS = 1 << 26
-PREFAULT_ROWS = 1 << 21
-
-
-async def off_loop(nbytes: int, fn: Callable[[], T], limit: int = OFFLOAD_BYTES) -> T:
-    """``fn()``, in a worker thread when it decodes more than ``limit`` bytes: the event loop keeps
-    issuing requests meanwhile (zstd and numpy's copies run without the GIL)."""
-    if nbytes > limit:
+async def off_loop(nbytes: int, fn: Callable[[], T], limit: int | None = None) -> T:
+    """``fn()``, in a worker thread when it decodes more than ``limit`` bytes (default: the ``offload_bytes``
+    setting): the event loop keeps issuing requests meanwhile (zstd and numpy's copies run without the GIL)."""
+    if nbytes > (tuning().offload_bytes if limit is None else limit):
         import anyio
 
         return await anyio.to_thread.run_sync(fn)
@@ -135,7 +126,7 @@ async def read_chunks(rc: ReadContext, level: Level, chunks: np.ndarray, names: 
         payloads = await fetch(vert.executor, arrays, chunk_list, spans)
     nbytes = sum(len(p) for ps in payloads.values() for p in ps if p is not None)
     args = (level, arrays, chunk_list, names, payloads, owners, box)
-    if nbytes > OFFLOAD_BYTES:
+    if nbytes > tuning().offload_bytes:
         import anyio
 
         return await anyio.to_thread.run_sync(assemble, *args)
@@ -146,7 +137,9 @@ async def read_level(rc: ReadContext, level: Level, arrays: dict[str, CellArray]
                      names: list[str], labelled: bool) -> Selection:
     """Every stored chunk of a level, each chunk's rows placed as its cells arrive.
 
-    The vertex count in the level's metadata sizes the outputs up front, so
+    The vertex count in the level's metadata sizes the outputs up front (at most the ``prealloc_rows``
+    setting: a vertex count that lies costs no more memory than that; more rows are made room for as they
+    arrive, by doubling; the read ends in an error if the cells hold another number of rows), so
     decoding, copying and labelling rows with their object overlap the
     download of the chunks still to come (chunks are placed in order, each
     once every earlier one is in), and no end-of-read concatenation copies
@@ -154,7 +147,8 @@ async def read_level(rc: ReadContext, level: Level, arrays: dict[str, CellArray]
     """
     vert = arrays["vertices"]
     ex = vert.executor
-    rows = LevelRows(level, arrays, chunk_list, names, labelled, min(level.meta.vertex_count, PREALLOC_ROWS))
+    rows = LevelRows(level, arrays, chunk_list, names, labelled,
+                     min(level.meta.vertex_count, tuning().prealloc_rows))
     size_concurrency(level, len(chunk_list) * len(arrays), len(names))
     sharded = any(arr.codec.shard is not None for arr in arrays.values())
     if sharded or ex.batch_gets:
@@ -266,11 +260,12 @@ class LevelRows:
         self._place_ready()
 
     def allocate(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """The outputs, the pages of their first :data:`PREFAULT_ROWS` rows touched once (pure: a worker thread
-        pays the kernel's page zeroing while the first cells download, instead of the event loop as it copies
-        rows in)."""
-        oids = prefaulted((self.cap,), np.int64, PREFAULT_ROWS) if self.labelled else None
-        return prefaulted((self.cap, self.ndim), self.dtype, PREFAULT_ROWS), oids
+        """The outputs, the pages of their first ``prefault_rows`` rows (a setting) touched once (pure: a worker
+        thread pays the kernel's page zeroing while the first cells download, instead of the event loop as it
+        copies rows in)."""
+        ahead = tuning().prefault_rows
+        oids = prefaulted((self.cap,), np.int64, ahead) if self.labelled else None
+        return prefaulted((self.cap, self.ndim), self.dtype, ahead), oids
 
     def take(self, outputs: tuple[np.ndarray, np.ndarray | None]) -> None:
         self.pos, self.oids = outputs
