@@ -80,7 +80,7 @@ def s3_proxied(s3_endpoint: S3Endpoint, fault_proxy: FaultProxy) -> tuple[str, d
 
 @pytest.fixture
 def memory_url() -> str:
-    from zvf.io.store import forget_memory_store
+    from zvf.io.backends import forget_memory_store
 
     name = f"t{uuid.uuid4().hex[:12]}"
     yield f"memory://{name}"

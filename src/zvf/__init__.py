@@ -57,7 +57,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import write_mesh as write_mesh
     from .api.sync import write_points as write_points
     from .api.sync import write_polylines as write_polylines
-    from .io.store import StorageOptions as StorageOptions
+    from .io.options import StorageOptions as StorageOptions
     from .read.query_spec import SelectArgs as SelectArgs
     from .read.selection import Selection as Selection
     from .write.types import WriteOptions as WriteOptions
@@ -70,7 +70,7 @@ _LAZY = {
                     ".api.sync"),
     "Selection": ".read.selection",
     "SelectArgs": ".read.query_spec",
-    "StorageOptions": ".io.store",
+    "StorageOptions": ".io.options",
     "WriteSummary": ".write.types",
     "WriteOptions": ".write.types",
 }

@@ -11,7 +11,8 @@ from zvf.errors import (
 )
 from zvf.io.executor import ByteLRU, Executor, Stats
 from zvf.io.plan import ByteRange
-from zvf.io.store import RetryPolicy, StoreHandle
+from zvf.io.retry import RetryPolicy
+from zvf.io.store import StoreHandle
 from zvf.testing import Fault, FaultPlan, MemoryTransport
 
 FAST_RETRY = RetryPolicy(max_retries=5, retry_timeout=2.0, init_backoff=0.001, max_backoff=0.005)

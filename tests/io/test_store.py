@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import os
 import socket
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from zvf.errors import (
@@ -13,8 +16,10 @@ from zvf.errors import (
     StoreNotFoundError,
     TransientError,
 )
+from zvf.io.backends import forget_memory_store, memory_store
 from zvf.io.executor import Executor
-from zvf.io.store import RetryPolicy, forget_memory_store, memory_store, open_store
+from zvf.io.retry import RetryPolicy
+from zvf.io.store import open_store
 from zvf.io.transport import ObstoreTransport, ReadOnlyTransport
 
 SECRET = "sEcReT-9f8e7d6c5b4a"
@@ -158,6 +163,42 @@ def test_cloud_handles_need_no_network():
     assert b.scheme == "az"
     with pytest.raises(InvalidArgumentError, match="'account_name'"):
         open_store("s3://b/p", storage_options={"account_name": "x"})
+
+
+async def test_missing_credentials_probe_runs_off_the_event_loop(monkeypatch):
+    """An S3 store without credentials asks for an instance metadata service (1 s) before its first request,
+    in a worker thread: open_store returns at once and the event loop keeps running other tasks meanwhile."""
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    silent = socket.socket()  # listens, never answers: the probe waits out its 1 s
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            t0 = time.perf_counter()
+            ex = Executor(open_store("s3://some-bucket/data", storage_options={"region": "us-east-1"}))
+            assert time.perf_counter() - t0 < 0.5  # no request while opening
+            with pytest.raises(RemoteError, match="no AWS credentials found for s3://some-bucket/data"):
+                await ex.get("zarr.json")
+            assert time.perf_counter() - t0 >= 0.9 and ticks >= 30  # the loop ran during the probe
+            t1 = time.perf_counter()
+            with pytest.raises(RemoteError, match="no AWS credentials found"):
+                await ex.head("zarr.json")  # the check's answer is kept: no second probe
+            assert time.perf_counter() - t1 < 0.5
+            tg.cancel_scope.cancel()
+    finally:
+        silent.close()
 
 
 def test_http_is_read_only_and_hides_userinfo():

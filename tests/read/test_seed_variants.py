@@ -277,7 +277,7 @@ def to_seed(src: Path, dst: Path, *, index=None, cross=False, keys=None, bin_fra
 def to_memory(directory: Path) -> tuple[str, str]:
     import obstore
 
-    from zvf.io.store import memory_store
+    from zvf.io.backends import memory_store
 
     name = f"seed{uuid.uuid4().hex[:10]}"
     store = memory_store(name)
@@ -301,7 +301,7 @@ def open_variant(tmp_path):
         return await zaio.open(str(dst))
 
     yield opener
-    from zvf.io.store import forget_memory_store
+    from zvf.io.backends import forget_memory_store
 
     for n in names:
         if n:

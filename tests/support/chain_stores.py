@@ -11,7 +11,8 @@ from typing import Any
 
 import obstore
 
-from zvf.io.store import forget_memory_store, open_store
+from zvf.io.backends import forget_memory_store
+from zvf.io.store import open_store
 
 
 class Backend:

@@ -57,7 +57,7 @@ def blocking() -> None:
         assert_type(ds.close(), None)
     assert_type(zvf.write_points("s", pos, chunk_shape=(5, 5, 5), fragment_attributes={"w": {(0, 0, 0): [1.0]}}),
                 zvf.WriteSummary)
-    reveal_type(zvf.open)  # R: mode: str =, storage_options: TypedDict(zvf.io.store.StorageOptions
+    reveal_type(zvf.open)  # R: mode: str =, storage_options: TypedDict(zvf.io.options.StorageOptions
     reveal_type(zvf.Dataset.query)  # R: *, level: int =, attributes: str | typing.Sequence[str] | None =
     reveal_type(zvf.write_points)  # R: chunk_shape: typing.Sequence[float] | Literal['auto'], attributes:
     reveal_type(zvf.write_mesh)  # R: compression: str | None =, shard_shape: int | typing.Sequence[int] | None =

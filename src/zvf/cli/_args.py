@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, TypeAlias, cast
 
 if TYPE_CHECKING:
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
 
 # Values such as ``-1,-1,-1`` or ``-10,20,5`` are values, not options (argparse only knows plain negative numbers).
 _NEGATIVE = re.compile(r"^-(\d|\.\d)[\d.,eE+-]*$")

@@ -20,7 +20,7 @@ from .progress import ProgressBar
 
 if TYPE_CHECKING:
     from ..api.sync import Dataset
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
     from ..write.types import WriteSummary
 
 P = ParamSpec("P")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..io.store import StorageOptions
+from ..io.options import StorageOptions
 from .base import StoreOptions, Written, stamping
 
 __all__ = ["FORMATS", "Format", "convert", "format_of"]

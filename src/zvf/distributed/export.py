@@ -26,7 +26,7 @@ from .run import Progress, compute, need_dask, spec_of
 
 if TYPE_CHECKING:
     from ..format.manifest import ManifestTable
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
     from ..read.query_spec import BBox
 
 TABLES = ("vertices", "edges", "faces")

@@ -19,7 +19,7 @@ from ..errors import InvalidArgumentError
 from .run import Progress, compute, need_dask, spec_of
 
 if TYPE_CHECKING:
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
     from ..lifecycle.pyramid import BlockSummary, BlockTask, ChunkScales, Factors, PyramidSummary, StepJob
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgumentError, MissingDependencyError
 
 if TYPE_CHECKING:
-    from ..io.store import StorageOptions
+    from ..io.options import StorageOptions
 
 Progress = Callable[[dict[str, Any]], object]
 """A Dask entry point's ``progress``: called with ``stage``, ``done``, ``total`` (and the stage's own keys)

@@ -80,7 +80,8 @@ import anyio
 from ..errors import DatasetClosedError, InvalidArgumentError, ReadOnlyError, RemoteError, TransientError
 from . import fork
 from .plan import ByteRange, Request, coalesce, scatter
-from .store import RetryPolicy, StoreHandle
+from .retry import RetryPolicy
+from .store import StoreHandle
 
 __all__ = ["DEFAULT_CACHE_BYTES", "ByteLRU", "Executor", "Stats"]
 

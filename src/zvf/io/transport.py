@@ -33,6 +33,7 @@ import builtins
 import functools
 import os
 import re
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
@@ -320,10 +321,15 @@ class ObstoreTransport:
 
     def __init__(
         self, store: Any, *, prefix: str = "", secrets: Iterable[str] = (), label: str = "",
-        remake: Callable[[], Any] | None = None,
+        remake: Callable[[], Any] | None = None, check: Callable[[], None] | None = None,
     ) -> None:
         self._store, self._api = store, fork.api_of(store)
         self._remake = remake  # makes the store again in a forked child (None: from its own configuration)
+        #: a blocking check the first request waits for (an S3 store without credentials: is there an
+        #: instance metadata service?), run once, in a worker thread: the event loop goes on meanwhile
+        self._check = check
+        self._check_lock = threading.Lock()
+        self._check_failed: BaseException | None = None
         self.prefix = _dir_prefix(prefix)
         self._secrets = tuple(secrets)
         self.label = label or type(store).__name__
@@ -348,6 +354,25 @@ class ObstoreTransport:
         return self._store
 
     # -- helpers ----------------------------------------------------------------------
+
+    async def _obstore(self) -> Any:
+        """The obstore API for a request, once the store's check passed (see ``check``)."""
+        if self._check is not None:
+            await anyio.to_thread.run_sync(self._run_check)
+        return _settling_obstore()
+
+    def _run_check(self) -> None:
+        """Run the check once (in a worker thread); its failure is every later request's too."""
+        with self._check_lock:
+            if self._check_failed is not None:
+                raise self._check_failed
+            if self._check is not None:
+                try:
+                    self._check()
+                except BaseException as e:
+                    self._check_failed = e
+                    raise
+                self._check = None
 
     def _path(self, key: str) -> str:
         """The store path of ``key``; on a local store, refused (FormatError) where a symbolic link on the way
@@ -458,7 +483,7 @@ class ObstoreTransport:
     @_detached
     async def get_view(self, key: str) -> memoryview | None:
         """:meth:`get` as a read-only view of obstore's buffer, not copied (cell payloads, never parsed as text)."""
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         try:
             res = await obs.get_async(self.store, self._path(key))
@@ -485,7 +510,7 @@ class ObstoreTransport:
 
     @_detached
     async def get_range(self, key: str, start: int, end: int | None = None) -> bytes | memoryview | None:
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         if end is not None and end <= start:
             return b""
@@ -516,7 +541,7 @@ class ObstoreTransport:
         self, key: str, starts: Sequence[int], ends: Sequence[int]
     ) -> list[bytes | memoryview] | None:
         """Several bounded ranges of one object; obstore does not merge them (coalesce=0)."""
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         starts, ends = [int(s) for s in starts], [int(e) for e in ends]
         if len(starts) != len(ends):
@@ -549,7 +574,7 @@ class ObstoreTransport:
 
     @_detached
     async def get_suffix(self, key: str, nbytes: int) -> bytes | memoryview | None:
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         if nbytes <= 0:
             raise InvalidArgumentError(f"suffix of {key!r} needs nbytes > 0, got {nbytes}")
@@ -572,7 +597,7 @@ class ObstoreTransport:
 
     @_detached
     async def head(self, key: str) -> int | None:
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         try:
             meta = await obs.head_async(self.store, self._path(key))
@@ -585,7 +610,7 @@ class ObstoreTransport:
     async def get_tagged(self, key: str) -> tuple[bytes, dict[str, str] | None] | None:
         """The object and its tag for a later ``put(key, data, mode=tag)`` (a compare-and-swap); the
         tag is None where the store has no conditional update (obstore's LocalStore)."""
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         try:
             res = await obs.get_async(self.store, self._path(key))
@@ -605,7 +630,7 @@ class ObstoreTransport:
 
     @_detached
     async def put(self, key: str, data: Any, *, mode: str | dict[str, str] = "overwrite") -> None:
-        obs = _settling_obstore()
+        obs = await self._obstore()
         PreconditionError = fork.obstore().exceptions.PreconditionError
 
         _check_mode(mode, key)
@@ -643,7 +668,7 @@ class ObstoreTransport:
         self, key: str, chunks: Chunks, *, part_size: int, max_concurrency: int = 4
     ) -> None:
         """Upload in parts of ``part_size`` bytes (S3 needs >= 5 MiB except the last)."""
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         if isinstance(chunks, (bytes, bytearray, memoryview)) or hasattr(chunks, "__array__"):
             chunks = _flat(chunks)
@@ -660,7 +685,7 @@ class ObstoreTransport:
     @_detached
     async def copy(self, src: str, dst: str) -> None:
         """Copy one object, server side where the store can (S3, GCS, Azure): no bytes through us."""
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         try:
             await obs.copy_async(self.store, self._path(src), self._path(dst), overwrite=True)
@@ -672,7 +697,7 @@ class ObstoreTransport:
     @_detached
     async def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys``; missing ones are ignored."""
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         keys = list(keys)
         if not keys:
@@ -699,7 +724,7 @@ class ObstoreTransport:
 
     @_detached
     async def list(self, prefix: str = "") -> list[tuple[str, int]]:
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         p = (self.prefix + (prefix or "").strip("/")).strip("/") or None
         out: list[tuple[str, int]] = []
@@ -715,7 +740,7 @@ class ObstoreTransport:
 
     @_detached
     async def list_dirs(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[tuple[str, int]]]:
-        obs = _settling_obstore()
+        obs = await self._obstore()
 
         p = (self.prefix + (prefix or "").strip("/")).strip("/") or None
         try:

@@ -26,7 +26,8 @@ import anyio
 from ..errors import InvalidArgumentError
 from ..format.versions import Record
 from ..io.executor import Executor
-from ..io.store import StorageOptions, Target, open_store
+from ..io.options import StorageOptions
+from ..io.store import Target, open_store
 from ..write.lock import TAKEOVER, StoreLock
 from ..write.publish import OWN_SLACK, Publication, kept_families, store_garbage
 

@@ -70,7 +70,8 @@ from ..format.layout import LevelLayout
 from ..format.links import decode_ragged_links, encode_ragged_links
 from ..format.manifest import ManifestTable
 from ..io.executor import Executor
-from ..io.store import StorageOptions, StoreHandle, Target, open_store
+from ..io.options import StorageOptions
+from ..io.store import StoreHandle, Target, open_store
 from ..read import load
 from ..read.cells import CellArray, rows_from_payload
 from ..read.dataset import DatasetReader

@@ -22,7 +22,8 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..format.grid import check_bbox
 from ..io.executor import Executor, Stats
-from ..io.store import StorageOptions, Target, open_store
+from ..io.options import StorageOptions
+from ..io.store import Target, open_store
 from . import box, load, objects
 from .context import Owners, ReadContext, RootFacts
 from .dense import dense_attribute, read_groups

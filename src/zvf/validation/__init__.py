@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from .report import ERROR, LEVEL_NAMES, WARNING, Issue, Report
 
 if TYPE_CHECKING:
-    from ..io.store import StorageOptions, Target
+    from ..io.options import StorageOptions
+    from ..io.store import Target
 
 __all__ = ["ERROR", "LEVEL_NAMES", "WARNING", "Issue", "Report", "validate"]
 
