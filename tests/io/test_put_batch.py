@@ -12,8 +12,8 @@ import pytest
 from zvf.errors import InvalidArgumentError, ReadOnlyError
 from zvf.io.executor import Executor
 from zvf.io.store import open_store
-from zvf.write import engine
-from zvf.write.engine import StoreWriter
+from zvf.write import store_writer
+from zvf.write.store_writer import StoreWriter
 
 
 def _items(n: int, seed: int = 0) -> list[tuple[str, bytes]]:
@@ -84,7 +84,7 @@ async def test_manifest_pieces_give_the_bytes_of_whole_shards(monkeypatch):
         return {k: await ex.get(k) for k, _ in await ex.list("0/object_index/manifests")}
 
     whole = await store("memory://pieces-whole")
-    monkeypatch.setattr(engine, "PIECE_ROWS", 48)  # 15 pieces of 3 inner chunks for one 704-row shard
+    monkeypatch.setattr(store_writer, "PIECE_ROWS", 48)  # 15 pieces of 3 inner chunks for one 704-row shard
     pieces = await store("memory://pieces-split")
     assert whole and whole == pieces
 

@@ -13,9 +13,9 @@ import pytest
 
 from zvf.format.vlen import encode_vlen
 from zvf.write import links
-from zvf.write.engine import ByteBudget, vlen_frames
 from zvf.write.level import _run_order
 from zvf.write.objects.inputs import sorted_unique
+from zvf.write.store_writer import ByteBudget, vlen_frames
 
 
 @pytest.mark.parametrize("seed", range(4))

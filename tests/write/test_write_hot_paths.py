@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from zvf.format.grid import Grid, dense_ids
-from zvf.write.engine import ordered_map
 from zvf.write.partition import partition, partition_codes
+from zvf.write.store_writer import ordered_map
 
 
 def plain_bin_of(grid: Grid, pos):

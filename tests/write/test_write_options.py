@@ -179,7 +179,7 @@ async def test_fragment_cells_handed_to_the_commit_round_trip_and_damage_is_name
     """Distributed cell tasks hand their buffered fragment cells to the commit through a job summary."""
     from zvf.errors import FormatError
     from zvf.format.codecs import CellCodec
-    from zvf.write.engine import SpatialArrayOut
+    from zvf.write.store_writer import SpatialArrayOut
 
     def out():
         return SpatialArrayOut("0/vertex_fragments", CellCodec.for_writing(None, (2, 2)), (0, 0), (4, 4), {})

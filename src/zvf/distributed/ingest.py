@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..write import inputs
+from ..write import jobs as write_jobs
 from ..write.points import tasks
 from ..write.types import Bounds, Columns, FragmentColumns, Groups, Shape, WriteSummary
 from .run import Progress, compute, need_dask, spec_of
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ..io.options import StorageOptions
 
 
-def _route(job: tasks.WriteJob, index: int, source: Any) -> dict[str, Any]:
+def _route(job: write_jobs.WriteJob, index: int, source: Any) -> dict[str, Any]:
     return tasks.route_source(job, index, tasks.batches_of_source(source, index))
 
 
@@ -96,7 +97,7 @@ def write_points(target: Any, sources: Any, *, chunk_shape: Shape, attributes: C
                  shard_shape: int | Sequence[int] | None = None, dtype: DTypeLike | None = None,
                  overwrite: bool = False, object_index_layout: str = "sharded",
                  storage_options: StorageOptions | None = None,
-                 job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                 job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
                  client: Any = None, progress: Progress | None = None) -> WriteSummary:
     """Write a point cloud from ``sources`` on Dask; the same store as ``zvf.write_points`` of their concatenation.
 
@@ -123,12 +124,12 @@ def write_points(target: Any, sources: Any, *, chunk_shape: Shape, attributes: C
     url, opts = spec_of(target, storage_options)
     items = _sources(sources) if attributes is None and object_ids is None else \
         _aligned(sources, attributes, object_ids)
-    pj = tasks.new_job(url, opts, job=job, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds, dtype=dtype,
-                       compression=compression, shard_shape=shard_shape,
-                       implicit_ids=groups is not None)
+    pj = write_jobs.new_job(url, opts, job=job, chunk_shape=chunk_shape, bin_shape=bin_shape, bounds=bounds,
+                            dtype=dtype, compression=compression, shard_shape=shard_shape,
+                            implicit_ids=groups is not None)
     if not items:
         raise InvalidArgumentError("sources: nothing to write (an empty list)")
-    routed, written = anyio.run(lambda: tasks.start(pj, overwrite=overwrite, n_sources=len(items)),
+    routed, written = anyio.run(lambda: write_jobs.start(pj, overwrite=overwrite, n_sources=len(items)),
                                 backend="asyncio")
     todo = [i for i in range(len(items)) if i not in routed]
     route = dask.delayed(_route, pure=False)
@@ -140,7 +141,7 @@ def write_points(target: Any, sources: Any, *, chunk_shape: Shape, attributes: C
     todo = [g for g in range(len(plan.groups)) if g not in written]
     shared = dask.delayed(plan, traverse=False)  # one graph node: shipped once per worker, not per task
     cells = dask.delayed(tasks.write_cells, pure=False)
-    jobs = [cells(pj, g, shared, tasks.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]
+    jobs = [cells(pj, g, shared, write_jobs.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]
     for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="cells")):
         written[g] = s
     return anyio.run(lambda: tasks.commit(

@@ -24,10 +24,10 @@ import anyio
 
 from ..errors import InvalidArgumentError
 from ..write import inputs
+from ..write import jobs as write_jobs
 from ..write.fragment_attributes import FragmentAttributes
+from ..write.jobs import WriteJob
 from ..write.objects import tasks as object_tasks
-from ..write.points import tasks
-from ..write.points.tasks import WriteJob
 from ..write.types import ObjectWriteOptions, WriteSummary
 from .run import Progress, compute, need_dask, spec_of
 
@@ -81,13 +81,14 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str
     given_fragments = options.pop("fragment_attributes", None)
     cfg = inputs.streamed_config(chunk_shape, options, 1)
     url, opts = spec_of(target, cfg.storage_options)
-    wj = tasks.new_job(url, opts, job=job, chunk_shape=chunk_shape, bin_shape=cfg.bin_shape, bounds=cfg.bounds,
-                       dtype=cfg.dtype, compression=cfg.compression, shard_shape=cfg.shard_shape, geometry=geometry)
+    wj = write_jobs.new_job(url, opts, job=job, chunk_shape=chunk_shape, bin_shape=cfg.bin_shape,
+                            bounds=cfg.bounds, dtype=cfg.dtype, compression=cfg.compression,
+                            shard_shape=cfg.shard_shape, geometry=geometry)
     frag_attrs = FragmentAttributes(given_fragments, len(wj.chunk_shape))
     items = _sources(sources)
     if not items:
         raise InvalidArgumentError("sources: nothing to write (an empty list)")
-    routed, written = anyio.run(lambda: tasks.start(wj, overwrite=cfg.overwrite, n_sources=len(items)),
+    routed, written = anyio.run(lambda: write_jobs.start(wj, overwrite=cfg.overwrite, n_sources=len(items)),
                                 backend="asyncio")
     todo = [i for i in range(len(items)) if i not in routed]
     route = dask.delayed(_route, pure=False)
@@ -103,16 +104,16 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str
     anyio.run(lambda: object_tasks.put_runs(wj, plan, todo), backend="asyncio")
     cells = dask.delayed(object_tasks.object_cells, pure=False)
     jobs = [cells(wj, g, object_tasks.cell_task(plan, g, frag_attrs.tables),
-                  tasks.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]
+                  write_jobs.source_slices(plan.groups[g], plan.source_chunks, summaries)) for g in todo]
     for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="cells")):
         written[g] = s
     done = [written[g] for g in range(len(plan.groups))]
     if object_tasks.connected(wj):  # the link cells, once every chunk's vertex table is there
-        linked = anyio.run(lambda: tasks.load_summaries(wj.executor(), f"{wj.prefix}links/"), backend="asyncio")
+        linked = anyio.run(lambda: write_jobs.load_summaries(wj.executor(), f"{wj.prefix}links/"), backend="asyncio")
         todo = [g for g in range(len(plan.groups)) if g not in linked]
         links = dask.delayed(object_tasks.link_cells, pure=False)
         jobs = [links(wj, g, object_tasks.link_task(plan, g),
-                      tasks.source_slices(plan.groups[g], record_chunks, summaries, counts="rec_counts",
+                      write_jobs.source_slices(plan.groups[g], record_chunks, summaries, counts="rec_counts",
                                           columns="rec_columns")) for g in todo]
         for g, s in zip(todo, compute(jobs, client=client, progress=progress, stage="links")):
             linked[g] = s
@@ -125,7 +126,7 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "polyline",
                     attributes: Any = None, client: Any = None, job: str | None = None,
-                    rows_per_task: int = tasks.ROWS_PER_TASK, progress: Progress | None = None,
+                    rows_per_task: int = write_jobs.ROWS_PER_TASK, progress: Progress | None = None,
                     **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Polylines or streamlines from ``sources`` (see the module docstring), written by Dask workers; the
     same store as ``zvf.write_polylines`` of their batches, one after another.
@@ -145,7 +146,7 @@ def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_typ
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any = None, client: Any = None,
-                job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
                 progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Line segments from ``sources``, written by Dask workers; the same store as ``zvf.write_lines`` of
     their batches.  The other arguments as for :func:`write_polylines`."""
@@ -157,7 +158,7 @@ def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph",
                 object_ids: Any = None, attributes: Any = None, link_attributes: Any = None, client: Any = None,
-                job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+                job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
                 progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Graphs or skeletons from ``sources``, written by Dask workers; the same store as ``zvf.write_graph`` of
     their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the batch's own positions).
@@ -170,7 +171,7 @@ def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: s
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, object_ids: Any = None, attributes: Any = None,
-               client: Any = None, job: str | None = None, rows_per_task: int = tasks.ROWS_PER_TASK,
+               client: Any = None, job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
                progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Meshes from ``sources``, written by Dask workers; the same store as ``zvf.write_mesh`` of their
     batches.  The other arguments as for :func:`write_graph`."""

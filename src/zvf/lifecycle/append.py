@@ -48,11 +48,11 @@ from ..io.store import open_store
 from ..read import load
 from ..read.dataset import DatasetReader
 from ..read.points import attribute_layout, read_chunks
-from ..write.engine import StoreWriter
 from ..write.lock import LEASE, StoreLock
 from ..write.points.level import PointExtras, publish_level
 from ..write.points.memory import write_points
 from ..write.publish import CONSOLIDATED, Publication
+from ..write.store_writer import StoreWriter
 from . import rechunk
 from .carry import carry_root
 from .pyramid import build_locked, pyramid_spec, seed_section

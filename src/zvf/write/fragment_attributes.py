@@ -23,12 +23,12 @@ from ..errors import InvalidArgumentError
 from ..format import builders
 from ..format import metadata as md
 from . import inputs
-from .engine import empty_group
+from .store_writer import empty_group
 
 if TYPE_CHECKING:
-    from .engine import StoreWriter
     from .level import LevelWriter
     from .partition import Partition
+    from .store_writer import StoreWriter
     from .types import FragmentColumns
 
 FAMILY = "fragment_attributes"

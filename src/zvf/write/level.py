@@ -22,8 +22,8 @@ from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.grid import CellCodes
 from ..format.layout import LevelLayout
 from ..format.vlen import encode_vlen_rows
-from .engine import SpatialArrayOut, StoreWriter, ordered_map
 from .partition import Partition, partition_codes
+from .store_writer import SpatialArrayOut, StoreWriter, empty_group, ordered_map
 
 ShardShape: TypeAlias = "int | Sequence[int] | None"
 """Cells per shard as a caller gives them: one int for every axis, one per axis, or None (unsharded)."""
@@ -267,3 +267,14 @@ def run_starts(chunks: np.ndarray, obj_start: np.ndarray) -> np.ndarray:
         new[1:] = change if change.ndim == 1 else np.any(change, axis=1)
         new[obj_start[obj_start < n]] = True
     return np.flatnonzero(new)
+
+
+def level0(writer: StoreWriter, origin: tuple[int, ...], grid_shape: tuple[int, ...], codec: CellCodec,
+           attributes: bool,
+           fragments: tuple[int, ...] | None = None) -> LevelWriter:
+    """Level 0's writer, with the vertex attributes group declared when there are any (``fragments``: see
+    :func:`fragment_shard`)."""
+    level = LevelWriter(writer, 0, origin, grid_shape, codec, fragments)
+    if attributes:
+        empty_group(writer, "0/vertex_attributes")
+    return level

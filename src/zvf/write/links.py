@@ -30,8 +30,8 @@ from ..format import builders
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.keys import format_offsets_name
 from ..format.links import encode_intra_links, encode_ragged_links, lehmer_encode
-from .engine import SpatialArrayOut, empty_group, ordered_map
 from .partition import sort_codes
+from .store_writer import SpatialArrayOut, empty_group, ordered_map
 
 if TYPE_CHECKING:
     from .level import LevelWriter

@@ -22,7 +22,7 @@ from ..format import builders
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.manifest import encode_manifests_packed
-from .engine import (
+from .store_writer import (
     StoreWriter,
     dense_codec,
     dense_codecs_json,

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike
 
     from ..io.options import StorageOptions
-    from .engine import StoreWriter
+    from .store_writer import StoreWriter
 
 Shape: TypeAlias = "Sequence[float] | Literal['auto']"
 """A chunk or bin shape: one edge per axis, or ``"auto"`` where the writer derives it from the data."""

@@ -4,8 +4,8 @@ An object write (polylines, streamlines, lines; graphs, skeletons, meshes)
 splits into work on one chunk at a time -- its vertex cells, fragment index,
 fragment attributes and the link cells filed under it -- and one small
 commit: the object index, the per-object and group tables and the documents.
-:mod:`.stream_objects` runs the chunk steps one after another in one
-process; :mod:`.object_tasks` runs them for disjoint chunk groups on many
+:mod:`.stream` runs the chunk steps one after another in one
+process; :mod:`.tasks` runs them for disjoint chunk groups on many
 workers.  Both call the functions here with the same inputs, so both write
 the same bytes.
 
@@ -26,12 +26,12 @@ import numpy as np
 from ...format.codecs import CellCodec
 from ...format.fragments import FragmentIndex
 from ...format.layout import LevelLayout
-from ..engine import StoreWriter
 from ..fragment_attributes import FragmentAttributes
 from ..level import Layout, LevelWriter, put_rows
 from ..links import LinkWriter, place_records
 from ..object_index import put_groups, put_object_attributes, put_object_index
 from ..partition import Partition, partition
+from ..store_writer import StoreWriter
 
 
 @dataclass

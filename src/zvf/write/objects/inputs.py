@@ -1,7 +1,7 @@
 """Checked inputs of the object writers (polylines, lines, graphs, skeletons, meshes).
 
-Shared by the in-memory writers (:mod:`.objects`) and their streamed twins
-(:mod:`.stream_objects`): everything refused here is refused before any byte
+Shared by the in-memory writers (:mod:`.memory`) and their streamed twins
+(:mod:`.stream`): everything refused here is refused before any byte
 is uploaded, with the caller's argument name in the message.
 """
 

@@ -12,7 +12,7 @@ per block.  The fragment key is what differs:
 * graphs / skeletons / meshes: the object id, so a chunk holds one
   fragment per object (ascending id) and manifests list chunks in order.
 
-Connectivity goes to ``links/0/`` through :mod:`.links`: polylines and
+Connectivity goes to ``links/0/`` through :mod:`zvf.write.links`: polylines and
 lines store only the bridges between consecutive runs, graphs every edge,
 skeletons the edges the reader cannot imply, meshes every face.
 
@@ -28,9 +28,9 @@ show that every other byte matches):
   tree's root can land mid-fragment and read back with an invented parent
   (see :func:`_skeleton_order`).
 
-The manifests layout follows ``object_index_layout`` (see :mod:`.object_index`;
+The manifests layout follows ``object_index_layout`` (see :mod:`zvf.write.object_index`;
 ``"reference"`` is 0.9.2's single zstd chunk), and so do the fragment indexes:
-sharded in zvf's layout (:func:`.level.fragment_shard`), one cell per chunk in 0.9.2's.
+sharded in zvf's layout (:func:`zvf.write.level.fragment_shard`), one cell per chunk in 0.9.2's.
 """
 
 from __future__ import annotations
@@ -47,12 +47,8 @@ from ...format.layout import LevelLayout
 from ...io.executor import Executor
 from ...io.store import open_store
 from .. import inputs, layout, quirks
-from ..engine import (
-    StoreWriter,
-    add_level0_documents,
-)
 from ..fragment_attributes import FragmentAttributes
-from ..level import Layout, LevelWriter, fragment_shard, put_rows, run_starts
+from ..level import Layout, LevelWriter, fragment_shard, level0, put_rows, run_starts
 from ..links import place_records, put_links
 from ..object_index import (
     put_groups,
@@ -60,7 +56,10 @@ from ..object_index import (
     put_object_index,
 )
 from ..partition import Partition
-from ..points.stream import level0, store_writer
+from ..store_writer import (
+    StoreWriter,
+    add_level0_documents,
+)
 from ..types import WriteConfig, WriteSummary
 from .inputs import (
     as_given,
@@ -129,7 +128,7 @@ class _Setup:
     def writer(self, target: Target) -> tuple[str, StoreWriter]:
         """(url, writer) of the store to publish."""
         handle = open_store(target, mode="w", storage_options=self.cfg.storage_options)
-        return handle.url, store_writer(Executor(handle), self.cfg)
+        return handle.url, StoreWriter.for_config(Executor(handle), self.cfg)
 
     async def put_vertices(self, writer: StoreWriter, lay: Layout, attrs: dict[str, np.ndarray],
                            quirk_row_shape: bool) -> LevelWriter:
@@ -170,7 +169,7 @@ async def _put_object_data(writer: StoreWriter, lay: Layout, frag_object: np.nda
 
 async def _put_fragment_attributes(level: LevelWriter, part: Partition, frag_attrs: FragmentAttributes,
                                    arrays_present: list[str]) -> None:
-    """Fragment attribute cells of every chunk of ``part`` (see :mod:`.fragment_attributes`)."""
+    """Fragment attribute cells of every chunk of ``part`` (see :mod:`zvf.write.fragment_attributes`)."""
     await frag_attrs.put_partition(level, part)
     frag_attrs.finish(level.writer, arrays_present)
 

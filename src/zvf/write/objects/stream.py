@@ -1,8 +1,8 @@
 """Streaming object writers: polylines, lines, graphs, skeletons and meshes from batches.
 
-The object writers of :mod:`.objects` accept an iterable or async iterable of
+The object writers of :mod:`.memory` accept an iterable or async iterable of
 batches and land here.  Vertex rows go through the spill machinery of
-:mod:`.stream` (chunk-sorted runs on local disk, read back chunk by chunk in
+:mod:`zvf.write.spill` (chunk-sorted runs on local disk, read back chunk by chunk in
 input order), so the store is byte for byte the one the in-memory writer makes
 from the concatenated input.  What needs every object is built from compact
 summaries kept while batches pass:
@@ -35,21 +35,10 @@ from ...errors import InvalidArgumentError
 from ...format.grid import extremes
 from ...format.layout import LevelLayout
 from .. import inputs, layout
-from ..engine import add_level0_documents
 from ..fragment_attributes import FragmentAttributes
-from ..level import fragment_shard, run_starts
-from ..points.stream import (
-    SPILL_BYTES,
-    ChunkIds,
-    DistinctIds,
-    RunSpill,
-    batches_of,
-    describe,
-    level0,
-    open_new,
-    shard_done,
-    store_writer,
-)
+from ..level import fragment_shard, level0, run_starts
+from ..spill import SPILL_BYTES, ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
+from ..store_writer import StoreWriter, add_level0_documents
 from ..types import WriteSummary
 from .cells import (
     PathRuns,
@@ -339,7 +328,7 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
             arrays_present = ["vertices", "object_index"]
             if kind == "lines" and attr_schema:
                 arrays_present.append("vertex_attributes")
-            async with store_writer(ex, cfg, upload_bytes) as writer:
+            async with StoreWriter.for_config(ex, cfg, upload_bytes) as writer:
                 level = level0(writer, origin, grid_shape, codec, bool(attr_schema),
                                fragment_shard(codec, cfg.object_index_layout, grid_shape))
                 links = path_links(level, ndim)
@@ -505,7 +494,7 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
             frag_start = np.zeros(n, bool) if skeleton else None
             frag_oid, frag_rank, frag_local = [], [], []
             arrays_present = ["vertices", "links", "object_index"]
-            async with store_writer(ex, cfg, upload_bytes) as writer:
+            async with StoreWriter.for_config(ex, cfg, upload_bytes) as writer:
                 level = level0(writer, origin, grid_shape, codec, bool(attr_schema),
                                fragment_shard(codec, cfg.object_index_layout, grid_shape))
                 for i, gid in enumerate(visit.tolist()):

@@ -1,7 +1,7 @@
 """An object write split into tasks an engine maps over many workers.
 
-The same plan -> map -> commit as the point tasks of :mod:`.tasks`, over the
-chunk-local steps of :mod:`.object_cells`:
+The same plan -> map -> commit as the point tasks of :mod:`zvf.write.points.tasks`, over the
+chunk-local steps of :mod:`.cells`:
 
 1. :func:`route_objects` -- one per source: the streaming writer's first pass
    (``_PathSpill`` / ``_ConnectedSpill``: checks, casts, placement) over the
@@ -48,11 +48,8 @@ import numpy.typing as npt
 from ...errors import FormatError, InvalidArgumentError
 from ...format.grid import row_positions
 from .. import inputs, layout
-from ..engine import add_level0_documents
 from ..fragment_attributes import FragmentAttributes
-from ..level import LevelWriter, fragment_shard
-from ..points.stream import SPILL_BYTES, level0
-from ..points.tasks import (
+from ..jobs import (
     ROWS_PER_TASK,
     CellWriter,
     CommitWriter,
@@ -67,6 +64,9 @@ from ..points.tasks import (
     unpack_summary,
     upload_spill,
 )
+from ..level import LevelWriter, fragment_shard, level0
+from ..spill import SPILL_BYTES
+from ..store_writer import add_level0_documents
 from ..types import WriteConfig, WriteSummary
 from . import cells as cell_writers
 from .inputs import group_attributes_table, object_attributes_table, object_tables
@@ -269,7 +269,7 @@ def _plan_links(plan: ObjectPlan, job: WriteJob, summaries: list[dict[str, Any]]
 
 def object_cells(job: WriteJob, index: int, task: dict[str, Any], sources: list[dict[str, Any]]) -> dict[str, Any]:
     """Write the vertex cells of one chunk group (paths: and the links filed under its chunks); ``task`` is
-    :func:`cell_task` of the plan, ``sources`` the :func:`~.tasks.source_slices` of the group."""
+    :func:`cell_task` of the plan, ``sources`` the :func:`~zvf.write.jobs.source_slices` of the group."""
     return anyio.run(_object_cells, job, index, task, sources, backend="asyncio")
 
 

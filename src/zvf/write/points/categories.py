@@ -21,10 +21,10 @@ from ...errors import InvalidArgumentError
 from ...format import builders
 from ...format.grid import CellCodes
 from ...format.metadata import DEFAULT_AXIS_NAMES
-from ..engine import StoreWriter
 from ..level import ShardShape, shard_tuple
 from ..object_index import ZSTD, put_groups, put_object_attributes, put_object_index
 from ..partition import Partition, partition
+from ..store_writer import StoreWriter
 from .level import Manifest, PointExtras
 
 

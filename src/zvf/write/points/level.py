@@ -13,9 +13,9 @@ from numpy.typing import ArrayLike
 
 from ...errors import InvalidArgumentError
 from .. import inputs
-from ..engine import StoreWriter, add_level0_documents
 from ..fragment_attributes import FragmentAttributes
 from ..object_index import ZSTD, put_groups, put_object_attributes, put_object_index
+from ..store_writer import StoreWriter, add_level0_documents
 
 if TYPE_CHECKING:
     from ..types import Columns, Groups

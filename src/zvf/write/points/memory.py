@@ -19,12 +19,13 @@ from ...io.executor import Executor
 from ...io.store import open_store
 from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
-from ..level import put_rows, shard_tuple
+from ..level import level0, put_rows, shard_tuple
 from ..partition import partition_codes
+from ..store_writer import StoreWriter
 from ..types import WriteSummary
 from .categories import CategoryAxis
 from .level import PointExtras, manifest_rows, publish_level
-from .stream import is_batch_stream, level0, store_writer, write_points_stream
+from .stream import is_batch_stream, write_points_stream
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -105,7 +106,7 @@ async def write_points(
 
     handle = open_store(target, mode="w", storage_options=cfg.storage_options)
     ex = Executor(handle)
-    async with store_writer(ex, cfg) as writer:
+    async with StoreWriter.for_config(ex, cfg) as writer:
         level = level0(writer, origin, grid_shape, codec, bool(attrs))
 
         def fragments_of(k: int) -> FragmentIndex:

@@ -49,6 +49,7 @@ from .publish import Publication, clear_unfinished, family_from, held_lock, shap
 
 if TYPE_CHECKING:
     from ..format.types import BytesLike
+    from .types import WriteConfig
 
 
 class ByteBudget:
@@ -117,6 +118,13 @@ class StoreWriter:
         self._error: Exception | None = None  # first failed upload; stops the write
         self.cells_written = 0
         self.bytes_written = 0
+
+    @classmethod
+    def for_config(cls, ex: Executor, cfg: WriteConfig, upload_bytes: int | None = None) -> StoreWriter:
+        """The writer of one store as ``cfg`` asks (overwrite, layout); ``upload_bytes``: its upload budget."""
+        if upload_bytes is None:
+            return cls(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate)
+        return cls(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate, max_inflight_bytes=upload_bytes)
 
     async def __aenter__(self) -> StoreWriter:
         await self._claim()
