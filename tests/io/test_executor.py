@@ -9,9 +9,11 @@ from zvf.errors import (
     RemoteError,
     StoreExistsError,
 )
-from zvf.io.executor import ByteLRU, Executor, Stats
+from zvf.io.cache import ByteLRU
+from zvf.io.executor import Executor
 from zvf.io.plan import ByteRange
 from zvf.io.retry import RetryPolicy
+from zvf.io.stats import Stats
 from zvf.io.store import StoreHandle
 from zvf.testing import Fault, FaultPlan, MemoryTransport
 
@@ -149,7 +151,7 @@ async def test_shared_read_survives_owner_cancellation():
             owner_scope.cancel()
     assert results == [b"data"]
     assert t.requests("get") == 2  # the waiter took over after the owner was cancelled
-    assert ex._inflight == {}
+    assert ex.flights.flights == {}
 
 
 async def test_shared_error_reaches_waiters():

@@ -104,7 +104,7 @@ async def test_a_waiter_takes_over_when_the_first_user_is_cancelled():
         tg.start_soon(second)
         await anyio.sleep(0.01)
         scope.cancel()
-    assert waiter == ["v"] and len(calls) == 2 and ex._inflight == {}
+    assert waiter == ["v"] and len(calls) == 2 and ex.flights.flights == {}
 
 
 async def test_an_error_reaches_every_waiter_and_is_not_cached():

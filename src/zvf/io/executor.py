@@ -6,17 +6,11 @@ Every request an :class:`Executor` makes passes through ONE
 sends that many parts in parallel; multi-token acquisition is serialised by a
 lock so two uploads cannot deadlock each holding half the tokens.
 
-Retries — decision: zvf's executor is the single retry layer.  obstore's own
-retries are off by default (``transport_retries=0`` in storage_options), so
-every HTTP attempt is visible here: ``Stats.requests`` counts attempts and
-``Stats.retries`` counts re-attempts exactly, and the same policy is testable
-on :class:`~zvf.testing.MemoryTransport`.  Transient failures
-(:class:`~zvf.errors.TransientError`: 5xx, 429, timeouts, dropped or
-refused connections) are retried with exponential backoff and full jitter
-(``sleep ~ U(0, min(max_backoff, init_backoff * base**(n-1)))``) at most
-``max_retries`` times and never past ``retry_timeout`` seconds after the first
-attempt; then :class:`~zvf.errors.RemoteError` naming the key.  Permanent
-errors (4xx, permission, bad key) fail at once.
+Retries -- decision: zvf's executor is the single retry layer, with the policy of
+:mod:`zvf.io.retry`.  obstore's own retries are off by default (``transport_retries=0`` in
+storage_options), so every HTTP attempt is visible here: ``Stats.requests`` counts attempts and
+``Stats.retries`` counts re-attempts exactly, and the same policy is testable on
+:class:`~zvf.testing.MemoryTransport`.
 
 Idempotency: GET/HEAD/LIST/DELETE and whole-object overwrite PUTs are retried
 on any transient error.  A ``mode="create"`` PUT is retried only when the
@@ -26,14 +20,11 @@ RemoteError instead, because a retry could report "exists" for our own write.
 A multipart upload fed by a one-shot iterator is not retried (the data is
 gone); pass bytes or a sequence of chunks to make it retryable.
 
-In-flight sharing (single flight): identical concurrent reads (same op/key/range)
-run once; later callers await the first one's result.  If the first caller is
-cancelled, a waiter takes over and issues the request itself, so one caller's
-cancellation never leaks into another.  The same holds one level up, for what
-is decoded from the bytes (:meth:`Executor.once`, :meth:`Executor.cached`,
-:meth:`Executor.cached_many`): concurrent first users of an object index, a
-fragment index or a document share one fetch AND one decode -- 64 box queries
-on a freshly opened store decode its object index once, not 64 times.
+In-flight sharing and caches (:mod:`zvf.io.cache`): identical concurrent reads (same op/key/range)
+run once, and so does what is decoded from the bytes (:meth:`Executor.once`,
+:meth:`Executor.cached`, :meth:`Executor.cached_many`).  ``get(key, cache="meta")`` reads through
+the byte-budget caches, ``get_cached``/``put_cached`` store any object with an explicit size; this
+executor's own puts and deletes invalidate the entries of their key.
 
 Concurrency from the plan: unless ``concurrency`` was given (storage option or
 argument), a remote store's limit grows with the work asked of it.  A plan of
@@ -54,12 +45,6 @@ Batched gets likewise: :meth:`Executor.get_many` fetches whole objects in runs o
 worker-thread calls there, which a full read of a local level of a thousand cells
 needs a third of the time of one async get each.
 
-Caches: byte-budget LRUs per namespace ("meta", "shard_index",
-"fragment_index", "manifest", ...); ``get(key, cache="meta")`` reads through,
-``get_cached``/``put_cached`` store any object with an explicit size.  Missing
-objects are not cached.  This executor's own puts/deletes invalidate entries
-for that key.
-
 Fork: in a forked child every live executor gets a fresh limiter and forgets its
 in-flight requests (their tasks stayed in the parent); see :mod:`zvf.io.fork`.
 """
@@ -71,31 +56,24 @@ import inspect
 import logging
 import random
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 
 from ..errors import DatasetClosedError, InvalidArgumentError, ReadOnlyError, RemoteError, TransientError
 from . import fork
+from .cache import DEFAULT_CACHE_BYTES, ByteLRU, Caches, SingleFlight
 from .plan import ByteRange, Request, coalesce, scatter
 from .retry import RetryPolicy
+from .stats import Stats
 from .store import StoreHandle
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ByteLRU", "Executor", "Stats"]
+__all__ = ["Executor"]
 
 T = TypeVar("T")
 _log = logging.getLogger("zvf.io")  # a child of "zvf": request traces at DEBUG
 
-DEFAULT_CACHE_BYTES: dict[str, int] = {
-    "meta": 8 * 1024 * 1024,
-    "shard_index": 64 * 1024 * 1024,
-    "fragment_index": 64 * 1024 * 1024,
-    "manifest": 32 * 1024 * 1024,
-    "shard": 64 * 1024 * 1024,
-}
-_DEFAULT_NAMESPACE_BYTES = 16 * 1024 * 1024
 MAX_WIDTH = 256  # requests in flight a plan may ask for (connection pools and servers cap useful width)
 GET_BATCH = 16  # fewest keys per worker-thread call of get_many (a thread hop costs about a few local gets)
 
@@ -109,133 +87,6 @@ class ReadPin(Protocol):
 
     async def after_read(self, key: str) -> None: ...
     async def missing(self, key: str, what: str) -> Exception: ...
-
-
-class Stats:
-    """Counters of one executor.
-
-    ``requests``: transport calls attempted (including retries and puts);
-    ``bytes``: bytes received; ``retries``: re-attempts after transient
-    errors; ``failures``: operations that finally raised RemoteError;
-    ``cache_hits``/``cache_misses``: cache lookups; ``inflight_shared``:
-    reads served by joining an identical in-flight read; ``puts``/
-    ``bytes_put``: upload attempts and bytes stored; ``max_inflight``: peak
-    concurrent requests; ``round_trips``: length of the longest chain of
-    requests each started after the previous one finished — the number of
-    sequential round trips the work needed (latency ~ round_trips * RTT).
-    """
-
-    requests: int
-    bytes: int
-    retries: int
-    failures: int
-    cache_hits: int
-    cache_misses: int
-    inflight_shared: int
-    puts: int
-    bytes_put: int
-    max_inflight: int
-    round_trips: int
-    FIELDS = tuple(__annotations__)  # the counters above, in order (snapshot keys)
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        for name in self.FIELDS:
-            setattr(self, name, 0)
-        self._inflight = 0
-        self._done_depth = 0  # deepest chain among finished requests
-
-    def snapshot(self) -> dict[str, int]:
-        return {f: getattr(self, f) for f in self.FIELDS}
-
-    def __repr__(self) -> str:
-        return "Stats(" + ", ".join(f"{k}={v}" for k, v in self.snapshot().items()) + ")"
-
-    # round-trip estimator: depth(r) = 1 + deepest request finished before r started
-    def _begin(self) -> int:
-        self.requests += 1
-        self._inflight += 1
-        if self._inflight > self.max_inflight:
-            self.max_inflight = self._inflight
-        return self._done_depth + 1
-
-    def _end(self, depth: int) -> None:
-        self._inflight -= 1
-        if depth > self._done_depth:
-            self._done_depth = depth
-        if depth > self.round_trips:
-            self.round_trips = depth
-
-
-class ByteLRU:
-    """LRU map bounded by the total ``nbytes`` of its values."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = int(budget)
-        self.nbytes = 0
-        self._d: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self._d
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(list(self._d))
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        hit = self._d.get(key)
-        if hit is None:
-            return default
-        self._d.move_to_end(key)
-        return hit[0]
-
-    def put(self, key: Any, value: Any, nbytes: int) -> None:
-        self.pop(key)
-        if nbytes > self.budget:
-            return
-        self._d[key] = (value, nbytes)
-        self.nbytes += nbytes
-        while self.nbytes > self.budget:
-            _, (_, n) = self._d.popitem(last=False)
-            self.nbytes -= n
-
-    def pop(self, key: Any) -> None:
-        hit = self._d.pop(key, None)
-        if hit is not None:
-            self.nbytes -= hit[1]
-
-    def keys(self) -> list[Any]:
-        return list(self._d)
-
-    def clear(self) -> None:
-        self._d.clear()
-        self.nbytes = 0
-
-
-def _sizeof(value: Any) -> int:
-    n = getattr(value, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    try:
-        return len(value)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"cannot size a {type(value).__name__} for the cache; pass nbytes="
-        ) from None
-
-
-class _Flight:
-    __slots__ = ("error", "event", "ok", "result")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.ok = False
-        self.result: Any = None
-        self.error: BaseException | None = None
 
 
 class Executor:
@@ -260,10 +111,8 @@ class Executor:
         self.limiter = anyio.CapacityLimiter(self.concurrency)
         self._multi_lock = anyio.Lock()
         self.stats = Stats()
-        budgets = dict(DEFAULT_CACHE_BYTES)
-        budgets.update(cache_bytes or {})
-        self.caches: dict[str, ByteLRU] = {ns: ByteLRU(b) for ns, b in budgets.items()}
-        self._inflight: dict[tuple[Any, ...], _Flight] = {}
+        self.flights = SingleFlight(self.stats)
+        self.caches = Caches({**DEFAULT_CACHE_BYTES, **(cache_bytes or {})}, self.stats, self.flights)
         self._rng = random.Random(seed)
         #: the version a reading dataset is pinned to (``zvf.read.pin``): told of every read request that
         #: completed, so bytes of a version no longer kept never reach the reader
@@ -275,8 +124,8 @@ class Executor:
         fetching would be waited for forever.  Cached data stays: it is the same store's bytes."""
         self.limiter = anyio.CapacityLimiter(self.concurrency)
         self._multi_lock = anyio.Lock()
-        self._inflight = {}
-        self.stats._inflight = 0
+        self.flights.after_fork()
+        self.stats.after_fork()
 
     def close(self) -> None:
         """Drop the caches and let go of the store (its connections close with the last user of it); later
@@ -352,7 +201,7 @@ class Executor:
                 else:
                     await self._take_one()
                 try:
-                    depth = self.stats._begin()
+                    depth = self.stats.begin()
                     if put:
                         self.stats.puts += 1
                     sent = anyio.current_time() if trace else 0.0
@@ -363,7 +212,7 @@ class Executor:
                             _trace(op, key, span, getattr(exc, "reason", None) or type(exc).__name__, None, sent)
                         raise
                     finally:
-                        self.stats._end(depth)
+                        self.stats.end(depth)
                     if trace:
                         _trace(op, key, span, "missing" if result is None else "ok", result, sent)
                 finally:
@@ -372,21 +221,13 @@ class Executor:
                     else:
                         self._give_back(held)
             except TransientError as e:
-                elapsed = time.monotonic() - t0
-                if not retry or (e.ambiguous and not retry_ambiguous):
+                try:
+                    delay = policy.delay(e, attempt=attempt, elapsed=time.monotonic() - t0, rng=self._rng,
+                                         what=f"{op} of {key!r} on {self.label}", replayable=retry,
+                                         retry_ambiguous=retry_ambiguous)
+                except RemoteError:
                     self.stats.failures += 1
-                    why = (
-                        "retrying could repeat a write that may have been applied"
-                        if retry
-                        else "the data source cannot be replayed"
-                    )
-                    raise _gave_up(f"{op} of {key!r} on {self.label} failed and was not retried ({why}): "
-                                   f"{e.reason}", e, attempt) from None
-                delay = self._rng.uniform(0.0, policy.backoff(attempt))
-                if attempt > policy.max_retries or elapsed + delay > policy.retry_timeout:
-                    self.stats.failures += 1
-                    raise _gave_up(f"{op} of {key!r} on {self.label} failed after {attempt} attempts "
-                                   f"in {elapsed:.2f}s; last error: {e.reason}", e, attempt) from None
+                    raise
                 self.stats.retries += 1
                 await anyio.sleep(delay)
                 continue
@@ -402,32 +243,8 @@ class Executor:
             return result
 
     async def once(self, fkey: tuple[Any, ...], fn: Callable[[], Awaitable[T]]) -> T:
-        """``await fn()``, run once for concurrent callers with the same ``fkey``: later ones await the first
-        one's result (or error); when the first is cancelled, one of them runs ``fn`` itself."""
-        while True:
-            flight = self._inflight.get(fkey)
-            if flight is None:
-                flight = self._inflight[fkey] = _Flight()
-                try:
-                    result = await fn()
-                except Exception as e:
-                    flight.error = e
-                    raise
-                else:
-                    flight.ok = True
-                    flight.result = result
-                    return result
-                finally:  # cancellation leaves ok=False, error=None: waiters take over
-                    if self._inflight.get(fkey) is flight:
-                        del self._inflight[fkey]
-                    flight.event.set()
-            self.stats.inflight_shared += 1
-            await flight.event.wait()
-            if flight.ok:
-                return cast(T, flight.result)
-            if flight.error is not None:
-                raise flight.error
-            # the owner was cancelled: loop and (maybe) become the owner
+        """``await fn()``, run once for concurrent callers with the same ``fkey`` (:class:`SingleFlight`)."""
+        return await self.flights.run(fkey, fn)
 
     def _check_writable(self, key: str) -> None:
         if self.handle.read_only:
@@ -461,104 +278,33 @@ class Executor:
     # ------------------------------------------------------------------------------
 
     def cache(self, namespace: str) -> ByteLRU:
-        c = self.caches.get(namespace)
-        if c is None:
-            c = self.caches[namespace] = ByteLRU(_DEFAULT_NAMESPACE_BYTES)
-        return c
+        return self.caches[namespace]
 
     def get_cached(self, namespace: str, key: Any) -> Any:
         """Cached value or None; counts a hit or a miss."""
-        v = self.cache(namespace).get(key)
-        if v is None:
-            self.stats.cache_misses += 1
-        else:
-            self.stats.cache_hits += 1
-        return v
+        return self.caches.get(namespace, key)
 
     def put_cached(self, namespace: str, key: Any, value: Any, nbytes: int | None = None) -> None:
         """Cache any object; its cost is ``nbytes`` (default: ``value.nbytes`` or ``len``)."""
-        if value is None:
-            return
-        self.cache(namespace).put(key, value, _sizeof(value) if nbytes is None else int(nbytes))
+        self.caches.put(namespace, key, value, nbytes)
 
     async def cached(self, namespace: str, key: Any, compute: Callable[[], Awaitable[T]],
                      nbytes: Callable[[T], int] | None = None) -> T:
-        """The value cached under ``key``, else ``await compute()`` cached there (costing ``nbytes(value)``,
-        default its size) -- computed once for all concurrent callers (see :meth:`once`), so a decode is
-        shared as well as the fetch before it."""
-        hit = self.get_cached(namespace, key)
-        if hit is not None:
-            return cast(T, hit)
-
-        async def fill() -> T:
-            value = await compute()
-            self.put_cached(namespace, key, value, None if nbytes is None else nbytes(value))
-            return value
-
-        return await self.once(("cached", namespace, key), fill)
+        """:meth:`Caches.cached`: the cached value, else computed once for all concurrent callers."""
+        return await self.caches.cached(namespace, key, compute, nbytes)
 
     async def cached_many(self, namespace: str, keys: Sequence[Any],
                           compute: Callable[[builtins.list[Any]], Awaitable[Sequence[T]]],
                           nbytes: Callable[[T], int] | None = None) -> builtins.list[T]:
-        """:meth:`cached` for many keys: those neither cached nor being computed by another task are computed
-        in one ``compute(missing_keys)`` call (one batched fetch); the others are awaited."""
-        out: builtins.list[Any] = [self.get_cached(namespace, k) for k in keys]
-        todo = [j for j, v in enumerate(out) if v is None]
-        while todo:
-            owned: dict[tuple[Any, ...], _Flight] = {}
-            waits = []
-            for j in todo:
-                fkey = ("cached", namespace, keys[j])
-                flight = self._inflight.get(fkey)
-                if flight is None:
-                    flight = owned[fkey] = self._inflight[fkey] = _Flight()
-                elif fkey not in owned:
-                    self.stats.inflight_shared += 1
-                waits.append((j, flight))
-            if owned:
-                await self._fill(namespace, owned, compute, nbytes)
-            todo = []
-            for j, flight in waits:
-                await flight.event.wait()
-                if flight.ok:
-                    out[j] = flight.result
-                elif flight.error is not None:
-                    raise flight.error
-                else:  # its owner was cancelled: compute it ourselves
-                    todo.append(j)
-        return out
-
-    async def _fill(self, namespace: str, owned: dict[tuple[Any, ...], _Flight],
-                    compute: Callable[[builtins.list[Any]], Awaitable[Sequence[Any]]],
-                    nbytes: Callable[[Any], int] | None) -> None:
-        """Compute the values of the flights this task owns, cache them, and wake their waiters."""
-        try:
-            values = await compute([fkey[2] for fkey in owned])
-            for (fkey, flight), value in zip(owned.items(), values):
-                self.put_cached(namespace, fkey[2], value, None if nbytes is None else nbytes(value))
-                flight.ok, flight.result = True, value
-        except Exception as e:
-            for flight in owned.values():
-                flight.error = e
-            raise
-        finally:  # cancellation leaves ok=False, error=None: waiters take over
-            for fkey, flight in owned.items():
-                if self._inflight.get(fkey) is flight:
-                    del self._inflight[fkey]
-                flight.event.set()
+        """:meth:`Caches.cached_many`: the missing values computed in one batched call."""
+        return await self.caches.cached_many(namespace, keys, compute, nbytes)
 
     def invalidate(self, key: str) -> None:
-        """Forget cached entries for object ``key`` (plain key or ("...", key, ...) tuples)."""
-        for c in self.caches.values():
-            if not len(c):
-                continue
-            for ck in list(c):
-                if ck == key or (isinstance(ck, tuple) and len(ck) > 1 and ck[1] == key):
-                    c.pop(ck)
+        """Forget cached entries for object ``key``."""
+        self.caches.invalidate(key)
 
     def clear_caches(self) -> None:
-        for c in self.caches.values():
-            c.clear()
+        self.caches.clear()
 
     # ------------------------------------------------------------------------------
     # reads
@@ -607,12 +353,12 @@ class Executor:
             part = keys[lo:lo + per]
             await self._take_one()
             try:
-                depth = self.stats._begin()
+                depth = self.stats.begin()
                 got: builtins.list[memoryview | None] = []
                 try:
                     got = await anyio.to_thread.run_sync(get_batch, part)
                 finally:
-                    self.stats._end(depth + max(len(got), 1) - 1)  # one request after another
+                    self.stats.end(depth + max(len(got), 1) - 1)  # one request after another
             finally:
                 self.limiter.release()
             self.stats.requests += max(len(got), 1) - 1
@@ -747,11 +493,11 @@ class Executor:
                 and max(sizes) <= self.handle.multipart_threshold):
             await self._take_one()
             try:
-                depth = self.stats._begin()
+                depth = self.stats.begin()
                 try:
                     done = int(await anyio.to_thread.run_sync(put_batch, items))
                 finally:
-                    self.stats._end(depth + max(done, 1) - 1)  # one request after another
+                    self.stats.end(depth + max(done, 1) - 1)  # one request after another
             finally:
                 self.limiter.release()
             self.stats.requests += max(done, 1) - 1
@@ -914,14 +660,6 @@ def _trace(op: str, key: str, span: tuple[int, int | None] | None, status: str, 
     where = "" if span is None else f" bytes={span[0]}-{'' if span[1] is None else span[1] - 1}"
     _log.debug("%s %s%s status=%s bytes=%d ms=%.1f", op, key, where, status, nbytes,
                (anyio.current_time() - sent) * 1000)
-
-
-def _gave_up(message: str, cause: BaseException, attempts: int) -> RemoteError:
-    """The RemoteError ending a request: carries the last HTTP status and the attempts made."""
-    err = RemoteError(message)
-    err.status = getattr(cause, "status", None)  # type: ignore[attr-defined]
-    err.attempts = attempts  # type: ignore[attr-defined]
-    return err
 
 
 async def _await(a: Awaitable[T]) -> T:

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..format.grid import check_bbox
-from ..io.executor import Executor, Stats
+from ..io.executor import Executor
 from ..io.options import StorageOptions
+from ..io.stats import Stats
 from ..io.store import Target, open_store
 from . import box, load, objects
 from .context import Owners, ReadContext, RootFacts
