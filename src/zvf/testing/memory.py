@@ -2,8 +2,8 @@
 bandwidth and faults and a request log, so executor and reader behaviour
 (retries, round trips, concurrency) can be tested without a network.
 
-It follows the same contract as the obstore adapter (see
-``tests/io/test_transport_contract.py``, which runs over both).
+It follows the same contract as the obstore adapter (:class:`zvf.testing.TransportTests`,
+which zvf's tests run over both).
 """
 
 from __future__ import annotations
