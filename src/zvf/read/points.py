@@ -24,6 +24,7 @@ from .selection import Selection
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+    from numpy.typing import NDArray
 
     from ..io.executor import Executor
     from .context import Owners, ReadContext
@@ -36,6 +37,12 @@ Payloads: TypeAlias = dict[str, list[bytes | memoryview | None]]
 Box: TypeAlias = tuple[np.ndarray, np.ndarray]
 #: What :func:`chunk_owners` needs of a chunk's fragment index (see :func:`labelling_index`).
 Labelling: TypeAlias = np.ndarray | FragmentIndex
+#: The rows of a chunk an answer takes: None (every row), a bool mask over them, or their int64 indexes.
+Pick: TypeAlias = "np.ndarray | None"
+#: A box edge must clear a chunk's nominal edge by this share of its magnitude for the chunk to count as
+#: inside without a test of its rows: far above the rounding of either placement rule's division, and the
+#: 1e-9 a level's chunk/bin ratio may be off a whole number by.
+EDGE_SLACK = 1e-6
 
 
 def attribute_layout(arr: CellArray) -> tuple[np.dtype, tuple[int, ...]]:
@@ -460,36 +467,112 @@ async def fragment_indexes(frag_arr: CellArray, chunks: ChunkList) -> list[Fragm
 
 def assemble(level: Level, arrays: Mapping[str, CellArray], chunk_list: list[tuple[int, ...]], names: list[str],
              payloads: Payloads, owners: Owners | None, box: Box | None) -> Selection:
-    """Decode fetched payloads into one Selection (pure CPU work)."""
+    """Decode fetched payloads into one Selection (pure CPU work): rows of chunks the box holds whole are
+    copied without a test, the others' through :func:`box_mask`, each straight into the preallocated output."""
     vert = arrays["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
     ndim = level.layout.ndim
-    pos_parts: list[np.ndarray] = []
-    attr_parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    oid_parts: list[np.ndarray] = []
     channels: dict[str, int] = {}
     keys = {name: arr.keys_of(chunk_list) for name, arr in arrays.items()}  # for error messages
-    for i, chunk in enumerate(chunk_list):
-        pos = rows_from_payload(payloads["vertices"][i], dtype, (ndim,), key=keys["vertices"][i])
-        keep = None if box is None else inside(pos, *box)
-        pos_parts.append(pos if keep is None else pos[keep])
-        for n in names:
-            name = f"vertex_attributes/{n}"
-            rows = attribute_rows(n, arrays[name], payloads[name][i], len(pos), keys[name][i], channels)
-            attr_parts[n].append(rows if keep is None else rows[keep])
-        if owners is not None:
-            fi = labelling_index(payloads["vertex_fragments"][i], len(pos), keys["vertex_fragments"][i])
-            oids = chunk_owners(fi, owners.get(chunk), len(pos))
-            oid_parts.append(oids if keep is None else oids[keep])
-
-    positions = np.concatenate(pos_parts) if pos_parts else np.zeros((0, ndim), dtype)
+    pos = [rows_from_payload(p, dtype, (ndim,), key=k) for p, k in zip(payloads["vertices"], keys["vertices"])]
+    chosen: list[Pick] = [None] * len(pos)
+    if box is not None:
+        whole = chunks_inside(level, np.asarray(chunk_list, np.int64).reshape(len(chunk_list), level.key_ndim), *box)
+        chosen = [None if w else box_mask(p, *box) for p, w in zip(pos, whole.tolist())]
+    picks = RowPicks(chosen, [len(p) for p in pos])
     attrs: dict[str, np.ndarray] = {}
     for n in names:
-        adt, rshape = attribute_layout(arrays[f"vertex_attributes/{n}"])
+        name = f"vertex_attributes/{n}"
+        parts = [attribute_rows(n, arrays[name], payloads[name][i], len(p), keys[name][i], channels)
+                 for i, p in enumerate(pos)]
+        adt, rshape = attribute_layout(arrays[name])
         if not rshape and channels.get(n):
             rshape = (channels[n],)
-        attrs[n] = np.concatenate(attr_parts[n]) if attr_parts[n] else np.zeros((0, *rshape), adt)
+        attrs[n] = picks.gather(parts, np.zeros((0, *rshape), adt))
     object_ids = None
     if owners is not None:
-        object_ids = np.concatenate(oid_parts) if oid_parts else np.zeros(0, np.int64)
-    return Selection(positions, attrs, object_ids)
+        oids = [chunk_owners(labelling_index(payloads["vertex_fragments"][i], len(p), keys["vertex_fragments"][i]),
+                             owners.get(chunk), len(p)) for i, (chunk, p) in enumerate(zip(chunk_list, pos))]
+        object_ids = picks.gather(oids, np.zeros(0, np.int64))
+    return Selection(picks.gather(pos, np.zeros((0, ndim), dtype)), attrs, object_ids)
+
+
+def chunks_inside(level: Level, chunks: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> NDArray[np.bool_]:
+    """Which (K, key_ndim) chunks lie inside the closed box whole: their rows need no test.
+
+    A row is filed under the chunk whose ``[edge, next edge)`` holds it, by the chunk's or its bin's floor
+    division (what box queries rely on to pick chunks at all, and validation level 4 checks); the box must
+    clear those edges by :data:`EDGE_SLACK` of their magnitude, so no rounding of either rule matters.
+    """
+    layout = level.layout
+    if not len(chunks):
+        return np.zeros(0, dtype=bool)
+    size = np.asarray(layout.chunk_shape, dtype=np.float64)
+    first = layout.spatial(np.asarray(chunks, dtype=np.int64)).astype(np.float64) * size
+    top = first + size
+    slack = EDGE_SLACK * (np.abs(first) + np.abs(top) + size)
+    lo64, hi64 = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    whole: NDArray[np.bool_] = np.all((first - slack >= lo64) & (top + slack <= hi64), axis=1)
+    return whole
+
+
+def box_mask(positions: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> NDArray[np.bool_]:
+    """Rows with ``lo <= p <= hi`` on every axis, exactly as float64 compares decide (``format.grid.inside``):
+    one column at a time, in the rows' own float dtype against the box edges rounded inward to that dtype
+    (``p >= lo`` holds for a float32 ``p`` iff ``p >= `` the least float32 ``>= lo``), without a float64 copy."""
+    p = np.asarray(positions)
+    if p.dtype.kind != "f" or p.ndim != 2:
+        return inside(np.asarray(p, dtype=np.float64), lo, hi)
+    low, high = inward_edges(p.dtype, np.asarray(lo, np.float64), np.asarray(hi, np.float64))
+    mask = np.empty(len(p), dtype=bool)
+    scratch = np.empty(len(p), dtype=bool)
+    for d in range(p.shape[1]):
+        col = p[:, d]
+        if d == 0:
+            np.greater_equal(col, low[d], out=mask)
+        else:
+            np.greater_equal(col, low[d], out=scratch)
+            mask &= scratch
+        np.less_equal(col, high[d], out=scratch)
+        mask &= scratch
+    return mask
+
+
+def inward_edges(dtype: np.dtype, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Box edges in float ``dtype``: ``lo`` rounded up and ``hi`` down to values of the dtype (an edge beyond
+    the dtype's range becomes the infinity no finite value passes, or the largest finite one)."""
+    dt = np.dtype(dtype).newbyteorder("=")
+    with np.errstate(over="ignore"):
+        low, high = lo.astype(dt), hi.astype(dt)
+    low = np.where(low.astype(np.float64) < lo, np.nextafter(low, np.asarray(np.inf, dt)), low)
+    high = np.where(high.astype(np.float64) > hi, np.nextafter(high, np.asarray(-np.inf, dt)), high)
+    return low, high
+
+
+class RowPicks:
+    """Which rows of each of a read's chunks its answer takes, and where they go in the output: every column
+    (positions, each attribute, object ids) is then one array allocated once, each chunk's rows copied into
+    their place with no intermediate copy."""
+
+    def __init__(self, picks: Sequence[Pick], sizes: Sequence[int]) -> None:
+        self.picks = list(picks)
+        counts = [n if p is None else int(np.count_nonzero(p)) if p.dtype == np.bool_ else len(p)
+                  for p, n in zip(self.picks, sizes)]
+        self.bounds = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).tolist()
+        self.total = int(self.bounds[-1])
+
+    def gather(self, parts: Sequence[np.ndarray], empty: np.ndarray) -> np.ndarray:
+        """The picked rows of ``parts`` (one array per chunk, rows aligned with its pick), in chunk order;
+        ``empty``: the dtype and row shape when no chunk has a row."""
+        template = next((part for part in parts if len(part)), empty)
+        out = np.empty((self.total, *template.shape[1:]), template.dtype)
+        for part, pick, a, b in zip(parts, self.picks, self.bounds, self.bounds[1:]):
+            if a == b:
+                continue
+            if pick is None:
+                out[a:b] = part
+            elif pick.dtype == np.bool_:
+                np.compress(pick, part, axis=0, out=out[a:b])
+            else:
+                out[a:b] = part[pick]
+        return out
