@@ -10,7 +10,7 @@ import zvf
 
 PUBLIC = ["open", "write_points", "write_polylines", "write_lines", "write_graph", "write_mesh", "validate",
           "build_pyramid", "rechunk", "convert", "Dataset", "Selection", "StorageOptions", "WriteSummary",
-          "aio", "errors", "__version__"]
+          "aio", "config", "errors", "__version__"]
 
 
 def test_dir_lists_the_public_api_only():

@@ -23,7 +23,8 @@ API (each documented: ``help(zvf.<name>)``):
   (``zvf.errors.CallTimeoutError``, a ``TimeoutError``).
 * :class:`Selection` (what reads return), :class:`Query` (what ``select`` returns; its keywords are
   :class:`SelectArgs`), :class:`StorageOptions` (``storage_options`` keys),
-  ``zvf.errors`` (exception types), ``zvf.aio`` (the same API as coroutines).
+  ``zvf.errors`` (exception types), ``zvf.aio`` (the same API as coroutines), ``zvf.config`` (tuning
+  settings: ``with zvf.config.tuned(name=value):`` changes them for the calls in the block).
 
 Logging: ``logging.getLogger("zvf")``; at DEBUG every store request is one line
 (key, byte range, status, bytes, milliseconds).  The ``zvf`` command
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; keep in step with _LAZY
     from . import aio as aio
+    from . import config as config
     from . import errors as errors
     from .api.sync import Dataset as Dataset
     from .api.sync import Query as Query
@@ -58,7 +60,7 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import write_points as write_points
     from .api.sync import write_polylines as write_polylines
     from .io.options import StorageOptions as StorageOptions
-    from .read.query_spec import SelectArgs as SelectArgs
+    from .read.query import SelectArgs as SelectArgs
     from .read.selection import Selection as Selection
     from .write.types import WriteOptions as WriteOptions
     from .write.types import WriteSummary as WriteSummary
@@ -69,13 +71,13 @@ _LAZY = {
                      "validate", "Dataset", "Query", "build_pyramid", "rechunk", "convert", "gc", "timeout"),
                     ".api.sync"),
     "Selection": ".read.selection",
-    "SelectArgs": ".read.query_spec",
+    "SelectArgs": ".read.query",
     "StorageOptions": ".io.options",
     "WriteSummary": ".write.types",
     "WriteOptions": ".write.types",
 }
 
-__all__ = ["__version__", "aio", "errors", *_LAZY]
+__all__ = ["__version__", "aio", "config", "errors", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -83,7 +85,7 @@ def __getattr__(name: str) -> Any:
 
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    if name in ("aio", "errors"):
+    if name in ("aio", "config", "errors"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'zvf' has no attribute {name!r}")
 

@@ -41,6 +41,21 @@ class Tuning:
     max_reader_lease: float = 20.0  # seconds a reader trusts its version before it looks at the root again
 
     # --- io ----------------------------------------------------------------------------------------
+    max_width: int = 256  # requests in flight a plan may widen a remote store's limit to (pools and servers cap it)
+    get_batch: int = 16  # fewest keys per worker-thread call of get_many on local files and memory
+    settle_seconds: float = 5.0  # seconds a cancelled caller waits for its obstore request before abandoning it
+    max_retries: int = 6  # re-attempts of a request after transient failures (storage option max_retries: per store)
+    retry_timeout: float = 30.0  # seconds after a request's first attempt past which no retry starts (same)
+    init_backoff: float = 0.05  # seconds bounding the jittered sleep before the first retry (same)
+    max_backoff: float = 5.0  # seconds bounding any retry's sleep (same)
+    backoff_base: float = 2.0  # factor the sleep's bound grows by per retry (same)
+    metadata_probe_seconds: float = 1.0  # an S3 store without credentials waits this long for an EC2 metadata service
+    meta_cache_bytes: int = 8 << 20  # documents an executor's cache keeps (zarr.json...)
+    shard_index_cache_bytes: int = 64 << 20  # shard indexes an executor's cache keeps
+    fragment_index_cache_bytes: int = 64 << 20  # decoded fragment indexes an executor's cache keeps
+    manifest_cache_bytes: int = 32 << 20  # decoded object manifests an executor's cache keeps
+    shard_cache_bytes: int = 64 << 20  # whole shards an executor's cache keeps
+    other_cache_bytes: int = 16 << 20  # each other cache namespace of an executor
 
     # --- read --------------------------------------------------------------------------------------
     offload_bytes: int = 4 << 20  # payload bytes above which a read decodes and assembles rows in a worker thread
@@ -48,6 +63,27 @@ class Tuning:
     prefault_rows: int = 1 << 21  # rows of those whose pages a worker thread touches before the rows arrive
 
     # --- write -------------------------------------------------------------------------------------
+    spill_bytes: int = 32 << 20  # rows a streamed write or routing task buffers before a chunk-sorted run goes to disk
+    upload_bytes: int = 32 << 20  # encoded cells a streamed write queues for upload at once (its spill_bytes twin)
+    put_batch: int = 64  # blobs one uploader stores per worker-thread call where the executor batches puts
+    piece_rows: int = 8192  # rows of a sharded vlen array (manifests) framed and compressed per work item
+    link_cells_per_task: int = 64  # link cells encoded per worker task (amortizes the hand-off, overlaps uploads)
+    deferred_link_records: int = 1 << 16  # link records a streamed object write queues before placing them
+    rows_per_task: int = 4_000_000  # rows a distributed cell task gathers at once (bounds a worker's memory)
+    fragment_shard_chunks: int = 64  # chunks per shard of an object level's fragment index (zvf's layout)
+    manifest_inner_rows: int = 64  # manifests per zstd frame of the sharded object index (one ranged read)
+    manifest_shard_rows: int = 65536  # manifests per shard of the sharded object index
+    layout_target_points: int = 65536  # vertices per occupied chunk chunk_shape="auto" aims at
+    layout_target_bin_points: int = 2048  # vertices per bin bin_shape="auto" aims at
+    layout_sparse_cells: int = 4096  # occupied cells past which a layout of nearly empty cells is warned about
+    layout_sparse_points: int = 16  # mean vertices per cell under which those cells count as nearly empty
+    layout_max_sparse_cells: int = 1 << 20  # nearly empty cells past which a write is refused (hours of PUTs)
+    layout_object_read_bytes: int = 1 << 20  # bytes beyond its own rows reading one typical object may fetch
+    layout_min_chunk_points: int = 4096  # vertices per chunk the object chooser never goes under
+    layout_sample_objects: int = 1024  # objects the chooser samples to size a typical one
+    layout_object_bins: int = 32  # bins across a typical object (bin_shape="auto" for objects)
+    layout_object_steps: int = 10  # 1-2-5 steps the object chooser goes down at most (three decades)
+    layout_max_object_bins: int = 1 << 18  # bins per chunk the object default stays within (readers refuse past 2**20)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     pyramid_blocks_in_flight: int = 8  # blocks a pyramid build fetches and coarsens at once (hides request latency)
@@ -86,7 +122,8 @@ def tuned(**changes: Any) -> Iterator[Tuning]:
             raise InvalidArgumentError(f"zvf.config.tuned: no setting {name!r} (settings: {', '.join(sorted(fields))})")
         default = fields[name].default
         if type(value) is not type(default) and not (isinstance(default, float) and type(value) is int):
-            raise InvalidArgumentError(f"zvf.config.tuned: {name} must be a {type(default).__name__}, got {value!r}")
+            raise InvalidArgumentError(f"zvf.config.tuned: {name} must be of type {type(default).__name__}, "
+                                       f"got {value!r}")
         if isinstance(value, (int, float)) and not value > 0:
             raise InvalidArgumentError(f"zvf.config.tuned: {name} must be > 0, got {value!r}")
         if isinstance(default, float) and isinstance(value, int):

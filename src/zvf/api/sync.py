@@ -33,11 +33,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack, cast, overload
 
+from ..config import in_effect, tuning
 from ..errors import CallTimeoutError, InvalidArgumentError
 from ..io import fork
 from ..read.context import RootFacts
-from ..read.query import AsyncQuery
-from ..read.query_spec import SelectArgs
+from ..read.query import AsyncQuery, SelectArgs
 from . import aio
 from .dataset import AsyncDataset
 
@@ -124,10 +124,12 @@ def _call(fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> R
     if deadline <= time.monotonic():
         raise CallTimeoutError(f"{_name(fn)} was not started: its zvf.timeout() deadline had passed")
     stopped = threading.Event()
+    settings = tuning()  # the loop's thread has its own context: the caller's zvf.config.tuned() goes along
 
     async def run() -> R:
         try:
-            return await fn(*args, **kwargs)
+            with in_effect(settings):
+                return await fn(*args, **kwargs)
         finally:
             stopped.set()
 

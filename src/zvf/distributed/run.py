@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import contextvars
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ..errors import InvalidArgumentError, MissingDependencyError
 
 if TYPE_CHECKING:
     from ..io.options import StorageOptions
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 Progress = Callable[[dict[str, Any]], object]
 """A Dask entry point's ``progress``: called with ``stage``, ``done``, ``total`` (and the stage's own keys)
@@ -63,6 +67,19 @@ def default_client(client: Any = None) -> Any:
         return None
 
 
+class _ContextPool(concurrent.futures.ThreadPoolExecutor):
+    """A thread pool whose tasks run in the context of the code that submitted them (the caller's
+    ``zvf.config.tuned()`` settings hold in Dask's local threads, as they do in the caller)."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
+        context = contextvars.copy_context()
+
+        def run() -> T:
+            return context.run(fn, *args, **kwargs)
+
+        return super().submit(run)
+
+
 def compute(tasks: list[Any], *, client: Any = None, progress: Progress | None = None,
             stage: str = "tasks", note: Callable[[Any], dict[str, Any]] | None = None) -> list[Any]:
     """Results of ``tasks`` (dask delayed objects), in order, reporting each as it finishes.
@@ -84,7 +101,7 @@ def compute(tasks: list[Any], *, client: Any = None, progress: Progress | None =
             progress({"stage": stage, "done": done, "total": total, **(note(result) if note else {})})
 
     if client is None:  # Dask's local scheduler; a pool of our own, left only when every started task ended
-        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="zvf-dask") as pool, \
+        with _ContextPool(os.cpu_count() or 1, thread_name_prefix="zvf-dask") as pool, \
                 dask.config.set(pool=pool):
             out = list(dask.compute(*tasks))
         for done, result in enumerate(out, 1):

@@ -24,6 +24,7 @@ by-id batching would fetch the cells an object spans once per batch).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 import time
@@ -468,7 +469,8 @@ class WriterThread:
         self._done: list[Selection] = []
         self._writer = writer
         self._written = written
-        threading.Thread(target=self._run, name="zvf-file-writer", daemon=True).start()
+        threading.Thread(target=contextvars.copy_context().run, args=(self._run,), name="zvf-file-writer",  # tuned()
+                         daemon=True).start()
 
     def _run(self) -> None:
         error: BaseException | None = None
