@@ -88,7 +88,7 @@ async def asynchronous() -> None:
         assert_type(await aquery.count(), int)
         async for sel in aquery.iter():
             assert_type(sel, zvf.Selection)
-    reveal_type(AsyncDataset.select)  # R: **narrowing: **TypedDict(zvf.read.query_spec.SelectArgs
+    reveal_type(AsyncDataset.select)  # R: **narrowing: **TypedDict(zvf.read.query.spec.SelectArgs
     assert_type(await zvf.aio.write_points("s", pos, chunk_shape=(10.0, 10.0, 10.0)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_polylines("p", [pos], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     assert_type(await zvf.aio.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5)), zvf.WriteSummary)

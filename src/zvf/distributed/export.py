@@ -27,7 +27,7 @@ from .run import Progress, compute, need_dask, spec_of
 if TYPE_CHECKING:
     from ..format.manifest import ManifestTable
     from ..io.options import StorageOptions
-    from ..read.query_spec import BBox
+    from ..read.query import BBox
 
 TABLES = ("vertices", "edges", "faces")
 

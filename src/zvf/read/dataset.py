@@ -29,7 +29,7 @@ from . import box, load, objects
 from .context import Owners, ReadContext, RootFacts
 from .dense import dense_attribute, read_groups
 from .points import pick_attributes, read_chunks
-from .query_spec import BBox, SelectArgs
+from .query import AsyncQuery, BBox, SelectArgs
 from .selection import FragmentRows, Selection
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from ..format.metadata import RootMeta
     from ..io.store import StoreHandle
     from .export import BatchStream
-    from .query import AsyncQuery
 
 AttributeNames = str | Sequence[str] | None
 """Vertex attributes to read: None for all, a name, or names."""
@@ -198,8 +197,6 @@ class DatasetReader(RootFacts):
         ``max_vertices`` picks the finest level that fits.  Terminals:
         ``read()``, ``count()``, ``object_ids()``, ``iter()``, ``plan()``, ``explain()``.
         """
-        from .query import AsyncQuery
-
         self._ctx.check_open()
         return AsyncQuery.build(self._ctx, **narrowing)
 

@@ -21,8 +21,8 @@ from typing import Any, Literal, TypeAlias, TypedDict
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..errors import InvalidArgumentError
-from ..format.grid import check_bbox
+from ...errors import InvalidArgumentError
+from ...format.grid import check_bbox
 
 BBox: TypeAlias = tuple[ArrayLike, ArrayLike]
 """A closed box ``(lo, hi)``: two sequences of ``ndim`` coordinates."""
