@@ -61,6 +61,16 @@ class Tuning:
     offload_bytes: int = 4 << 20  # payload bytes above which a read decodes and assembles rows in a worker thread
     prealloc_rows: int = 1 << 26  # rows a whole-level read allocates up front from the (untrusted) vertex_count
     prefault_rows: int = 1 << 21  # rows of those whose pages a worker thread touches before the rows arrive
+    manifest_prefetch_bytes: int = 1 << 20  # object ids / shard indexes an open prefetches; a manifest suffix read
+    open_prefetch_shards: int = 16  # fragment-index shards an object level's open reads beside its object index
+    manifest_offload_bytes: int = 1 << 19  # stored manifest bytes past which a shard is decoded in a worker thread
+    max_spare_owner_slots: int = 1 << 22  # fragment slots past 8 per manifest reference before manifests count as damaged
+    max_dense_bytes: int = 1 << 30  # a dense per-object or per-group array read whole; larger ones are refused
+    sweep_bytes: int = 256 << 20  # decoded cells an object sweep (read_all, export) keeps before starting afresh
+    sweep_whole_groups: int = 8  # groups a level that fits in sweep_bytes has its objects' rows gathered in
+    export_write_ahead_bytes: int = 64 << 20  # rows an export queues for its file writer thread (besides one batch)
+    export_text_rows: int = 65536  # rows a CSV or JSON Lines export formats at once (bounds the Python objects made)
+    npz_copy_bytes: int = 8 << 20  # bytes per read/write when an .npz export moves a column into place
 
     # --- write -------------------------------------------------------------------------------------
     spill_bytes: int = 32 << 20  # rows a streamed write or routing task buffers before a chunk-sorted run goes to disk

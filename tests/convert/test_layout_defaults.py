@@ -11,9 +11,9 @@ import pytest
 
 import zvf
 from zvf.cli.main import main
-from zvf.errors import InvalidArgumentError
-from zvf.write import layout
-from zvf.write.layout import LayoutWarning
+from zvf.config import tuned
+from zvf.errors import InvalidArgumentError, LayoutWarning
+from zvf.write.layout import choose_chunk_shape
 
 from ..lifecycle.test_layout import _paths as paths
 
@@ -48,23 +48,23 @@ def test_absurd_chunk_shape_is_said_before_the_upload(tmp_path):
     assert _cells(tmp_path / "out") == []
 
 
-def test_absurd_chunk_shape_past_the_hard_limit_is_refused(tmp_path, monkeypatch, capsys):
+def test_absurd_chunk_shape_past_the_hard_limit_is_refused(tmp_path, capsys):
     src = _las(tmp_path / "small.las", 3000)
-    monkeypatch.setattr(layout, "SPARSE_CELLS", 100)
-    monkeypatch.setattr(layout, "MAX_SPARSE_CELLS", 1000)
-    with pytest.raises(InvalidArgumentError, match=r"chunk_shape=\[0.01, 0.01, 0.01\] puts 3,000 vertices in "
-                                                   r"3,000 chunks .*refused \(more than 1,000 chunks"):
-        zvf.convert(src, tmp_path / "api", chunk_shape=[0.01] * 3)
-    assert _cells(tmp_path / "api") == []
-    assert main(["convert", src, str(tmp_path / "cli"), "--chunk-shape", "0.01,0.01,0.01", "-q"]) == 2
+    with tuned(layout_sparse_cells=100, layout_max_sparse_cells=1000):
+        with pytest.raises(InvalidArgumentError, match=r"chunk_shape=\[0.01, 0.01, 0.01\] puts 3,000 vertices in "
+                                                       r"3,000 chunks .*refused \(more than 1,000 chunks"):
+            zvf.convert(src, tmp_path / "api", chunk_shape=[0.01] * 3)
+        assert _cells(tmp_path / "api") == []
+        assert main(["convert", src, str(tmp_path / "cli"), "--chunk-shape", "0.01,0.01,0.01", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "3,000 chunks" in err[0] and "chunk_shape=" in err[0]
 
 
-def test_cli_says_a_sparse_layout_on_one_line(tmp_path, monkeypatch, capsys):
+@pytest.mark.filterwarnings("default::zvf.errors.LayoutWarning")  # expected: the CLI prints it, read below
+def test_cli_says_a_sparse_layout_on_one_line(tmp_path, capsys):
     src = _las(tmp_path / "small.las", 600)
-    monkeypatch.setattr(layout, "SPARSE_CELLS", 100)
-    assert main(["convert", src, str(tmp_path / "o"), "--chunk-shape", "0.01,0.01,0.01", "-q"]) == 0
+    with tuned(layout_sparse_cells=100):
+        assert main(["convert", src, str(tmp_path / "o"), "--chunk-shape", "0.01,0.01,0.01", "-q"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [err[0]] and err[0].startswith("zvf: warning: chunk_shape=[0.01, 0.01, 0.01] puts 600 vertices")
 
@@ -120,7 +120,7 @@ def test_auto_layout_bounds_what_an_object_read_fetches(tmp_path):
     lines = _walks(8000, 100, seed=1)
     src = _trk(tmp_path / "t.trk", lines)
     pos = np.concatenate(lines)
-    by_count = layout.choose_chunk_shape(pos.min(0), pos.max(0), len(pos))  # what "auto" chose before
+    by_count = choose_chunk_shape(pos.min(0), pos.max(0), len(pos))  # what "auto" chose before
     fetched = {}
     for name, shape in (("auto", "auto"), ("by_count", by_count)):
         zvf.convert(src, tmp_path / name, chunk_shape=shape)

@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
+from zvf.config import tuned
 from zvf.errors import InvalidArgumentError, ReadOnlyError
 from zvf.io.executor import Executor
 from zvf.io.store import open_store
-from zvf.write import store_writer
 from zvf.write.store_writer import StoreWriter
 
 
@@ -71,7 +71,7 @@ async def test_store_writer_batches_give_the_bytes_of_single_puts(monkeypatch):
     assert batched.stats.puts == single.stats.puts
 
 
-async def test_manifest_pieces_give_the_bytes_of_whole_shards(monkeypatch):
+async def test_manifest_pieces_give_the_bytes_of_whole_shards():
     """Sharded manifests framed and compressed a piece of rows at a time equal one piece per shard."""
     from zvf.aio import write_polylines
 
@@ -84,8 +84,8 @@ async def test_manifest_pieces_give_the_bytes_of_whole_shards(monkeypatch):
         return {k: await ex.get(k) for k, _ in await ex.list("0/object_index/manifests")}
 
     whole = await store("memory://pieces-whole")
-    monkeypatch.setattr(store_writer, "PIECE_ROWS", 48)  # 15 pieces of 3 inner chunks for one 704-row shard
-    pieces = await store("memory://pieces-split")
+    with tuned(piece_rows=48):  # 15 pieces of 3 inner chunks for one 704-row shard
+        pieces = await store("memory://pieces-split")
     assert whole and whole == pieces
 
 

@@ -9,13 +9,9 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
-from zvf.errors import InvalidArgumentError
+from zvf.config import tuning
+from zvf.errors import InvalidArgumentError, LayoutWarning
 from zvf.write.layout import (
-    MAX_OBJECT_BINS,
-    MIN_CHUNK_POINTS,
-    OBJECT_BINS,
-    TARGET_POINTS,
-    LayoutWarning,
     ObjectSample,
     ObjectSampler,
     check_cells,
@@ -41,9 +37,9 @@ def test_chooser_aims_at_the_target(n, lo, hi):
     assert len(cs) == 3 and len(set(cs)) == 1
     made = _chunks(lo, hi, cs[0])
     per = n / made
-    assert per >= TARGET_POINTS / 8 or made == 1, (cs, made)
-    assert per <= TARGET_POINTS * 8, (cs, made)
-    if n <= TARGET_POINTS:
+    assert per >= tuning().layout_target_points / 8 or made == 1, (cs, made)
+    assert per <= tuning().layout_target_points * 8, (cs, made)
+    if n <= tuning().layout_target_points:
         assert made == 1
 
 
@@ -129,7 +125,7 @@ def test_chooser_shrinks_chunks_for_object_reads():
     assert for_objects < by_count
     assert sample.read_overhead(for_objects, len(pos)) * 12 < sample.read_overhead(by_count, len(pos)) * 12 / 4
     made = _chunks(pos.min(0), pos.max(0), for_objects)
-    assert len(pos) / made >= MIN_CHUNK_POINTS  # never chunks too small for a whole-level read
+    assert len(pos) / made >= tuning().layout_min_chunk_points  # never chunks too small for a whole-level read
 
 
 def test_chooser_leaves_objects_alone_when_reads_are_cheap():
@@ -151,8 +147,8 @@ def test_object_bins_follow_the_objects_size():
     bins = object_bin_shape([50.0] * 3, sample)
     assert bins is not None and len(set(bins)) == 1
     k = 50.0 / bins[0]
-    assert k == 2 ** round(np.log2(k)) and k ** 3 <= MAX_OBJECT_BINS  # nested, bounded
-    assert size / OBJECT_BINS / 2 <= bins[0] <= size / OBJECT_BINS * 2
+    assert k == 2 ** round(np.log2(k)) and k ** 3 <= tuning().layout_max_object_bins  # nested, bounded
+    assert size / tuning().layout_object_bins / 2 <= bins[0] <= size / tuning().layout_object_bins * 2
     assert object_bin_shape([1000.0] * 3, sample) == [1000.0 / 64] * 3  # capped bins per chunk
     chunk, auto = resolve("auto", "auto", [0] * 3, [150] * 3, 20_000, objects=sample)
     assert auto == object_bin_shape(chunk, sample)

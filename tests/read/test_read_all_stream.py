@@ -88,17 +88,14 @@ async def test_unlabelled_points_and_empty_level(tmp_path):
     assert sel.positions.shape == (0, 3)
 
 
-async def test_object_index_of_many_shards_labels_every_row(tmp_path, monkeypatch):
+async def test_object_index_of_many_shards_labels_every_row(tmp_path):
     """An object index of several manifest shards is parsed shard by shard (``ObjectIndex.every_row``):
     the table equals the one-batch decode, and every row of ``read_all`` carries its own line's id."""
-    from zvf.write import object_index
-
-    monkeypatch.setattr(object_index, "SHARD_ROWS", 32)
-    monkeypatch.setattr(object_index, "INNER_ROWS", 16)
     lines = _lines(200, seed=4)
     path = str(tmp_path / "lines.zarrvectors")
-    zvf.write_polylines(path, lines, chunk_shape=(0.25,) * 3, bounds=([0, 0, 0], [1, 1, 1]),
-                        geometry_type="streamline")
+    with tuned(manifest_shard_rows=32, manifest_inner_rows=16):
+        zvf.write_polylines(path, lines, chunk_shape=(0.25,) * 3, bounds=([0, 0, 0], [1, 1, 1]),
+                            geometry_type="streamline")
     ds = await zvf.aio.open(path)
     oindex = (await ds.level(0)).object_index
     assert oindex.count == 200 and oindex.rows_per_chunk == 32  # 7 shards

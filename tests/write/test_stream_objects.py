@@ -15,6 +15,7 @@ import pytest
 import zvf
 from tests.write import store_files
 from tests.write.test_fragment_attributes import fragment_counts
+from zvf.config import tuned
 from zvf.errors import InvalidArgumentError
 from zvf.write.objects.stream import (
     is_object_stream,
@@ -95,16 +96,14 @@ async def test_polylines_async_tiny_spill_and_object_attributes_argument(tmp_pat
 
 @pytest.mark.parametrize("opt", OPTS, ids=["3d-raw", "2d-zstd-sharded", "3d-zstd-sharded"])
 @pytest.mark.parametrize("every", [1, 5])
-def test_bridges_placed_in_rounds_give_the_same_cells(tmp_path, monkeypatch, opt, every):
+def test_bridges_placed_in_rounds_give_the_same_cells(tmp_path, opt, every):
     """The bridge links a streamed paths write queues per chunk are placed a few chunks' worth at a time
     (``LinkWriter.add_deferred``): rounds of any size, cut wherever, write the in-memory bytes."""
-    from zvf.write import links
-
-    monkeypatch.setattr(links, "DEFERRED_RECORDS", every)
     pl = walks(np.random.default_rng(11), 60, opt["ndim"])
     kw = dict(kw_of(opt), geometry_type="streamline")
-    zvf.write_polylines(tmp_path / "mem" / "s", pl, **kw)
-    summary = zvf.write_polylines(tmp_path / "st" / "s", iter([pl[:25], pl[25:]]), **kw)
+    with tuned(deferred_link_records=every):
+        zvf.write_polylines(tmp_path / "mem" / "s", pl, **kw)
+        summary = zvf.write_polylines(tmp_path / "st" / "s", iter([pl[:25], pl[25:]]), **kw)
     assert summary.cross_chunk_link_count > every
     assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from ..write import inputs
 from ..write import jobs as write_jobs
@@ -97,7 +98,7 @@ def write_points(target: Any, sources: Any, *, chunk_shape: Shape, attributes: C
                  shard_shape: int | Sequence[int] | None = None, dtype: DTypeLike | None = None,
                  overwrite: bool = False, object_index_layout: str = "sharded",
                  storage_options: StorageOptions | None = None,
-                 job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
+                 job: str | None = None, rows_per_task: int | None = None,
                  client: Any = None, progress: Progress | None = None) -> WriteSummary:
     """Write a point cloud from ``sources`` on Dask; the same store as ``zvf.write_points`` of their concatenation.
 
@@ -115,6 +116,7 @@ def write_points(target: Any, sources: Any, *, chunk_shape: Shape, attributes: C
     ``progress(dict)`` gets ``stage``, ``done``, ``total`` as tasks finish.
     """
     dask = need_dask()
+    rows_per_task = tuning().rows_per_task if rows_per_task is None else rows_per_task
     if not isinstance(rows_per_task, int) or rows_per_task < 1:
         raise InvalidArgumentError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
     for name, value in (("chunk_by_attribute", chunk_by_attribute), ("fragment_attributes", fragment_attributes)):

@@ -22,6 +22,7 @@ from typing import Any, Unpack
 
 import anyio
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from ..write import inputs
 from ..write import jobs as write_jobs
@@ -69,13 +70,14 @@ def _in_batches(**per_row: Any) -> None:
 
 
 def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str, ...], chunk_shape: Any,
-                   client: Any, job: str | None, rows_per_task: int, progress: Progress | None,
+                   client: Any, job: str | None, rows_per_task: int | None, progress: Progress | None,
                    options: ObjectWriteOptions) -> WriteSummary:
     """Route -> cells (-> links) -> commit over :mod:`zvf.write.objects.tasks`: workers write every cell.
     ``geometry`` is the writer's ``geometry_type``, one of ``kinds``."""
     if geometry not in kinds:
         raise InvalidArgumentError(f"geometry_type must be {' or '.join(map(repr, kinds))}, got {geometry!r}")
     dask = need_dask()
+    rows_per_task = tuning().rows_per_task if rows_per_task is None else rows_per_task
     if not isinstance(rows_per_task, int) or isinstance(rows_per_task, bool) or rows_per_task < 1:
         raise InvalidArgumentError(f"rows_per_task must be an integer >= 1, got {rows_per_task!r}")
     given_fragments = options.pop("fragment_attributes", None)
@@ -126,14 +128,14 @@ def _write_objects(target: Any, sources: Any, *, geometry: str, kinds: tuple[str
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "polyline",
                     attributes: Any = None, client: Any = None, job: str | None = None,
-                    rows_per_task: int = write_jobs.ROWS_PER_TASK, progress: Progress | None = None,
+                    rows_per_task: int | None = None, progress: Progress | None = None,
                     **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Polylines or streamlines from ``sources`` (see the module docstring), written by Dask workers; the
     same store as ``zvf.write_polylines`` of their batches, one after another.
 
     ``job`` names the job: running again with the same name after a crash
     resumes it, skipping the tasks that finished.  ``rows_per_task``: vertex
-    rows a cell task gathers at once (bounds a worker's memory).
+    rows a cell task gathers at once (bounds a worker's memory; default: the ``rows_per_task`` setting).
     ``progress(dict)`` gets ``stage`` ("route", "cells"), ``done``, ``total``.
     ``options``: the other keywords of ``zvf.write_polylines`` (``ObjectWriteOptions``); its per-row
     ``attributes`` go in the sources' batches (the keyword is refused with a message saying so).
@@ -146,7 +148,7 @@ def write_polylines(target: Any, sources: Any, *, chunk_shape: Any, geometry_typ
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any = None, client: Any = None,
-                job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
+                job: str | None = None, rows_per_task: int | None = None,
                 progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Line segments from ``sources``, written by Dask workers; the same store as ``zvf.write_lines`` of
     their batches.  The other arguments as for :func:`write_polylines`."""
@@ -158,7 +160,7 @@ def write_lines(target: Any, sources: Any, *, chunk_shape: Any, attributes: Any 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: str = "graph",
                 object_ids: Any = None, attributes: Any = None, link_attributes: Any = None, client: Any = None,
-                job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
+                job: str | None = None, rows_per_task: int | None = None,
                 progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Graphs or skeletons from ``sources``, written by Dask workers; the same store as ``zvf.write_graph`` of
     their batches (``{"positions", "edges", "object_ids", ...}``, edges indexing the batch's own positions).
@@ -171,7 +173,7 @@ def write_graph(target: Any, sources: Any, *, chunk_shape: Any, geometry_type: s
 
 @inputs.keywords_first(inputs.OBJECT_OPTIONS)
 def write_mesh(target: Any, sources: Any, *, chunk_shape: Any, object_ids: Any = None, attributes: Any = None,
-               client: Any = None, job: str | None = None, rows_per_task: int = write_jobs.ROWS_PER_TASK,
+               client: Any = None, job: str | None = None, rows_per_task: int | None = None,
                progress: Progress | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Meshes from ``sources``, written by Dask workers; the same store as ``zvf.write_mesh`` of their
     batches.  The other arguments as for :func:`write_graph`."""

@@ -43,7 +43,6 @@ BatchT = TypeVar("BatchT")
 BatchT_contra = TypeVar("BatchT_contra", contravariant=True)
 
 JOBS_PREFIX = ".zvf-jobs/"
-ROWS_PER_TASK = 4_000_000  # rows a write_cells task gathers at once (bounds a worker's memory)
 
 
 @dataclass(frozen=True)

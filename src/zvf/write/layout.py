@@ -2,20 +2,21 @@
 
 Every cell of a spatial array is one object in the store, so the chunk size
 sets both the request count of a full read and the bytes a box query drags
-in.  The target (see docs/LIFECYCLE.md) is ``TARGET_POINTS`` vertices per
+in.  The target (see docs/LIFECYCLE.md) is ``layout_target_points`` vertices per
 occupied chunk: ~0.8 MB of float32 xyz, large enough that a cell's transfer
 time dominates its request latency on S3-class storage (~20-50 ms first
 byte, ~50-100 MB/s per stream) and small enough that a box query reads
-little outside its box.  Bins aim at ``TARGET_BIN_POINTS`` vertices, the
+little outside its box.  Bins aim at ``layout_target_bin_points`` vertices, the
 granularity at which a ranged read beats fetching the whole cell.
 
 Objects are read whole chunk by chunk: an object read fetches every chunk
 the object passes through, whole, other objects' rows included.  Given a
 sample of the objects (:class:`ObjectSample`), the chooser makes chunks
-smaller until reading a typical object fetches at most ``OBJECT_READ_BYTES``
-beyond its own rows (never below ``MIN_CHUNK_POINTS`` vertices a chunk), and
-``bin_shape="auto"`` gives objects bins about ``1 / OBJECT_BINS`` of their
-size, which is what a pyramid coarsens them by.
+smaller until reading a typical object fetches at most ``layout_object_read_bytes``
+beyond its own rows (never below ``layout_min_chunk_points`` vertices a chunk), and
+``bin_shape="auto"`` gives objects bins about ``1 / layout_object_bins`` of their
+size, which is what a pyramid coarsens them by.  Those targets are :mod:`zvf.config` settings (an
+object read's chunks are fetched whole: 1 MiB is ~15 ms at 75 MB/s, about one request's latency).
 
 Pure numpy, no I/O.
 """
@@ -30,29 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import InvalidArgumentError
-
-TARGET_POINTS = 65536
-TARGET_BIN_POINTS = 2048
-# A layout is "absurd" past this many occupied cells when they hold fewer than
-# SPARSE_POINTS vertices on average: every cell costs one PUT per array.
-SPARSE_CELLS = 4096
-SPARSE_POINTS = 16
-# Past this many such cells a write is refused: hours of PUTs for nearly empty cells.
-MAX_SPARSE_CELLS = 1 << 20
-# Object reads: what reading one typical object may fetch beyond its own rows (its chunks are
-# fetched whole: ~15 ms at 75 MB/s, about one request's latency), the smallest chunks the chooser
-# makes for it, the objects it samples, and the bins across a typical object.
-OBJECT_READ_BYTES = 1 << 20
-MIN_CHUNK_POINTS = 4096
-SAMPLE_OBJECTS = 1024
-OBJECT_BINS = 32
-OBJECT_STEPS = 10  # 1-2-5 steps the chooser goes down at most for object reads (three decades)
-MAX_OBJECT_BINS = 1 << 18  # bins per chunk the object default stays within (readers refuse past 2**20)
-
-
-class LayoutWarning(UserWarning):
-    """A given chunk_shape makes far more (and far smaller) cells than the data needs."""
+from ..config import tuning
+from ..errors import InvalidArgumentError, LayoutWarning
 
 
 @dataclass(frozen=True)
@@ -64,8 +44,10 @@ class ObjectSample:
     offsets: np.ndarray  # (k + 1,) int64
 
     @classmethod
-    def of(cls, positions: ArrayLike, lengths: ArrayLike, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
-        """Up to ``limit`` objects evenly spaced among those of ``lengths`` rows each (in order) in ``positions``."""
+    def of(cls, positions: ArrayLike, lengths: ArrayLike, limit: int | None = None) -> ObjectSample:
+        """Up to ``limit`` objects (default: the ``layout_sample_objects`` setting) evenly spaced among those of
+        ``lengths`` rows each (in order) in ``positions``."""
+        limit = tuning().layout_sample_objects if limit is None else limit
         lengths = np.asarray(lengths, dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         keep = np.unique(np.linspace(0, len(lengths) - 1, min(limit, len(lengths))).round().astype(np.int64)) \
@@ -78,7 +60,7 @@ class ObjectSample:
                    np.concatenate([[0], np.cumsum(lengths[keep])]).astype(np.int64))
 
     @classmethod
-    def of_ids(cls, positions: ArrayLike, object_ids: ArrayLike, limit: int = SAMPLE_OBJECTS) -> ObjectSample:
+    def of_ids(cls, positions: ArrayLike, object_ids: ArrayLike, limit: int | None = None) -> ObjectSample:
         """:meth:`of` for vertices owned by ``object_ids`` (one per row, in any order)."""
         order = np.argsort(np.asarray(object_ids), kind="stable")
         _, lengths = np.unique(np.asarray(object_ids)[order], return_counts=True)
@@ -124,8 +106,8 @@ class ObjectSampler:
     """An :class:`ObjectSample` of a stream of objects: every ``stride``-th object kept, the stride doubled
     (and the sample halved) whenever it would pass twice ``limit`` objects; memory: the sample."""
 
-    def __init__(self, limit: int = SAMPLE_OBJECTS):
-        self.limit = limit
+    def __init__(self, limit: int | None = None):
+        self.limit = tuning().layout_sample_objects if limit is None else limit
         self.stride = 1
         self.seen = 0
         self.numbers: list[int] = []  # the kept objects' numbers in the stream
@@ -167,7 +149,7 @@ def _made(lo: np.ndarray, hi: np.ndarray, edge: float) -> float:
     return float(np.prod(np.floor(hi / edge) - np.floor(lo / edge) + 1))
 
 
-def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int = TARGET_POINTS,
+def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int | None = None,
                        objects: ObjectSample | None = None, row_bytes: int | None = None) -> list[float]:
     """A cubic chunk edge for ``n`` vertices spread over the box ``[lo, hi]``.
 
@@ -179,10 +161,11 @@ def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int = TA
 
     With ``objects`` (a sample of the objects), the edge then steps down the
     series while reading a sampled object fetches more than
-    ``OBJECT_READ_BYTES`` of other objects' rows (``row_bytes`` a vertex row
+    ``layout_object_read_bytes`` of other objects' rows (``row_bytes`` a vertex row
     with its attributes; default float32 positions) and chunks keep at least
-    ``MIN_CHUNK_POINTS`` vertices.
+    ``layout_min_chunk_points`` vertices.  ``target`` default: ``layout_target_points``.
     """
+    target = tuning().layout_target_points if target is None else target
     extent = np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)
     if extent.ndim != 1 or extent.size == 0 or not np.all(np.isfinite(extent)) or np.any(extent < 0):
         raise InvalidArgumentError(f"chunk_shape='auto' needs finite bounds lo <= hi, got {lo!r}, {hi!r}")
@@ -216,29 +199,32 @@ def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int = TA
 
 def _for_object_reads(edge: float, lo: np.ndarray, hi: np.ndarray, n: int, objects: ObjectSample,
                       row_bytes: int) -> float:
-    """The largest edge of the 1-2-5 series from ``edge`` down (at most ``OBJECT_STEPS`` steps, chunks of
-    at least ``MIN_CHUNK_POINTS`` vertices) at which reading a sampled object fetches at most
-    ``OBJECT_READ_BYTES`` of other rows; else the one fetching least (the largest of equals)."""
+    """The largest edge of the 1-2-5 series from ``edge`` down (at most ``layout_object_steps`` steps,
+    chunks of at least ``layout_min_chunk_points`` vertices) at which reading a sampled object fetches at
+    most ``layout_object_read_bytes`` of other rows; else the one fetching least (the largest of equals)."""
     best, least = edge, math.inf
-    for _ in range(OBJECT_STEPS):
+    settings = tuning()
+    for _ in range(settings.layout_object_steps):
         cost = objects.read_overhead(edge, n) * row_bytes
-        if cost <= OBJECT_READ_BYTES:
+        if cost <= settings.layout_object_read_bytes:
             return edge
         if cost < least:
             best, least = edge, cost
         edge = _below(edge)
-        if n / min(_made(lo, hi, edge), n) < MIN_CHUNK_POINTS:
+        if n / min(_made(lo, hi, edge), n) < settings.layout_min_chunk_points:
             break
     return best
 
 
 def choose_bin_shape(chunk_shape: Sequence[float], points_per_chunk: float, *,
-                     target: int = TARGET_BIN_POINTS) -> list[float] | None:
-    """Bins that tile ``chunk_shape`` with about ``target`` vertices each (None: one bin per chunk).
+                     target: int | None = None) -> list[float] | None:
+    """Bins that tile ``chunk_shape`` with about ``target`` vertices each (default: the
+    ``layout_target_bin_points`` setting; None: one bin per chunk).
 
     The same whole number of bins per axis, a power of two, so bins nest
     when a pyramid doubles the chunk.
     """
+    target = tuning().layout_target_bin_points if target is None else target
     cs = [float(c) for c in chunk_shape]
     per_axis = (max(points_per_chunk, 1.0) / target) ** (1.0 / len(cs))
     k = 2 ** max(0, round(math.log2(per_axis))) if per_axis >= 1 else 1
@@ -246,19 +232,19 @@ def choose_bin_shape(chunk_shape: Sequence[float], points_per_chunk: float, *,
 
 
 def object_bin_shape(chunk_shape: Sequence[float], objects: ObjectSample) -> list[float] | None:
-    """Bins about ``1 / OBJECT_BINS`` of a typical object's size (None: one bin per chunk).
+    """Bins about ``1 / layout_object_bins`` of a typical object's size (None: one bin per chunk).
 
     A pyramid level keeps one vertex per object and bin of the level below's
-    bin times its factor, so these bins keep a typical object ``OBJECT_BINS /
+    bin times its factor, so these bins keep a typical object ``layout_object_bins /
     factor`` vertices a level up.  A power of two per axis (bins nest), at most
-    ``MAX_OBJECT_BINS`` a chunk.
+    ``layout_max_object_bins`` a chunk.
     """
     cs = [float(c) for c in chunk_shape]
     size = objects.typical_size()
     if size <= 0:
         return None
-    k = 2 ** max(0, round(math.log2(min(cs) * OBJECT_BINS / size)))
-    k = min(k, 2 ** (int(math.log2(MAX_OBJECT_BINS)) // len(cs)))
+    k = 2 ** max(0, round(math.log2(min(cs) * tuning().layout_object_bins / size)))
+    k = min(k, 2 ** (int(math.log2(tuning().layout_max_object_bins)) // len(cs)))
     return None if k == 1 else [c / k for c in cs]
 
 
@@ -293,16 +279,19 @@ def resolve(chunk_shape: Sequence[float] | str, bin_shape: Sequence[float] | str
 
 def check_cells(n: int, occupied: int, chunk_shape: object, lo: ArrayLike, hi: ArrayLike) -> None:
     """Warn (``LayoutWarning``) when ``n`` vertices fill ``occupied`` chunks that are many and nearly empty;
-    refuse (InvalidArgumentError) past ``MAX_SPARSE_CELLS`` of them.  Writers call it before any upload.
+    refuse (InvalidArgumentError) past ``layout_max_sparse_cells`` of them (settings: a layout is "absurd" past
+    ``layout_sparse_cells`` cells holding under ``layout_sparse_points`` vertices on average, every cell one
+    PUT per array).  Writers call it before any upload.
 
     Silence the warning with ``warnings.filterwarnings("ignore", category=LayoutWarning)``
     when such a layout is intended.
     """
-    if occupied <= SPARSE_CELLS or n >= occupied * SPARSE_POINTS:
+    settings = tuning()
+    if occupied <= settings.layout_sparse_cells or n >= occupied * settings.layout_sparse_points:
         return
     what = (f"chunk_shape={chunk_shape!r} puts {n:,} vertices in {occupied:,} chunks ({n / occupied:.1f} per chunk), "
             f"one stored object per chunk and array; chunk_shape='auto' would choose {choose_chunk_shape(lo, hi, n)}")
-    if occupied > MAX_SPARSE_CELLS:
-        raise InvalidArgumentError(f"{what}: refused (more than {MAX_SPARSE_CELLS:,} chunks averaging under "
-                                   f"{SPARSE_POINTS} vertices)")
+    if occupied > settings.layout_max_sparse_cells:
+        raise InvalidArgumentError(f"{what}: refused (more than {settings.layout_max_sparse_cells:,} chunks "
+                                   f"averaging under {settings.layout_sparse_points} vertices)")
     warnings.warn(what, LayoutWarning, stacklevel=4)

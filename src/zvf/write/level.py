@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from ..format import builders
 from ..format.codecs import CellCodec
@@ -42,23 +43,19 @@ def shard_tuple(shard_shape: ShardShape, ndim: int) -> tuple[int, ...] | None:
     return shard
 
 
-#: Chunks per shard of an object level's fragment indexes in zvf's layout (about; see ``fragment_shard``).
-FRAGMENT_SHARD_CHUNKS = 64
-
-
 def fragment_shard(codec: CellCodec, object_index_layout: str, grid_shape: Sequence[int]) -> tuple[int, ...] | None:
     """Shard shape of an object level's ``vertex_fragments`` in zvf's layout (None: as the other arrays).
 
     Labelling rows with their objects needs every chunk's fragment index, a
     few KiB each: one request per chunk doubles the requests of a whole-level
-    read.  Sharded about ``FRAGMENT_SHARD_CHUNKS`` chunks to a shard, a
-    whole-level read fetches them in one request per shard; box queries read
+    read.  Sharded about ``fragment_shard_chunks`` (a :mod:`zvf.config` setting) chunks to a
+    shard, a whole-level read fetches them in one request per shard; box queries read
     only their inner chunks (a shard index, cached, then ranges).  The
     vertices and attributes stay one object per chunk, as the caller asked.
     """
     if codec.shard is not None or object_index_layout == "reference" or not len(grid_shape):
         return None
-    side = max(1, round(FRAGMENT_SHARD_CHUNKS ** (1 / len(grid_shape))))
+    side = max(1, round(tuning().fragment_shard_chunks ** (1 / len(grid_shape))))
     shard = tuple(min(side, max(1, int(g))) for g in grid_shape)
     return None if int(np.prod(shard)) == 1 else shard
 

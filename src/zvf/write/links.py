@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..config import tuning
 from ..format import builders
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.keys import format_offsets_name
@@ -149,10 +150,6 @@ def _place_lexsort(chunks: np.ndarray, vi: np.ndarray) -> LinkCells:
     )
 
 
-#: Link cells encoded per worker task: enough to amortize the thread hand-off, few enough to overlap uploads.
-CELLS_PER_TASK = 64
-#: Records :meth:`LinkWriter.add_deferred` queues before placing them (~64 bytes each).
-DEFERRED_RECORDS = 1 << 16
 
 
 class LinkWriter:
@@ -190,7 +187,7 @@ class LinkWriter:
         """Upload ``cells``; ``link_attributes`` rows are aligned with the records placed into them.
 
         Arrays are resolved on the event loop (one name per distinct offsets, not per cell); the cells
-        are encoded in the engine's worker threads, :data:`CELLS_PER_TASK` at a time, and put in order.
+        are encoded in the engine's worker threads, the ``link_cells_per_task`` setting at a time, and put in order.
         """
         writer = self.level.writer
         k = len(cells.cell_chunk)
@@ -234,18 +231,19 @@ class LinkWriter:
             for out, c, blob in blobs:
                 await out.put(writer, chunks[c], blob)
 
-        await ordered_map([range(i, min(i + CELLS_PER_TASK, k)) for i in range(0, k, CELLS_PER_TASK)],
+        per = tuning().link_cells_per_task
+        await ordered_map([range(i, min(i + per, k)) for i in range(0, k, per)],
                           encode, store)
 
     async def add_deferred(self, chunks: np.ndarray, vi: np.ndarray) -> None:
         """Queue undirected records (``chunks`` (M, L, ndim), ``vi`` (M, L)) that fill whole cells; they are
-        placed and uploaded together once :data:`DEFERRED_RECORDS` wait, or at :meth:`flush`.  A streamed
-        write files a few records under each of its chunks, and one placement and upload round per chunk
-        cost more than the chunk's rows."""
+        placed and uploaded together once ``deferred_link_records`` (a setting; ~64 bytes each) wait, or at
+        :meth:`flush`.  A streamed write files a few records under each of its chunks, and one placement and
+        upload round per chunk cost more than the chunk's rows."""
         if len(vi):
             self._deferred.append((chunks, vi))
             self._deferred_n += len(vi)
-            if self._deferred_n >= DEFERRED_RECORDS:
+            if self._deferred_n >= tuning().deferred_link_records:
                 await self.flush()
 
     async def flush(self) -> None:

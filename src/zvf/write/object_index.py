@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from ..format import builders
 from ..format import metadata as md
@@ -32,8 +33,6 @@ from .store_writer import (
 )
 
 ZSTD = CellCodec.for_writing("zstd")
-INNER_ROWS = 64
-SHARD_ROWS = 65536
 LAYOUTS = ("sharded", "reference")
 
 
@@ -47,8 +46,9 @@ def manifests_layout(num_objects: int, layout: str) -> tuple[CellCodec, int]:
     check_layout(layout)
     if layout == "reference":
         return ZSTD, max(1, min(num_objects, md.MANIFEST_ROW_CHUNK))
-    rows = min(SHARD_ROWS, max(INNER_ROWS, -(-num_objects // INNER_ROWS) * INNER_ROWS))
-    return dataclasses.replace(ZSTD, shard=(rows,), inner_rows=INNER_ROWS), rows
+    inner, most = tuning().manifest_inner_rows, tuning().manifest_shard_rows
+    rows = min(most, max(inner, -(-num_objects // inner) * inner))
+    return dataclasses.replace(ZSTD, shard=(rows,), inner_rows=inner), rows
 
 
 async def put_object_index(writer: StoreWriter, level: int, object_row: np.ndarray, coords: np.ndarray,

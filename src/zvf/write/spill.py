@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, StoreExistsError
 from ..format.grid import dense_ids
 from ..format.rows import RowLayout
@@ -29,11 +30,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-
-# Rows buffered before a sorted run goes to disk, for every spilling writer (points and objects, in one
-# process or a routing task): flushing a run briefly holds ~3x its buffer; at 32 MiB 200 k streamlines peak
-# at ~2x their input (64 MiB: ~3x) at the same speed.
-SPILL_BYTES = 32 << 20
 
 
 @dataclass
@@ -116,10 +112,11 @@ class RunSpill:
     order, what a stable sort of everything pushed would give.
     """
 
-    def __init__(self, directory: str, prefix: str, spill_bytes: int = SPILL_BYTES):
+    def __init__(self, directory: str, prefix: str, spill_bytes: int | None = None):
         self.dir = directory
         self.prefix = prefix
-        self.spill_bytes = int(spill_bytes)
+        # flushing a run briefly holds ~3x its buffer: at 32 MiB 200 k streamlines peak at ~2x their input
+        self.spill_bytes = int(tuning().spill_bytes if spill_bytes is None else spill_bytes)
         self.schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         self.columns: dict[str, _Column] = {}
         self.rows_on_disk = 0

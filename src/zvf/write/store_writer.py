@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 import numpy as np
 
+from ..config import tuning
 from ..errors import (
     ForeignDataError,
     FormatError,
@@ -90,8 +91,6 @@ class ByteBudget:
                 self._cond.notify_all()
 
 
-#: Most blobs one uploader stores per worker-thread call where the executor batches puts.
-PUT_BATCH = 64
 #: A cell's stored bytes: ``bytes``, or a 1-D uint8 array where it was framed in place (``level.put_rows``).
 Blob = bytes | np.ndarray
 
@@ -260,7 +259,8 @@ class StoreWriter:
             while self._queue:
                 # two or more at once (a thread hop costs about one async put), at most an even share of
                 # what waits, so the other uploaders get blobs too
-                n = min(len(self._queue), PUT_BATCH, max(2, -(-len(self._queue) // max(1, self.ex.concurrency))))
+                share = -(-len(self._queue) // max(1, self.ex.concurrency))
+                n = min(len(self._queue), tuning().put_batch, max(2, share))
                 if batch and n > 1:
                     await self._upload_batch([self._queue.popleft() for _ in range(n)])
                 else:
@@ -321,8 +321,6 @@ class StoreWriter:
 
 #: Worker threads encoding cells (numpy gathers, joins and compressors release the GIL).
 ENCODE_WORKERS = min(4, os.cpu_count() or 1)
-#: Rows of a sharded vlen array (manifests) framed and compressed per work item (see ``write_vlen_1d``).
-PIECE_ROWS = 8192
 
 
 Item = TypeVar("Item")
@@ -513,8 +511,8 @@ async def write_vlen_1d(writer: StoreWriter, path: str, items: Any, chunk: int, 
     packed = getattr(items, "packed", None)
     compress = dense_codec(codec)  # the compressors alone, for frames built here
     # work pieces (stored object, first row, end row): a shard's inner chunks are framed and compressed
-    # PIECE_ROWS at a time, so a level with a few big shards still keeps every encode worker busy
-    step = chunk if codec.shard is None or packed is None else max(per, PIECE_ROWS // per * per)
+    # the piece_rows setting at a time, so a level with a few big shards still keeps every encode worker busy
+    step = chunk if codec.shard is None or packed is None else max(per, tuning().piece_rows // per * per)
     pieces = [(c, a, min(a + step, (c + 1) * chunk, n))
               for c in range(-(-n // chunk) if n else 0) for a in range(c * chunk, min((c + 1) * chunk, n), step)]
 

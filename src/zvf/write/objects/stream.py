@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Unpack
 import anyio
 import numpy as np
 
+from ...config import tuning
 from ...errors import InvalidArgumentError
 from ...format.grid import extremes
 from ...format.layout import LevelLayout
 from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
 from ..level import fragment_shard, level0, run_starts
-from ..spill import SPILL_BYTES, ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
+from ..spill import ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
 from ..store_writer import StoreWriter, add_level0_documents
 from ..types import WriteSummary
 from .cells import (
@@ -74,9 +75,6 @@ if TYPE_CHECKING:
 
 # name -> (dtype, row shape) of a batch's named columns
 Schema: TypeAlias = "dict[str, tuple[np.dtype, tuple[int, ...]]]"
-
-# Half the point stream's upload queue: at this size 200 k streamlines peak at ~2x their input.
-UPLOAD_BYTES = 32 << 20
 
 _KEYS = {
     "polylines": ("polylines", {"polylines", "attributes", "object_attributes"}),
@@ -291,9 +289,11 @@ class _PathSpill(_Pass1):
 
 
 async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry: str, chunk_shape: Shape,
-                             spill_dir: SpillDir = None, spill_bytes: int = SPILL_BYTES,
-                             upload_bytes: int = UPLOAD_BYTES, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
+                             spill_dir: SpillDir = None, spill_bytes: int | None = None,
+                             upload_bytes: int | None = None, **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """Polylines/streamlines (``geometry``) or lines (``geometry="line"``) from batches; the in-memory bytes."""
+    spill_bytes = tuning().spill_bytes if spill_bytes is None else spill_bytes
+    upload_bytes = tuning().upload_bytes if upload_bytes is None else upload_bytes
     kind = "lines" if geometry == "line" else "polylines"
     if kind == "polylines" and geometry not in ("polyline", "streamline"):
         raise InvalidArgumentError(f"geometry_type must be 'polyline' or 'streamline', got {geometry!r}")
@@ -465,10 +465,12 @@ def check_roots(roots: list[np.ndarray]) -> None:
 
 
 async def write_connected_stream(target: Target, batches: ObjectBatches, *, geometry: str, chunk_shape: Shape,
-                                 spill_dir: SpillDir = None, spill_bytes: int = SPILL_BYTES,
-                                 upload_bytes: int = UPLOAD_BYTES,
+                                 spill_dir: SpillDir = None, spill_bytes: int | None = None,
+                                 upload_bytes: int | None = None,
                                  **options: Unpack[ObjectWriteOptions]) -> WriteSummary:
     """A graph, skeleton or mesh (``geometry``) from batches; the in-memory writer's bytes."""
+    spill_bytes = tuning().spill_bytes if spill_bytes is None else spill_bytes
+    upload_bytes = tuning().upload_bytes if upload_bytes is None else upload_bytes
     cfg, level_layout, codec, chunk_given, bin_given, dt, frag_attrs = _setup(chunk_shape, options, spill_bytes)
     ndim = level_layout.ndim
     skeleton = geometry == "skeleton"

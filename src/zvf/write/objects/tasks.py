@@ -45,12 +45,12 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 
+from ...config import tuning
 from ...errors import FormatError, InvalidArgumentError
 from ...format.grid import row_positions
 from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
 from ..jobs import (
-    ROWS_PER_TASK,
     CellWriter,
     CommitWriter,
     GridPlan,
@@ -65,7 +65,6 @@ from ..jobs import (
     upload_spill,
 )
 from ..level import LevelWriter, fragment_shard, level0
-from ..spill import SPILL_BYTES
 from ..store_writer import add_level0_documents
 from ..types import WriteConfig, WriteSummary
 from . import cells as cell_writers
@@ -82,9 +81,11 @@ def _schema(schema: Schema) -> dict[str, list[Any]]:
 # ----------------------------------------------------------------------------- 1. route
 
 
-def route_objects(job: WriteJob, index: int, batches: Iterable[Any], *, spill_bytes: int = SPILL_BYTES
+def route_objects(job: WriteJob, index: int, batches: Iterable[Any], *, spill_bytes: int | None = None
                   ) -> dict[str, Any]:
-    """Spill one source's vertex rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary."""
+    """Spill one source's vertex rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary
+    (``spill_bytes``: default, this process's ``spill_bytes`` setting)."""
+    spill_bytes = tuning().spill_bytes if spill_bytes is None else spill_bytes
     return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
 
 
@@ -198,7 +199,7 @@ def _located(chunks: np.ndarray, summaries: list[dict[str, Any]], key: str, ndim
 
 
 def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict[str, Any]], *,
-                 rows_per_task: int = ROWS_PER_TASK) -> ObjectPlan:
+                 rows_per_task: int | None = None) -> ObjectPlan:
     """Check the sources agree, lay the grid out and cut the chunks into task groups (on the driver)."""
     level_layout = job.layout(with_ids=True)
     ndim = level_layout.ndim
@@ -220,7 +221,8 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict[str, Any]
     for s, idx in zip(summaries, spilled):
         rows[idx] += s["counts"]
     codec = job.codec()
-    groups = chunk_groups(chunks, rows, origin, codec.shard, rows_per_task)
+    groups = chunk_groups(chunks, rows, origin, codec.shard,
+                          tuning().rows_per_task if rows_per_task is None else rows_per_task)
     attrs: dict[str, list[Any]] = next((s["attributes"] for s in summaries if s["n"]), {})
     plan = ObjectPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in attrs.items()}, lo, hi, origin,
                       grid_shape, chunks, groups, spilled,

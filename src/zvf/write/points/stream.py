@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, Unpack
 import anyio
 import numpy as np
 
+from ...config import tuning
 from ...errors import InvalidArgumentError
 from ...format.codecs import CellCodec
 from ...format.fragments import FragmentIndex
@@ -39,7 +40,7 @@ from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
 from ..level import level0, put_rows, shard_tuple
 from ..partition import Partition, partition
-from ..spill import SPILL_BYTES, ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
+from ..spill import ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
 from ..store_writer import StoreWriter
 from ..types import WriteSummary
 from .level import PointExtras, manifest_rows, publish_level
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
     from ...io.store import Target
     from ..types import Bounds, FragmentColumns, PointBatch, PointBatches, Shape, SpillDir, WriteOptions
 
-
-UPLOAD_BYTES = 64 << 20  # encoded cells queued for upload at once
 
 _BATCH_KEYS = {"positions", "attributes", "object_ids"}
 
@@ -74,7 +73,7 @@ class Spill:
     """A point cloud's rows spilled to local files in chunk-sorted runs (see the module docstring)."""
 
     def __init__(self, directory: str, level_layout: LevelLayout, dtype: np.dtype | None, bounds: Bounds | None, *,
-                 implicit_ids: bool, spill_bytes: int = SPILL_BYTES):
+                 implicit_ids: bool, spill_bytes: int | None = None):
         self.ndim = level_layout.ndim
         self.layout = level_layout  # its placement rule is the first batch's (by bin until then)
         self.dtype = dtype  # None: the first batch's float dtype, then every batch is cast to it
@@ -178,7 +177,7 @@ class Spill:
 
 
 async def write_points_stream(target: Target, batches: PointBatches, *, chunk_shape: Shape, spill_dir: SpillDir = None,
-                              spill_bytes: int = SPILL_BYTES, upload_bytes: int = UPLOAD_BYTES,
+                              spill_bytes: int | None = None, upload_bytes: int | None = None,
                               fragment_attributes: FragmentColumns | None = None,
                               **options: Unpack[WriteOptions]) -> WriteSummary:
     """Write a point cloud from batches of unknown total size; same store as ``write_points``.
@@ -187,8 +186,11 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
     "object_ids": (n,)}`` or a bare positions array.  ``spill_dir`` holds the
     temporary files (default: the system temp dir).  Without ``dtype`` the
     first batch's float dtype is stored (see :func:`zvf.write.inputs.batch_dtype`).  ``fragment_attributes``
-    as for ``write_points`` (held in memory: one row per fragment of the chunks given).
+    as for ``write_points`` (held in memory: one row per fragment of the chunks given).  ``spill_bytes``,
+    ``upload_bytes``: default, the :mod:`zvf.config` settings of those names.
     """
+    spill_bytes = tuning().spill_bytes if spill_bytes is None else spill_bytes
+    upload_bytes = tuning().upload_bytes if upload_bytes is None else upload_bytes
     cfg = inputs.streamed_config(chunk_shape, options, spill_bytes)
     assert not isinstance(chunk_shape, str)  # streamed_config refused "auto"
     unfiled = LevelLayout.for_writing(chunk_shape, cfg.bin_shape, with_ids=False)

@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 
+from ...config import tuning
 from ...errors import FormatError, InvalidArgumentError
 from ...format import builders
 from ...format.fragments import FragmentIndex
 from ...format.grid import row_positions
 from .. import inputs
 from ..jobs import (
-    ROWS_PER_TASK,
     CellWriter,
     CommitWriter,
     GridPlan,
@@ -76,8 +76,10 @@ if TYPE_CHECKING:
 
 
 def route_source(job: WriteJob, index: int, batches: Iterable[PointBatch], *,
-                 spill_bytes: int = 64 << 20) -> dict[str, Any]:
-    """Spill one source's rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary."""
+                 spill_bytes: int | None = None) -> dict[str, Any]:
+    """Spill one source's rows, sorted by chunk, to ``<job>/spill/<index>.bin``; returns its summary
+    (``spill_bytes``: default, this process's ``spill_bytes`` setting)."""
+    spill_bytes = tuning().spill_bytes if spill_bytes is None else spill_bytes
     return anyio.run(_route, job, index, batches, spill_bytes, backend="asyncio")
 
 
@@ -119,7 +121,7 @@ class CellPlan(GridPlan):
     uniq: np.ndarray | None
 
 
-def plan_cells(job: WriteJob, summaries: list[dict[str, Any]], *, rows_per_task: int = ROWS_PER_TASK) -> CellPlan:
+def plan_cells(job: WriteJob, summaries: list[dict[str, Any]], *, rows_per_task: int | None = None) -> CellPlan:
     """Check the sources agree (dtype, attributes, ids) and cut the chunks into task groups."""
     ndim = len(job.chunk_shape)
     full = [s for s in summaries if s["n"]] or summaries[:1]
@@ -146,7 +148,8 @@ def plan_cells(job: WriteJob, summaries: list[dict[str, Any]], *, rows_per_task:
     rows = np.zeros(len(chunks), np.int64)
     for s, idx in zip(summaries, at):
         rows[idx] += s["counts"]
-    groups = chunk_groups(chunks, rows, origin, job.codec().shard, rows_per_task)
+    groups = chunk_groups(chunks, rows, origin, job.codec().shard,
+                          tuning().rows_per_task if rows_per_task is None else rows_per_task)
     uniq = None
     if explicit:
         uniq = np.unique(np.concatenate([s["ids"] for s in summaries if "ids" in s] or [np.zeros(0, np.int64)]))
