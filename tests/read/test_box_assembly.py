@@ -135,3 +135,17 @@ async def test_box_with_ids_ball_where_and_empty_chunks(tmp_path):
             assert np.array_equal(sel.positions[key], pos[truth][want])
             assert np.array_equal(sel.object_ids[key], oid[truth][want])
             assert np.array_equal(np.sort(sel.attributes["val"]), np.sort(val[truth]))
+
+
+async def test_count_of_a_box_ending_just_below_a_bins_last_value(tmp_path):
+    """A float32 bin whose next edge (0.7 = 7 x 0.1 in float64) rounds down to float32 0.69999999 holds that
+    value: a box ending one float32 below it does not cover the bin, so count() reads the rows (it said 3)."""
+    top = np.float32(0.7)
+    assert float(top) < 7 * 0.1
+    pos = np.array([[top, 0.05, 0.05], [0.65, 0.05, 0.05], [0.61, 0.05, 0.05]], np.float32)
+    path = str(tmp_path / "edge.zarrvectors")
+    zvf.write_points(path, pos, chunk_shape=(0.4,) * 3, bin_shape=(0.1,) * 3, bounds=([0] * 3, [0.8] * 3))
+    ds = await zvf.aio.open(path)
+    box = ((0.6, 0.0, 0.0), (float(np.nextafter(top, np.float32(-1))), 0.1, 0.1))
+    assert await ds.select(bbox=box).count() == len(await ds.query(box)) == 2
+    assert await ds.select(bbox=((0.6, 0.0, 0.0), (float(top), 0.1, 0.1))).count() == 3

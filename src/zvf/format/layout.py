@@ -246,7 +246,9 @@ class LevelLayout:
         vdt = np.dtype(dtype)
         first, top = absolute * bs, (absolute + 1) * bs
         if vdt.kind == "f" and vdt.itemsize < 8:
-            last = np.nextafter(top.astype(vdt), np.asarray(-np.inf, vdt)).astype(np.float64)
+            near = top.astype(vdt)  # the dtype's nearest to the next edge: the bin's last value when below it
+            last = np.where(near.astype(np.float64) < top, near, np.nextafter(near, np.asarray(-np.inf, vdt)))
+            last = last.astype(np.float64)
         else:
             down, up = np.float64(-np.inf), np.float64(np.inf)
             first = np.nextafter(np.nextafter(first, down), down)
