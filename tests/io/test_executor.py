@@ -3,6 +3,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from zvf.config import tuned
 from zvf.errors import (
     InvalidArgumentError,
     ReadOnlyError,
@@ -366,6 +367,16 @@ def test_cache_budget_from_constructor():
     ex.put_cached("meta", "a", b"1234")
     ex.put_cached("meta", "b", b"12")
     assert ex.get_cached("meta", "a") is None and ex.get_cached("meta", "b") == b"12"
+
+
+def test_io_settings_are_read_when_used():
+    """zvf.config's io settings apply to the executors, retry policies and plans made or run in the block."""
+    with tuned(max_retries=2, init_backoff=0.001, meta_cache_bytes=4, other_cache_bytes=3, max_width=40):
+        assert RetryPolicy().max_retries == 2 and RetryPolicy().init_backoff == 0.001
+        _, ex = make(concurrency=8, retry=RetryPolicy(), concurrency_auto=True)
+        assert ex.cache("meta").budget == 4 and ex.cache("elsewhere").budget == 3
+        assert ex.plan_width(1000) == 40
+    assert RetryPolicy().max_retries == 6 and ex.plan_width(1000) == 256  # the defaults again
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -8,8 +8,9 @@ import re
 import numpy as np
 import pytest
 
+from zvf.config import tuning
 from zvf.errors import InvalidArgumentError
-from zvf.io.executor import GET_BATCH, Executor
+from zvf.io.executor import Executor
 from zvf.io.store import open_store
 
 
@@ -27,7 +28,7 @@ async def _filled(url: str, items) -> Executor:
 
 @pytest.mark.parametrize("where", ["memory", "local", "local read-only"])
 async def test_get_many_returns_every_object_in_order_and_none_for_missing(where, tmp_path):
-    items = _items(5 * GET_BATCH)
+    items = _items(5 * tuning().get_batch)
     url = "memory://" if where == "memory" else str(tmp_path / "s")
     ex = await _filled(url, items)
     if where == "local read-only":
@@ -45,7 +46,7 @@ async def test_get_many_returns_every_object_in_order_and_none_for_missing(where
 
 
 async def test_get_many_reports_a_failure_through_get_naming_the_key():
-    items = _items(2 * GET_BATCH)
+    items = _items(2 * tuning().get_batch)
     ex = await _filled("memory://", items)
     keys = [k for k, _ in items]
     keys[5] = "bad/../key"
@@ -54,7 +55,7 @@ async def test_get_many_reports_a_failure_through_get_naming_the_key():
 
 
 async def test_get_many_without_blocking_gets_goes_one_get_each(monkeypatch):
-    items = _items(3 * GET_BATCH)
+    items = _items(3 * tuning().get_batch)
     ex = await _filled("memory://", items)
     monkeypatch.setattr(ex.transport, "blocking_gets", False)
     assert not ex.batch_gets

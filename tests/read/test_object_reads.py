@@ -14,10 +14,11 @@ import pytest
 import zvf
 import zvf.aio
 from zvf.aio import AsyncDataset
+from zvf.config import tuning
 from zvf.errors import FormatError
 from zvf.format.codecs import CellCodec, zstd_decompress, zstd_decompress_many
 from zvf.format.vlen import decode_vlen_frames, decode_vlen_spans, encode_vlen
-from zvf.io.executor import MAX_WIDTH, Executor
+from zvf.io.executor import Executor
 from zvf.io.store import StoreHandle, open_store
 from zvf.read import load
 from zvf.testing import MemoryTransport
@@ -310,12 +311,12 @@ def test_plan_width_rules():
     h.concurrency_auto = True
     ex = Executor(h)
     assert ex.plan_width(10, 10) == 32  # small plans: the default
-    assert ex.plan_width(1024, 1024 * 1000) == MAX_WIDTH  # many small requests: latency-bound, run wide
+    assert ex.plan_width(1024, 1024 * 1000) == tuning().max_width  # many small requests: latency-bound, run wide
     assert ex.plan_width(1024, 1024 * 10_000_000) == 32  # a few huge ones: bandwidth-bound, the default
     assert ex.plan_width(1024, 1024 * 100_000) == 80  # 4 x 1024 x 20 ms x 100 MB/s / 100 MB
     assert ex.widen(1024, 1024 * 100_000) == 80 and ex.limiter.total_tokens == 80
     assert ex.widen(10) == 80  # never shrinks
-    assert ex.plan_width(1024) == MAX_WIDTH and ex.plan_width(100) == 100  # sizes unknown: latency-bound
+    assert ex.plan_width(1024) == tuning().max_width and ex.plan_width(100) == 100  # sizes unknown: latency-bound
     assert Executor(h, concurrency=8).plan_width(1024, 1) == 8  # an explicit concurrency wins
 
 
@@ -336,7 +337,7 @@ async def test_many_ranges_run_wide():
 
     got = await ex.read_ranges([ByteRange(k, 0, 50) for k in data])
     assert all(len(g) == 50 for g in got)
-    assert ex.stats.max_inflight > 8 and ex.concurrency == MAX_WIDTH
+    assert ex.stats.max_inflight > 8 and ex.concurrency == tuning().max_width
 
 
 # ---------------------------------------------------------------- consolidated root

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, ReadOnlyError, RemoteError, StoreNotFoundError
 from . import fork
 from .options import obstore_retry_config
@@ -252,8 +253,9 @@ def aws_credentials_check(config: dict[str, Any], url: str) -> Callable[[], None
     """The check an S3 store without credentials runs before its first request (None: it has some).
 
     Without credentials obstore asks the EC2 metadata endpoint, and off EC2 every request then waits for
-    that endpoint's timeout (30 s each) before failing with its URL.  A 1 s probe tells the two cases
-    apart, as the AWS SDKs do.  The probe blocks: the transport runs it in a worker thread.
+    that endpoint's timeout (30 s each) before failing with its URL.  A short probe tells the two cases
+    apart (``metadata_probe_seconds`` of :mod:`zvf.config`), as the AWS SDKs do.  The probe blocks: the
+    transport runs it in a worker thread.
     """
     if config.get("skip_signature") or config.get("access_key_id") or any(os.environ.get(k)
                                                                             for k in _AWS_CREDENTIAL_ENV):
@@ -263,7 +265,8 @@ def aws_credentials_check(config: dict[str, Any], url: str) -> Callable[[], None
 
 
 def _probe_instance_metadata(endpoint: str, url: str) -> None:
-    """Return if an instance metadata service answers at ``endpoint`` within 1 s, else raise RemoteError."""
+    """Return if an instance metadata service answers at ``endpoint`` in time, else raise RemoteError."""
+    wait = tuning().metadata_probe_seconds
     import urllib.error
     import urllib.request
 
@@ -271,7 +274,7 @@ def _probe_instance_metadata(endpoint: str, url: str) -> None:
                                    headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
     try:
-        with opener.open(probe, timeout=1.0):
+        with opener.open(probe, timeout=wait):
             return
     except urllib.error.HTTPError as e:
         if e.code in (400, 401, 405):  # a metadata service that wants IMDSv1 or another token call
@@ -281,7 +284,7 @@ def _probe_instance_metadata(endpoint: str, url: str) -> None:
     raise RemoteError(
         f"no AWS credentials found for {url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, pass "
         f"storage_options access_key_id/secret_access_key, or skip_signature=True for a public bucket "
-        f"(no instance metadata service answered within 1 s)")
+        f"(no instance metadata service answered within {wait:g} s)")
 
 
 # Azurite's fixed development account and key (public, documented by Microsoft; not a secret).

@@ -19,21 +19,22 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from .stats import Stats
 
-__all__ = ["DEFAULT_CACHE_BYTES", "ByteLRU", "Caches", "SingleFlight"]
+__all__ = ["ByteLRU", "Caches", "SingleFlight", "default_cache_bytes"]
 
 T = TypeVar("T")
 
-DEFAULT_CACHE_BYTES: dict[str, int] = {
-    "meta": 8 * 1024 * 1024,
-    "shard_index": 64 * 1024 * 1024,
-    "fragment_index": 64 * 1024 * 1024,
-    "manifest": 32 * 1024 * 1024,
-    "shard": 64 * 1024 * 1024,
-}
-_DEFAULT_NAMESPACE_BYTES = 16 * 1024 * 1024
+
+
+def default_cache_bytes() -> dict[str, int]:
+    """Byte budget of each cache namespace in effect (:mod:`zvf.config`; other namespaces: ``other_cache_bytes``)."""
+    t = tuning()
+    return {"meta": t.meta_cache_bytes, "shard_index": t.shard_index_cache_bytes,
+            "fragment_index": t.fragment_index_cache_bytes, "manifest": t.manifest_cache_bytes,
+            "shard": t.shard_cache_bytes}
 
 
 class ByteLRU:
@@ -202,10 +203,10 @@ class Caches:
         self.flights = flights
 
     def __getitem__(self, namespace: str) -> ByteLRU:
-        """The LRU of ``namespace`` (made with the default budget on first use)."""
+        """The LRU of ``namespace`` (made with ``other_cache_bytes`` on first use)."""
         c = self.lrus.get(namespace)
         if c is None:
-            c = self.lrus[namespace] = ByteLRU(_DEFAULT_NAMESPACE_BYTES)
+            c = self.lrus[namespace] = ByteLRU(tuning().other_cache_bytes)
         return c
 
     def get(self, namespace: str, key: Any) -> Any:

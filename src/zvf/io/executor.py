@@ -30,7 +30,7 @@ Concurrency from the plan: unless ``concurrency`` was given (storage option or
 argument), a remote store's limit grows with the work asked of it.  A plan of
 ``n`` requests moving ``b`` bytes gets enough requests in flight that its
 round trips cost at most a quarter of its transfer time: ``4 * n * latency_hint
-* bandwidth_hint / b``, between the scheme default and ``min(n, MAX_WIDTH)``.
+* bandwidth_hint / b``, between the scheme default and ``min(n, max_width)`` (:mod:`zvf.config`).
 Many small requests (latency-bound) thus run wide, a few big ones (bandwidth-
 bound) stay at the default; a plan of unknown sizes (``map``) is taken as
 latency-bound.  The limiter stays one per executor; it only grows.
@@ -61,9 +61,10 @@ from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 
+from ..config import tuning
 from ..errors import DatasetClosedError, InvalidArgumentError, ReadOnlyError, RemoteError, TransientError
 from . import fork
-from .cache import DEFAULT_CACHE_BYTES, ByteLRU, Caches, SingleFlight
+from .cache import ByteLRU, Caches, SingleFlight, default_cache_bytes
 from .plan import ByteRange, Request, coalesce, scatter
 from .retry import RetryPolicy
 from .stats import Stats
@@ -74,8 +75,6 @@ __all__ = ["Executor"]
 T = TypeVar("T")
 _log = logging.getLogger("zvf.io")  # a child of "zvf": request traces at DEBUG
 
-MAX_WIDTH = 256  # requests in flight a plan may ask for (connection pools and servers cap useful width)
-GET_BATCH = 16  # fewest keys per worker-thread call of get_many (a thread hop costs about a few local gets)
 
 
 #: Operations whose completion a dataset's pin is told of (see ``Executor.pin``).
@@ -112,7 +111,7 @@ class Executor:
         self._multi_lock = anyio.Lock()
         self.stats = Stats()
         self.flights = SingleFlight(self.stats)
-        self.caches = Caches({**DEFAULT_CACHE_BYTES, **(cache_bytes or {})}, self.stats, self.flights)
+        self.caches = Caches({**default_cache_bytes(), **(cache_bytes or {})}, self.stats, self.flights)
         self._rng = random.Random(seed)
         #: the version a reading dataset is pinned to (``zvf.read.pin``): told of every read request that
         #: completed, so bytes of a version no longer kept never reach the reader
@@ -254,16 +253,16 @@ class Executor:
         """Requests in flight for a plan of ``n_requests`` moving ``nbytes`` (see module docstring).
 
         ``nbytes`` None (a plan of unknown sizes, e.g. ``map`` over cells): taken as
-        latency-bound, ``min(n, MAX_WIDTH)`` -- the bytes seen so far (whole manifest
+        latency-bound, ``min(n, max_width)`` -- the bytes seen so far (whole manifest
         shards, documents) say little about the requests to come.
         """
         if not self.auto_width or n_requests <= self.concurrency:
             return self.concurrency
         if nbytes is None:
-            return min(n_requests, MAX_WIDTH)
+            return min(n_requests, tuning().max_width)
         h = self.handle
         need = 4 * n_requests * h.latency_hint * h.bandwidth_hint / max(float(nbytes), 1.0)
-        return int(min(n_requests, MAX_WIDTH, max(self.concurrency, -(-need // 1))))
+        return int(min(n_requests, tuning().max_width, max(self.concurrency, -(-need // 1))))
 
     def widen(self, n_requests: int, nbytes: float | None = None) -> int:
         """Grow the store-wide limit to :meth:`plan_width` (never shrinks it); returns the limit."""
@@ -339,14 +338,14 @@ class Executor:
 
     async def get_many(self, keys: Sequence[str]) -> builtins.list[bytes | memoryview | None]:
         """Whole objects of ``keys``, in order (None where missing), concurrently.  Where the transport
-        allows blocking gets (:attr:`batch_gets`), in runs of at least ``GET_BATCH`` keys, each one
+        allows blocking gets (:attr:`batch_gets`), in runs of at least ``get_batch`` (:mod:`zvf.config`) keys, each one
         worker-thread call under one limiter token; whatever a run did not fetch (from its first failure
         on) goes through :meth:`get`, with its retries and errors."""
         keys = list(keys)
         get_batch = getattr(self.transport, "get_batch", None)
         if len(keys) < 2 or get_batch is None or not self.batch_gets or _log.isEnabledFor(logging.DEBUG):
             return builtins.list(await self.gather([self.get_view(k) for k in keys]))
-        per = max(GET_BATCH, -(-len(keys) // self.concurrency))
+        per = max(tuning().get_batch, -(-len(keys) // self.concurrency))
         out: builtins.list[bytes | memoryview | None] = [None] * len(keys)
 
         async def run(lo: int) -> None:

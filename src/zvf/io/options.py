@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict, get_type_hints
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -226,14 +227,15 @@ def split(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[st
 
 def obstore_retry_config(zvf: dict[str, Any]) -> RetryConfig:
     """obstore's own retry settings: none unless ``transport_retries`` asks for some."""
+    t = tuning()
     cfg: RetryConfig = {
         "max_retries": int(zvf.get("transport_retries", 0)),
-        "retry_timeout": timedelta(seconds=float(zvf.get("retry_timeout", 30.0))),
+        "retry_timeout": timedelta(seconds=float(zvf.get("retry_timeout", t.retry_timeout))),
     }
     if "transport_retries" in zvf:
         cfg["backoff"] = {
-            "init_backoff": timedelta(seconds=float(zvf.get("init_backoff", 0.05))),
-            "max_backoff": timedelta(seconds=float(zvf.get("max_backoff", 5.0))),
-            "base": float(zvf.get("backoff_base", 2.0)),
+            "init_backoff": timedelta(seconds=float(zvf.get("init_backoff", t.init_backoff))),
+            "max_backoff": timedelta(seconds=float(zvf.get("max_backoff", t.max_backoff))),
+            "base": float(zvf.get("backoff_base", t.backoff_base)),
         }
     return cfg

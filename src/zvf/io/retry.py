@@ -10,8 +10,9 @@ after the first attempt; then :class:`~zvf.errors.RemoteError` naming the key.  
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..config import tuning
 from ..errors import RemoteError, TransientError
 
 __all__ = ["RetryPolicy"]
@@ -19,7 +20,7 @@ __all__ = ["RetryPolicy"]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How the executor retries transient failures (exponential backoff, full jitter).
+    """How the executor retries transient failures (exponential backoff, full jitter; defaults: :mod:`zvf.config`).
 
     A request is tried at most ``1 + max_retries`` times and no retry starts
     if its backoff would end later than ``retry_timeout`` seconds after the
@@ -27,11 +28,11 @@ class RetryPolicy:
     (obstore default 30 s), so the worst case is about retry_timeout + timeout.
     """
 
-    max_retries: int = 6
-    retry_timeout: float = 30.0
-    init_backoff: float = 0.05
-    max_backoff: float = 5.0
-    backoff_base: float = 2.0
+    max_retries: int = field(default_factory=lambda: tuning().max_retries)
+    retry_timeout: float = field(default_factory=lambda: tuning().retry_timeout)
+    init_backoff: float = field(default_factory=lambda: tuning().init_backoff)
+    max_backoff: float = field(default_factory=lambda: tuning().max_backoff)
+    backoff_base: float = field(default_factory=lambda: tuning().backoff_base)
 
     def backoff(self, attempt: int) -> float:
         """Upper bound of the sleep before retry number ``attempt`` (1-based)."""

@@ -177,13 +177,8 @@ def _handle(backend: Backend, *, mode: str, zvf: dict[str, Any]) -> StoreHandle:
     for k in ("concurrency", "coalesce_gap", "coalesce_max", "latency_hint", "bandwidth_hint"):
         if k in zvf:
             settings[k] = zvf[k]
-    retry = RetryPolicy(
-        max_retries=int(zvf.get("max_retries", RetryPolicy.max_retries)),
-        retry_timeout=float(zvf.get("retry_timeout", RetryPolicy.retry_timeout)),
-        init_backoff=float(zvf.get("init_backoff", RetryPolicy.init_backoff)),
-        max_backoff=float(zvf.get("max_backoff", RetryPolicy.max_backoff)),
-        backoff_base=float(zvf.get("backoff_base", RetryPolicy.backoff_base)),
-    )
+    retry = RetryPolicy(**{k: zvf[k] for k in ("max_retries", "retry_timeout", "init_backoff", "max_backoff",
+                                                 "backoff_base") if k in zvf})
     _settle_obstore_at_exit()
     transport: Any = ObstoreTransport(backend.store, prefix=backend.prefix, secrets=backend.secrets, label=url,
                                       remake=backend.remake, check=backend.check)

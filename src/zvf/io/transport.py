@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, runti
 
 import anyio
 
+from ..config import tuning
 from ..errors import (
     ConcurrentModificationError,
     FormatError,
@@ -69,13 +70,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-#: seconds a cancelled caller waits for its obstore request to finish before abandoning it
-SETTLE_SECONDS = 5.0
-
-
 async def _settled(call: Any) -> Any:
     """Await one obstore request; when the caller is cancelled (an error elsewhere, Ctrl-C), let the
-    request finish first (up to ``SETTLE_SECONDS``).
+    request finish first (up to ``zvf.config`` ``settle_seconds``).
 
     obstore completes a request from its own threads by posting to the event loop: a request still
     running when its loop closes (a CLI command or ``asyncio.run`` ending on an error) posts to a
@@ -87,7 +84,7 @@ async def _settled(call: Any) -> Any:
         return await asyncio.shield(fut)
     except BaseException:
         if not fut.done():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_SECONDS):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(tuning().settle_seconds):
                 await asyncio.wait({fut})
         if fut.done() and not fut.cancelled():
             fut.exception()  # retrieved: what propagates is the caller's own error or cancellation
