@@ -1,4 +1,4 @@
-"""zvf's exception types.
+"""zvf's exception and warning types.
 
 Every failure zvf reports is a ``ZvfError`` subclass whose message names the
 key, path or argument involved, so callers can catch one type and users can
@@ -111,3 +111,16 @@ class CallTimeoutError(ZvfError, TimeoutError):
 
 class ForkedProcessError(ZvfError, RuntimeError):
     """A forked child cannot use what zvf inherited from its parent (a store it cannot make again)."""
+
+
+class ZvfWarning(UserWarning):
+    """Base of the warnings zvf gives: ``warnings.filterwarnings("error", category=ZvfWarning)`` (or
+    ``-W error::zvf.errors.ZvfWarning``) makes every one of them an error."""
+
+
+class LayoutWarning(ZvfWarning):
+    """A given chunk_shape makes far more (and far smaller) cells than the data needs."""
+
+
+class PrecisionWarning(ZvfWarning):
+    """float32 positions (Neuroglancer's) lose more than the data's own resolution (see ``--offset``)."""

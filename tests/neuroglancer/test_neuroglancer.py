@@ -498,7 +498,7 @@ async def test_segment_properties_from_object_attributes_and_groups(tmp_path):
 
 
 async def test_offset_keeps_utm_precision_and_warns_without_it(tmp_path, recwarn):
-    from zvf.neuroglancer.coords import PrecisionWarning
+    from zvf.errors import PrecisionWarning
     from zvf.neuroglancer.state import viewer_state
 
     rng = np.random.default_rng(9)

@@ -13,13 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-
-SAMPLE = 65536  # coordinates per axis looked at to estimate the data's resolution
-
-
-class PrecisionWarning(UserWarning):
-    """float32 positions lose more than the data's own resolution (see ``--offset``)."""
+from ..config import tuning
+from ..errors import InvalidArgumentError, PrecisionWarning
 
 
 def resolve_offset(offset: str | Sequence[float] | None, lower: np.ndarray, upper: np.ndarray,
@@ -61,7 +56,7 @@ def resolution(positions: np.ndarray) -> float:
     """The data's resolution: the smallest gap between distinct values on any axis (of a sample)."""
     gaps = []
     for column in np.asarray(positions, dtype=np.float64).T:
-        values = np.unique(column[:: max(1, len(column) // SAMPLE)])
+        values = np.unique(column[:: max(1, len(column) // tuning().neuroglancer_resolution_sample)])
         if len(values) > 1:
             gaps.append(float(np.diff(values).min()))
     return min(gaps) if gaps else np.inf
