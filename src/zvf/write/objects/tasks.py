@@ -48,22 +48,9 @@ import numpy.typing as npt
 from ...config import tuning
 from ...errors import FormatError, InvalidArgumentError
 from ...format.grid import row_positions
-from .. import inputs, layout
+from .. import inputs, jobs, layout
 from ..fragment_attributes import FragmentAttributes
-from ..jobs import (
-    CellWriter,
-    CommitWriter,
-    GridPlan,
-    WriteJob,
-    add_source,
-    chunk_groups,
-    discard,
-    extent,
-    pack_summary,
-    read_spilled,
-    unpack_summary,
-    upload_spill,
-)
+from ..jobs import WriteJob
 from ..level import LevelWriter, fragment_shard, level0
 from ..store_writer import add_level0_documents
 from ..types import WriteConfig, WriteSummary
@@ -106,10 +93,10 @@ async def _route(job: WriteJob, index: int, batches: Iterable[Any], spill_bytes:
             sp = _PathSpill(tmp, level_layout, dt, job.bounds, "lines" if job.geometry == "line" else "polylines",
                             spill_bytes)
         try:
-            add_source(sp, batches, index)
+            jobs.add_source(sp, batches, index)
             sp.rows.finish(len(sp.chunks))
             coords = sp.chunks.coords()
-            columns, chunks, counts = await upload_spill(ex, f"{job.prefix}spill/{index:06d}.bin", sp.rows, coords)
+            columns, chunks, counts = await jobs.upload_spill(ex, f"{job.prefix}spill/{index:06d}.bin", sp.rows, coords)
             summary: dict[str, Any] = {
                 "n": int(sp.n_rows), "dtype": None if sp.dt.dt is None else np.dtype(sp.dt.dt).str,
                 "attributes": _schema(sp.state.get("attributes", {})),
@@ -123,7 +110,7 @@ async def _route(job: WriteJob, index: int, batches: Iterable[Any], spill_bytes:
                 def to_coords(name: str, col: np.ndarray) -> np.ndarray:  # chunk ids of this source -> coords
                     return coords[col] if name == "chunk" else col
 
-                summary["rec_columns"], summary["rec_chunks"], summary["rec_counts"] = await upload_spill(
+                summary["rec_columns"], summary["rec_chunks"], summary["rec_counts"] = await jobs.upload_spill(
                     ex, f"{job.prefix}records/{index:06d}.bin", sp.records, coords, to_coords)
                 summary.update({
                     "records": int(sp.n_records), "width": sp.width, "explicit_ids": sp.explicit_ids,
@@ -143,7 +130,7 @@ async def _route(job: WriteJob, index: int, batches: Iterable[Any], spill_bytes:
             sp.rows.close()
             if isinstance(sp, _ConnectedSpill):
                 sp.records.close()
-    await ex.put(f"{job.prefix}map/{index:06d}.npz", pack_summary(summary))
+    await ex.put(f"{job.prefix}map/{index:06d}.npz", jobs.pack_summary(summary))
     return summary
 
 
@@ -151,7 +138,7 @@ async def _route(job: WriteJob, index: int, batches: Iterable[Any], spill_bytes:
 
 
 @dataclass
-class ObjectPlan(GridPlan):
+class ObjectPlan(jobs.GridPlan):
     """An object write's plan: besides the layout and the cell tasks' chunk groups, what the commit
     needs -- paths: the runs; graphs, skeletons, meshes: the distinct object ids and the link layout."""
 
@@ -211,7 +198,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict[str, Any]
     n = int(sum(s["n"] for s in summaries))
     if not linked and not sum(s["objects"] for s in summaries) and job.geometry != "line":
         raise InvalidArgumentError("polylines is empty: nothing to write (0.9.2 refuses this too)")
-    lo, hi = extent(job, summaries)
+    lo, hi = jobs.extent(job, summaries)
     every = [s["coords"].reshape(-1, ndim) for s in summaries]
     chunks = np.unique(np.concatenate(every), axis=0) if n else np.zeros((0, ndim), np.int64)  # C order
     layout.check_cells(n, len(chunks), list(job.chunk_shape), lo, hi)
@@ -221,7 +208,7 @@ def plan_objects(job: WriteJob, cfg: WriteConfig, summaries: list[dict[str, Any]
     for s, idx in zip(summaries, spilled):
         rows[idx] += s["counts"]
     codec = job.codec()
-    groups = chunk_groups(chunks, rows, origin, codec.shard,
+    groups = jobs.chunk_groups(chunks, rows, origin, codec.shard,
                           tuning().rows_per_task if rows_per_task is None else rows_per_task)
     attrs: dict[str, list[Any]] = next((s["attributes"] for s in summaries if s["n"]), {})
     plan = ObjectPlan(n, dtype, {k: (np.dtype(d), tuple(r)) for k, (d, r) in attrs.items()}, lo, hi, origin,
@@ -302,7 +289,7 @@ async def put_runs(job: WriteJob, plan: ObjectPlan, indexes: list[int]) -> None:
         return
     ex = job.executor()
     for i in range(0, len(indexes), 64):  # a few dozen slices in memory at a time
-        await ex.gather([ex.put(_runs_key(job, g), pack_summary(plan.runs.for_chunks(plan.groups[g], plan.chunks)))
+        await ex.gather([ex.put(_runs_key(job, g), jobs.pack_summary(plan.runs.for_chunks(plan.groups[g], plan.chunks)))
                          for g in indexes[i:i + 64]])
 
 
@@ -334,16 +321,16 @@ async def _object_cells(job: WriteJob, index: int, task: dict[str, Any], sources
     chunks = task["chunks"]
     ndim = level_layout.ndim
     dtype = np.dtype(task["dtype"])
-    rows = _Pieces(await read_spilled(ex, f"{job.prefix}spill/", sources), task["row_offsets"])
+    rows = _Pieces(await jobs.read_spilled(ex, f"{job.prefix}spill/", sources), task["row_offsets"])
     linked = connected(job)
     work: dict[str, np.ndarray] | None = None
     if not linked:  # paths: this task's runs
         blob = await ex.get(_runs_key(job, index))
         if blob is None:
             raise FormatError(f"{_runs_key(job, index)}: the runs of this cell task are missing")
-        work = unpack_summary(blob, _runs_key(job, index))
+        work = jobs.unpack_summary(blob, _runs_key(job, index))
     frag_keys, frag_counts = [], []
-    async with CellWriter(ex) as writer:
+    async with jobs.CellWriter(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), bool(task["attributes"]),
                        task["fragment_shard"])
         links = None if linked else cell_writers.path_links(level, ndim)
@@ -368,7 +355,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict[str, Any], sources
             table = {"vertex": vertex, "local": got.local.astype(np.int64)}
             if got.starts is not None:
                 table["starts"] = got.starts
-            await ex.put(_local_key(job, chunk), pack_summary(table))
+            await ex.put(_local_key(job, chunk), jobs.pack_summary(table))
             frag_keys.append(got.frag_keys)
             frag_counts.append(len(got.frag_keys))
         if links is not None:
@@ -384,7 +371,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict[str, Any], sources
         summary["frag_chunk"] = np.repeat(task["group"], frag_counts).astype(np.int64)
         summary["frag_local"] = np.concatenate([np.arange(c, dtype=np.int64) for c in frag_counts]
                                                or [np.zeros(0, np.int64)])
-    await ex.put(f"{job.prefix}cells/{index:06d}.npz", pack_summary(summary))
+    await ex.put(f"{job.prefix}cells/{index:06d}.npz", jobs.pack_summary(summary))
     return summary
 
 
@@ -409,12 +396,12 @@ async def _link_cells(job: WriteJob, index: int, task: dict[str, Any], sources: 
                       ) -> dict[str, Any]:
     ex = job.executor()
     ndim = len(job.chunk_shape)
-    pieces = await read_spilled(ex, f"{job.prefix}records/", sources)
+    pieces = await jobs.read_spilled(ex, f"{job.prefix}records/", sources)
     # every chunk the group's records reach: its vertex -> chunk-local row table, from the cell tasks
     ends = np.unique(np.concatenate([a.reshape(-1, ndim) for _, _, a in pieces.get("chunk", [])]
                                     or [np.zeros((0, ndim), np.int64)]), axis=0)
     keys = [_local_key(job, c) for c in ends.tolist()]
-    tables = [unpack_summary(b, k) if b is not None else None for k, b in zip(keys, await ex.gather(
+    tables = [jobs.unpack_summary(b, k) if b is not None else None for k, b in zip(keys, await ex.gather(
         [ex.get(k) for k in keys]))]
     missing = [k for k, t in zip(keys, tables) if t is None]
     if missing:
@@ -436,7 +423,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict[str, Any], sources: 
 
     recs = _Pieces(pieces, task["row_offsets"])
     width = task["width"]
-    async with CellWriter(ex) as writer:
+    async with jobs.CellWriter(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), False)
         links = cell_writers.graph_links(level, ndim, width, task["link_attributes"])
         for k in range(len(task["chunks"])):
@@ -451,7 +438,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict[str, Any], sources: 
         await level.finish()
     summary = {"cells": writer.cells_written, "bytes": writer.bytes_written, "links": int(links.total),
                "arrays": _arrays(level)}
-    await ex.put(f"{job.prefix}links/{index:06d}.npz", pack_summary(summary))
+    await ex.put(f"{job.prefix}links/{index:06d}.npz", jobs.pack_summary(summary))
     return summary
 
 
@@ -482,7 +469,7 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
         arrays_present = ["vertices", "object_index"]
         if job.geometry == "line" and plan.attributes:
             arrays_present.append("vertex_attributes")
-    async with CommitWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate) as writer:
+    async with jobs.CommitWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate) as writer:
         level = level0(writer, plan.origin, plan.grid_shape, job.codec(), bool(plan.attributes), plan.fragment_shard)
         for i, c in enumerate(cells):
             for name, attributes, nonempty in c["arrays"]:
@@ -519,7 +506,7 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
         add_level0_documents(writer, ex.handle.url, geometry=job.geometry, n=plan.n, arrays_present=arrays_present,
                              chunk_shape=list(job.chunk_shape), bounds=(plan.lo, plan.hi),
                              bin_shape=None if job.bin_shape is None else list(job.bin_shape))
-    await discard(job)
+    await jobs.discard(job)
     counts: dict[str, Any] = ({"link_count": plan.records, "stored_link_count": int(links.total)} if linked else
                               {"cross_chunk_link_count": int(links.total)})
     return WriteSummary(
