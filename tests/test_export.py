@@ -15,6 +15,7 @@ import pytest
 
 import zvf
 from zvf.cli.main import main
+from zvf.config import DEFAULTS, tuned
 from zvf.errors import InvalidArgumentError
 from zvf.read import export as export_mod
 from zvf.read.writers import companion
@@ -232,23 +233,22 @@ def _writer_left() -> bool:
 
 @pytest.mark.parametrize("ahead", [1, None])  # 1 byte: the feeder waits for room before every batch
 async def test_a_failed_file_write_fails_the_export(store, tmp_path, monkeypatch, ahead):
-    monkeypatch.setattr(export_mod, "WRITE_AHEAD_BYTES", ahead or export_mod.WRITE_AHEAD_BYTES)
     made = _wrap_writer(monkeypatch, fail_at=3)
     ds = await zvf.aio.open(store)
-    with anyio.fail_after(60), pytest.raises(OSError, match="No space left"):
+    ahead_bytes = ahead or DEFAULTS.export_write_ahead_bytes
+    with tuned(export_write_ahead_bytes=ahead_bytes), anyio.fail_after(60), pytest.raises(OSError, match="No space"):
         await export_mod.export(ds, str(tmp_path / "x.npz"), batch_chunks=2)
     assert made[0].writes == 3 and list(tmp_path.iterdir()) == []
     assert not _writer_left()
 
 
 async def test_a_cancelled_export_stops_its_writer(store, tmp_path, monkeypatch):
-    monkeypatch.setattr(export_mod, "WRITE_AHEAD_BYTES", 1)
     made = _wrap_writer(monkeypatch, delay=0.05)
     ds = await zvf.aio.open(store)
     scope = anyio.CancelScope()
 
     async def run() -> None:
-        with scope:
+        with scope, tuned(export_write_ahead_bytes=1):
             await export_mod.export(ds, str(tmp_path / "x.csv"), batch_chunks=1)
 
     async with anyio.create_task_group() as tg:
@@ -446,10 +446,10 @@ async def test_export_rebuilds_every_object(object_stores, tmp_path, geometry, t
 @pytest.mark.parametrize("geometry,table", [("streamline", None), ("graph", "edges"), ("mesh", "faces")])
 async def test_windowed_object_export_rebuilds_every_object(object_stores, tmp_path, monkeypatch, geometry, table):
     """A level larger than the sweep's cache: windows of chunks, ChunkSet restarts, links across windows."""
-    monkeypatch.setattr(export_mod, "SWEEP_BYTES", 1)
     store, out = object_stores[geometry], tmp_path / "out.npz"
     ds = await zvf.aio.open(store)
-    s = await export_mod.export(ds, str(out), batch_chunks=2, batch_objects=5)
+    with tuned(sweep_bytes=1):
+        s = await export_mod.export(ds, str(out), batch_chunks=2, batch_objects=5)
     assert s["done"] == s["total"] == len(await ds.object_ids())
     assert await anyio.to_thread.run_sync(_check_rebuild, store, out, "npz", table) == s["total"]
 

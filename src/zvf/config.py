@@ -56,6 +56,19 @@ class Tuning:
     manifest_cache_bytes: int = 32 << 20  # decoded object manifests an executor's cache keeps
     shard_cache_bytes: int = 64 << 20  # whole shards an executor's cache keeps
     other_cache_bytes: int = 16 << 20  # each other cache namespace of an executor
+    remote_concurrency: int = 32  # requests in flight on a remote store (storage option concurrency: per store)
+    local_concurrency: int = 8  # requests in flight on local files and memory (same)
+    remote_coalesce_gap: int = 256 << 10  # bytes between two ranges of an object a remote read fetches as one
+    local_coalesce_gap: int = 16 << 10  # the same on local files and memory
+    remote_coalesce_max: int = 16 << 20  # bytes one merged remote request spans at most
+    local_coalesce_max: int = 8 << 20  # the same on local files and memory
+    remote_latency_hint: float = 0.03  # seconds per request the planner's cost model assumes, remote
+    local_latency_hint: float = 1e-4  # the same on local files and memory
+    remote_bandwidth_hint: float = 100e6  # bytes per second the cost model assumes, remote
+    local_bandwidth_hint: float = 2e9  # the same on local files and memory
+    multipart_threshold: int = 32 << 20  # bytes of one object above which a put is a multipart upload
+    part_size: int = 8 << 20  # bytes per part of a multipart upload (S3 needs 5 MiB or more)
+    multipart_concurrency: int = 4  # parts of one multipart upload sent at once
 
     # --- read --------------------------------------------------------------------------------------
     offload_bytes: int = 4 << 20  # payload bytes above which a read decodes and assembles rows in a worker thread
@@ -64,7 +77,7 @@ class Tuning:
     manifest_prefetch_bytes: int = 1 << 20  # object ids / shard indexes an open prefetches; a manifest suffix read
     open_prefetch_shards: int = 16  # fragment-index shards an object level's open reads beside its object index
     manifest_offload_bytes: int = 1 << 19  # stored manifest bytes past which a shard is decoded in a worker thread
-    max_spare_owner_slots: int = 1 << 22  # fragment slots past 8 per manifest reference before manifests count as damaged
+    max_spare_owner_slots: int = 1 << 22  # fragment slots past 8 a manifest reference before manifests count as damaged
     max_dense_bytes: int = 1 << 30  # a dense per-object or per-group array read whole; larger ones are refused
     sweep_bytes: int = 256 << 20  # decoded cells an object sweep (read_all, export) keeps before starting afresh
     sweep_whole_groups: int = 8  # groups a level that fits in sweep_bytes has its objects' rows gathered in

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
+from zvf.config import DEFAULTS, tuned
 from zvf.errors import InvalidArgumentError
 
 
@@ -110,12 +111,6 @@ async def _same_objects(src: str, dst: str, ordered: bool) -> None:
 @pytest.mark.parametrize("big", [False, True], ids=["sweep", "by-ids"])
 @pytest.mark.parametrize("geometry", ["line", "graph", "skeleton", "streamline"])
 async def test_objects_stream_through_in_batches(tmp_path, monkeypatch, geometry, big):
-    from zvf.lifecycle import rechunk
-    from zvf.read import export
-
-    monkeypatch.setattr(rechunk, "OBJECT_BATCH", 7)  # several batches, objects never split
-    if big:  # a level over the sweep's cache: read by id batches instead
-        monkeypatch.setattr(export, "SWEEP_BYTES", 1)
     rng = np.random.default_rng(5)
     src, dst = str(tmp_path / "s"), str(tmp_path / "d")
     if geometry == "line":
@@ -133,7 +128,9 @@ async def test_objects_stream_through_in_batches(tmp_path, monkeypatch, geometry
         edges = np.stack([child, child - 1], axis=1)
         await za.write_graph(src, pos, edges, object_ids=oids, chunk_shape=[3.0] * 3, geometry_type=geometry,
                              link_attributes={"r": rng.random(len(edges))} if geometry == "graph" else None)
-    await za.rechunk(src, dst, chunk_shape=[4.0] * 3, compression="zstd")
+    # several batches, objects never split; big: a level over the sweep's cache, read by id batches instead
+    with tuned(rewrite_object_batch=7, sweep_bytes=1 if big else DEFAULTS.sweep_bytes):
+        await za.rechunk(src, dst, chunk_shape=[4.0] * 3, compression="zstd")
     await _same_objects(src, dst, ordered=geometry in ("line", "streamline"))
     assert (await za.open(dst)).chunk_shape == (4.0,) * 3
 

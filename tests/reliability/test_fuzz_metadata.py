@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zvf.config import tuned
 from zvf.errors import ZvfError
 from zvf.format import parse
 
@@ -207,13 +208,6 @@ def _store_objects(path: Path) -> dict[str, bytes]:
 ALLOC_LIMIT = 1 << 26
 
 
-def _guard_dense(monkeypatch) -> None:
-    """Keep read_dense's own size cap small so a hostile shape fails fast in the test too."""
-    import zvf.read.dense
-
-    monkeypatch.setattr(zvf.read.dense, "MAX_DENSE_BYTES", ALLOC_LIMIT)
-
-
 async def _open_and_read(data: dict[str, bytes]):
     """Open a store held by a MemoryTransport the way zvf.open does, then read from it."""
     from zvf.aio import AsyncDataset
@@ -255,7 +249,7 @@ def _site(e: BaseException) -> str:
 
 @pytest.mark.parametrize("store", ["points3d", "graph", "mesh", "polylines2", "streamlines_pyramid",
                                    "points3d_sharded_zstd"])
-def test_open_path_with_corrupted_documents(store, ref_stores, monkeypatch):
+def test_open_path_with_corrupted_documents(store, ref_stores):
     """zvf.open + reads on a store with one corrupted document: only ZvfError; validate never raises."""
     src = ref_stores / f"{store}.zarrvectors"
     if not src.is_dir():
@@ -266,7 +260,6 @@ def test_open_path_with_corrupted_documents(store, ref_stores, monkeypatch):
     outcomes = {"rejected": 0, "read": 0, "reader bug": 0}
     hard: list[str] = []
     bugs: dict[str, str] = {}
-    _guard_dense(monkeypatch)
 
     @FAST(45)
     @given(data=st.data())
@@ -293,7 +286,8 @@ def test_open_path_with_corrupted_documents(store, ref_stores, monkeypatch):
             else:
                 hard.append(f"{site}: {how} {key}: {e}")
 
-    run()
+    with tuned(max_dense_bytes=ALLOC_LIMIT):  # read_dense's own cap small: a hostile shape fails fast here too
+        run()
     assert not hard, "\n".join(hard[:10])
     assert outcomes["rejected"] > 0, outcomes
     READER_BUGS.update(bugs)

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import DatasetClosedError, FormatError, StaleDatasetError
 from ..format.grid import dense_ids
 from ..format.manifest import ManifestTable, decode_manifests
 from . import load
 from .pin import Pin
 from .points import off_loop
+from .seed import read_seed_object_index
 
 if TYPE_CHECKING:
     from ..format.metadata import RootMeta
@@ -191,8 +193,6 @@ class ReadContext(RootFacts):
             # An empty store: 0.9.2 writes the object_index group and no manifests.
             got = (np.zeros(0, np.int64), decode_manifests([], level.layout.ndim))
         elif arr is None and ("object_index" in level.groups or level.array("object_index/data") is not None):
-            from .seed import read_seed_object_index
-
             got = await read_seed_object_index(self, level)
         elif arr is None:
             raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")
@@ -230,15 +230,10 @@ class ReadContext(RootFacts):
         return owners
 
 
-MAX_SPARE_SLOTS = 1 << 22
-"""Fragment slots a level's owners may hold beyond 8 per manifest reference before the manifests count as
-damaged: writers' manifests name nearly every fragment of a chunk, so the table stays near their size."""
-
-
 def _owners_of(oids: np.ndarray, table: ManifestTable, key: str) -> Owners:
     """chunk -> object id of each of its fragments, from a level's decoded manifests (pure: may run in a thread).
-    A fragment id far past what the references account for is refused, naming ``key``, before the table
-    sized by it is allocated."""
+    A fragment id far past what the references account for (the ``max_spare_owner_slots`` setting, or 8 a
+    reference) is refused, naming ``key``, before the table sized by it is allocated."""
     owners: Owners = {}
     if len(table.fragment):
         # no per-chunk work: each chunk gets a slice of one flat array sized by its largest fragment id
@@ -250,7 +245,8 @@ def _owners_of(oids: np.ndarray, table: ManifestTable, key: str) -> Owners:
         else:
             chunks, chunk_of = found
         sizes = np.zeros(len(chunks), dtype=np.int64)
-        limit = max(MAX_SPARE_SLOTS, 8 * len(frags))
+        # writers' manifests name nearly every fragment of a chunk, so the table stays near their size
+        limit = max(tuning().max_spare_owner_slots, 8 * len(frags))
         top = int(frags.max())
         if top < limit:
             np.maximum.at(sizes, chunk_of, frags + 1)

@@ -15,6 +15,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from html import escape
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, Unpack, overload
 
 import numpy as np
@@ -25,10 +26,11 @@ from ..io.executor import Executor
 from ..io.options import StorageOptions
 from ..io.stats import Stats
 from ..io.store import Target, open_store
-from . import box, load, objects
+from . import box, export, load, objects
 from .context import Owners, ReadContext, RootFacts
 from .dense import dense_attribute, read_groups
-from .points import pick_attributes, read_chunks
+from .objects import fragment_attribute as fragment_rows
+from .points import attribute_layout, pick_attributes, read_chunks
 from .query import AsyncQuery, BBox, SelectArgs
 from .selection import FragmentRows, Selection
 
@@ -121,8 +123,6 @@ class DatasetReader(RootFacts):
 
     def _repr_html_(self) -> str:
         """The notebook view: the ``repr`` facts as a table."""
-        from html import escape
-
         rows = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(str(v))}</td></tr>"
                        for k, v in self._summary().items())
         return f"<b>zvf dataset</b> <code>{escape(self.url)}</code><table>{rows}</table>"
@@ -248,20 +248,17 @@ class DatasetReader(RootFacts):
                     batch_chunks: int = 16) -> BatchStream[Selection]:
         """Every stored chunk as Selections of ``batch_chunks`` chunks, at most ``prefetch`` batches
         fetched ahead (``async for``; ``async with`` to stop early); see ``zvf.read.export``."""
-        from .export import iter_chunks
-
         self._ctx.check_open()
-        return iter_chunks(self, level=level, attributes=attributes, prefetch=prefetch, batch_chunks=batch_chunks)
+        return export.iter_chunks(self, level=level, attributes=attributes, prefetch=prefetch,
+                                  batch_chunks=batch_chunks)
 
     def iter_objects(self, ids: ArrayLike | None = None, *, level: int = 0, attributes: AttributeNames = None,
                      batch: int = 256, prefetch: int = 4) -> BatchStream[Selection]:
         """One Selection per object (``ids`` order; default every object), at most ``prefetch``
         batches ahead: every cell read about once where the level fits the sweep's cache, else
         ``batch`` objects at a time with ``read_objects``; see ``zvf.read.export.iter_objects``."""
-        from .export import iter_objects
-
         self._ctx.check_open()
-        return iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
+        return export.iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
 
     # ------------------------------------------------------------- per-object data
     @_refreshing
@@ -308,9 +305,7 @@ class DatasetReader(RootFacts):
     async def fragment_attribute(self, name: str, *, level: int = 0, objects: ArrayLike | None = None) -> FragmentRows:
         """A per-fragment attribute as ``FragmentRows`` (chunks, fragments, values[, object_ids]):
         every stored row, or with ``objects`` one row per fragment their manifests name."""
-        from .objects import fragment_attribute
-
-        return await fragment_attribute(self._ctx, name, level=level, objects=objects)
+        return await fragment_rows(self._ctx, name, level=level, objects=objects)
 
     @_refreshing
     async def groups(self, *, level: int = 0) -> list[np.ndarray]:
@@ -391,8 +386,6 @@ def _collected_unclosed(url: str, executor: Executor) -> None:
 
 def _vlen_dtype(arr: Any) -> str:
     """A vertex attribute's dtype as ``float32`` or ``uint8[3]`` (channels per row)."""
-    from .points import attribute_layout
-
     dtype, row_shape = attribute_layout(arr)
     return str(dtype) + (f"[{','.join(map(str, row_shape))}]" if row_shape else "")
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import FormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -17,8 +18,6 @@ if TYPE_CHECKING:
     from .cells import CellArray
     from .context import ReadContext
 
-# Dense arrays are per-object or per-group tables; a larger one is refused, not allocated.
-MAX_DENSE_BYTES = 1 << 30
 _DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "float16", "float32", "float64"}
 
@@ -41,14 +40,15 @@ async def read_dense(executor: Executor, arr: CellArray) -> np.ndarray:
     chunk = tuple(int(c) for c in meta.chunk_shape)
     if len(shape) != len(chunk) or len(shape) not in (1, 2) or chunk[0] < 1 or chunk[1:] != shape[1:]:
         raise FormatError(f"{key}: dense array of shape {shape} with chunks {chunk} is not supported")
+    nbytes = int(np.prod(chunk)) * dtype.itemsize
+    total = int(np.prod(shape)) * dtype.itemsize
+    limit = tuning().max_dense_bytes  # dense arrays are per-object or per-group tables: larger ones are refused
+    if total > limit or nbytes > limit:  # before the (untrusted) shape names any request
+        raise FormatError(f"{key}: shape {shape} / chunks {chunk} exceed the {limit >> 20} MiB "
+                          "dense-array limit (zvf.config setting max_dense_bytes)")
     n_chunks = -(-shape[0] // chunk[0]) if shape[0] else 0
     grid = [(c,) + (0,) * (len(shape) - 1) for c in range(n_chunks)]
     raws = await executor.gather([executor.get(arr.key_of(g)) for g in grid])
-    nbytes = int(np.prod(chunk)) * dtype.itemsize
-    total = int(np.prod(shape)) * dtype.itemsize
-    if total > MAX_DENSE_BYTES or nbytes > MAX_DENSE_BYTES:
-        raise FormatError(f"{key}: shape {shape} / chunks {chunk} exceed the {MAX_DENSE_BYTES >> 20} MiB "
-                          "dense-array limit")
     out = np.full(shape, _fill(meta.raw.get("fill_value"), dtype), dtype=dtype.newbyteorder("="))
     for g, raw in zip(grid, raws):
         if raw is None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 import anyio
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from ..format.manifest import ManifestTable
 from .box import needs_chunkset, read_rows
@@ -220,7 +221,7 @@ def iter_objects(ds: DatasetReader, ids: ArrayLike | None = None, *, level: int 
                  prefetch: int = 4) -> BatchStream[Selection]:
     """One Selection per object, in the order of ``ids`` (default: every object, ``object_ids`` order).
 
-    When the level's decoded cells fit in ``SWEEP_BYTES`` each cell is read
+    When the level's decoded cells fit in the ``sweep_bytes`` setting each cell is read
     once: every object through an :class:`ObjectSweep` (rows gathered in a few
     groups), given ids in one ``ds.read_objects`` (memory: the cells and the
     objects' rows).  Otherwise objects are read ``batch`` at a time with
@@ -232,7 +233,7 @@ def iter_objects(ds: DatasetReader, ids: ArrayLike | None = None, *, level: int 
 
     async def setup() -> list[int] | list[np.ndarray]:
         lvl = await ds.level(level)
-        fits = level_bytes(lvl, level_attributes(lvl, attributes)[0]) <= SWEEP_BYTES
+        fits = level_bytes(lvl, level_attributes(lvl, attributes)[0]) <= tuning().sweep_bytes
         if ids is None and fits and ds.has_objects(lvl.index):
             return await sweep.setup()  # jobs are window numbers
         wanted = await ds.object_ids(level=level) if ids is None else np.atleast_1d(np.asarray(ids))
@@ -252,12 +253,6 @@ def iter_objects(ds: DatasetReader, ids: ArrayLike | None = None, *, level: int 
 # --------------------------------------------------------------------------
 # every object of a level: one sweep over the chunks
 # --------------------------------------------------------------------------
-
-
-SWEEP_BYTES = 256 << 20
-"""Decoded cells an object sweep keeps before it starts its ChunkSet afresh (besides live ones)."""
-WHOLE_GROUPS = 8
-"""A level that fits in the sweep's cache has its objects' rows gathered in this many groups."""
 
 
 def level_bytes(lvl: Level, names: list[str]) -> int:
@@ -304,7 +299,7 @@ class ObjectSweep:
     When the whole level fits in ``cache_bytes`` (or ``cache_bytes`` is
     negative: the caller checked it fits) it is one window: every cell
     is read once, up front, and the objects' rows are gathered in
-    ``WHOLE_GROUPS`` groups in ``object_ids`` order, as ``read_objects``
+    ``sweep_whole_groups`` groups in ``object_ids`` order, as ``read_objects``
     batches of them would come (memory: the cells plus one group's rows,
     indices and connectivity, well under twice ``cache_bytes``).  Otherwise
     objects come grouped by window, in ``object_ids`` order inside one.
@@ -316,7 +311,7 @@ class ObjectSweep:
                  cache_bytes: int | None = None, links: bool = True):
         self.ds, self.level, self.attributes, self.links = ds, level, attributes, links
         self.window, self.per_batch = int(window), int(per_batch)
-        self.cache_bytes = SWEEP_BYTES if cache_bytes is None else int(cache_bytes)  # < 0: one window, always
+        self.cache_bytes = tuning().sweep_bytes if cache_bytes is None else int(cache_bytes)  # < 0: one window, always
         self.keep = 2 * self.window  # dead chunks tolerated besides as many as are live (set in setup)
         self.batches: list[np.ndarray] = []  # manifest rows of each window's objects
         self.preloaded = False  # the ChunkSet holds every chunk the manifests name (set in setup)
@@ -344,7 +339,7 @@ class ObjectSweep:
         order = np.argsort(window_of, kind="stable")
         cuts = np.flatnonzero(np.diff(window_of[order])) + 1
         if self.whole:  # rows gathered a few groups at a time, over cells read once up front
-            group = max(self.per_batch, -(-len(order) // WHOLE_GROUPS))
+            group = max(self.per_batch, -(-len(order) // tuning().sweep_whole_groups))
             cuts = np.arange(group, len(order), group)
         self.batches = np.split(order, cuts) if len(order) else []
         self.window_ids = [int(window_of[b[0]]) for b in self.batches]
@@ -390,13 +385,13 @@ async def object_batches(ds: DatasetReader, *, level: int = 0, attributes: Attri
     """Every object of a level, in ``object_ids`` order, as combined Selections of up to ``batch`` whole
     objects (the input of the streaming writers, converters and appends).
 
-    A level whose decoded cells fit in ``SWEEP_BYTES`` goes through one :class:`ObjectSweep` (each
+    A level whose decoded cells fit in the ``sweep_bytes`` setting goes through one :class:`ObjectSweep` (each
     cell read once); a larger one ``batch`` ids at a time with ``ds.read_objects`` (each batch fetches
     the cells its objects touch), as only that keeps id order in bounded memory.
     """
     lvl = await ds.level(level)
     names = pick_attributes(lvl, attributes)
-    if level_bytes(lvl, names) <= SWEEP_BYTES:
+    if level_bytes(lvl, names) <= tuning().sweep_bytes:
         sweep = ObjectSweep(ds, level=level, attributes=names, window=1, per_batch=batch, cache_bytes=-1)
         stream: BatchStream[Selection] = BatchStream(sweep.setup, sweep.fetch, prefetch=2, flatten=True)
         async with stream as batches:
@@ -438,11 +433,6 @@ async def object_tables(ds: DatasetReader, level: int) -> dict[str, dict[str, np
     return out
 
 
-WRITE_AHEAD_BYTES = 64 << 20
-"""Rows an export queues for its file writer (besides one batch, however big): enough for the writer to
-keep going while the loop is busy with reads, not so much that a slow disk piles batches up in memory."""
-
-
 def batch_nbytes(sel: Selection) -> int:
     """The bytes of a batch's vertex columns (its positions and attributes)."""
     return int(sel.positions.nbytes) + sum(int(a.nbytes) for a in sel.attributes.values())
@@ -460,7 +450,8 @@ class WriterThread:
 
     def __init__(self, writer: Any, *, written: Callable[[Selection], None], ahead: int | None = None):
         self._loop = asyncio.get_running_loop()
-        self._ahead = WRITE_AHEAD_BYTES if ahead is None else ahead
+        # enough for the writer to keep going while the loop reads; not so much that a slow disk piles batches up
+        self._ahead = tuning().export_write_ahead_bytes if ahead is None else ahead
         self._queued = 0  # bytes queued or being written
         self._room = asyncio.Event()
         self._todo: queue.SimpleQueue[tuple[Selection, int] | None] = queue.SimpleQueue()  # (batch, its bytes)
@@ -544,7 +535,7 @@ async def export(ds: DatasetReader, out: str, *, level: int = 0, fmt: str | None
     meshes add their edges/faces table, so every object can be rebuilt from
     the files.  ``progress(summary)`` is called after each batch is written
     (``done``/``total`` in ``unit``).  File writes run in a thread of their
-    own (:class:`WriterThread`, up to ``WRITE_AHEAD_BYTES`` of rows queued
+    own (:class:`WriterThread`, up to ``export_write_ahead_bytes`` of rows queued
     for it) so the next batches keep downloading and decoding meanwhile;
     the files appear under their names only once complete.  Returns
     vertices, chunks or objects, requests, bytes, seconds, MB/s (bytes

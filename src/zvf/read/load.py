@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import (
     FormatError,
     IncompleteStoreError,
@@ -267,9 +268,6 @@ async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
 # Documents at fixed paths fetched when a level opens, and groups listed then
 # (their members' documents arrive in the second wave).
 OPEN_FIXED = ("core", "object_index", "link_fragments")
-# Fragment-index shards whose indexes an object level's open reads beside the object index's (zvf's layout
-# shards them apart, ~64 chunks a shard: 16 covers a 1 024-chunk level; larger levels read them on first use).
-PREFETCH_SHARDS = 16
 OPEN_LISTED = ("vertex_attributes", "links", "links/0")
 # Geometries whose reads need their link arrays (polylines and lines are implicitly sequential).
 LINKED = frozenset({"graph", "skeleton", "mesh"})
@@ -316,7 +314,10 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc: D
     if level.array("object_index/manifests") is not None:
         level.object_index = ObjectIndex(ex, level, level.key_ndim)
         frag = level.array("vertex_fragments")
-        prefetch = [level.object_index.prefetch()] + ([frag.prefetch_indexes(PREFETCH_SHARDS)] if frag else [])
+        # fragment-index shards beside the object index's (zvf's layout shards them apart, ~64 chunks a shard:
+        # the default 16 covers a 1 024-chunk level; larger levels read the rest on first use)
+        shards = tuning().open_prefetch_shards
+        prefetch = [level.object_index.prefetch()] + ([frag.prefetch_indexes(shards)] if frag else [])
         jobs: list[Awaitable[Doc | None]] = [_get_json(ex, f"{index}/{p}/zarr.json") for p in paths]
         wave2 = await ex.gather([*jobs, *prefetch])
         docs = wave2[:len(paths)]  # the documents; the prefetches return None

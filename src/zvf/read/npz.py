@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from ..format.rows import RowLayout
 
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 # Reserve in place only while the reserved bytes stay under this (a wrong, huge count in untrusted
 # metadata must not make a file of absurd apparent size; past it columns go through temporary files).
 MAX_RESERVED = 1 << 40
-COPY_BLOCK = 8 << 20
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch: results do not depend on the clock
 _ZIP64_VERSION = 45
 _UNKNOWN32 = 0xFFFFFFFF
@@ -96,8 +96,9 @@ def _pread(fd: int, n: int, offset: int) -> bytes:
 def copy_range(src: int, src_at: int, dst: int, dst_at: int, nbytes: int, crc: int) -> int:
     """``nbytes`` from one file descriptor to another; returns ``crc`` continued over them."""
     done = 0
+    step = tuning().npz_copy_bytes
     while done < nbytes:
-        block = _pread(src, min(COPY_BLOCK, nbytes - done), src_at + done)
+        block = _pread(src, min(step, nbytes - done), src_at + done)
         if not block:
             raise OSError(f"{nbytes - done} bytes missing from a column of the .npz being written")
         crc = zlib.crc32(block, crc)

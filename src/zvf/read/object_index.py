@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..config import tuning
 from ..errors import FormatError, MissingDataError
 from ..format.manifest import ManifestTable, decode_manifests_packed
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
@@ -45,10 +46,6 @@ Located: TypeAlias = tuple[list[Unit], NDArray[np.intp], NDArray[np.int64]]
 ShardIndex: TypeAlias = tuple[NDArray[np.uint64], NDArray[np.uint64]]
 """(offsets, nbytes) of a shard's inner chunks."""
 
-# Prefetch object ids and shard indexes at open only while they are this small.
-PREFETCH_LIMIT = 1 << 20
-# Stored (compressed) manifest bytes past which shards are decoded off the event loop.
-OFFLOAD_STORED = 1 << 19
 
 
 class ObjectIndex:
@@ -70,12 +67,13 @@ class ObjectIndex:
     async def prefetch(self) -> None:
         """Object ids and (small) shard indexes, so object reads skip those round trips."""
         jobs: list[Awaitable[object]] = []
-        if self.ids_array is not None and self.count * 8 <= PREFETCH_LIMIT:
+        limit = tuning().manifest_prefetch_bytes
+        if self.ids_array is not None and self.count * 8 <= limit:
             jobs.append(self.ids())
         if self.inner is not None:
             n_inner = self.rows_per_chunk // self.inner
             n_shards = -(-self.count // self.rows_per_chunk)
-            if n_shards * index_nbytes(n_inner) <= PREFETCH_LIMIT:
+            if n_shards * index_nbytes(n_inner) <= limit:
                 jobs += [self._shard_index(s) for s in range(n_shards)]
         await self.ex.gather(jobs)
 
@@ -165,7 +163,7 @@ class ObjectIndex:
         """A shard's index, by one suffix read that brings the whole shard when it is small.
 
         The suffix asked for is the index or one round trip's worth of bytes
-        (latency x bandwidth, at most PREFETCH_LIMIT), whichever is larger: a
+        (latency x bandwidth, at most the ``manifest_prefetch_bytes`` setting), whichever is larger: a
         shard that fits comes back whole and is kept raw, so the first object
         read in it needs no manifest request at all.
         """
@@ -173,7 +171,7 @@ class ObjectIndex:
         n_inner = self.rows_per_chunk // self._inner_rows()
         index_size = index_nbytes(n_inner)
         handle = self.ex.handle
-        want = max(index_size, min(PREFETCH_LIMIT, int(handle.latency_hint * handle.bandwidth_hint)))
+        want = max(index_size, min(tuning().manifest_prefetch_bytes, int(handle.latency_hint * handle.bandwidth_hint)))
         tail = await self.ex.get_suffix(key, want, cache="shard_index")
         if tail is None:
             return None
@@ -263,7 +261,8 @@ class ObjectIndex:
         if raw is None:
             r = ByteRange(self.manifests.key_of((s,)), 0, _stored_end(offsets, nbytes, present))
             raw = _whole((await self.ex.read_ranges([r]))[0], r)
-        return await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present), OFFLOAD_STORED)
+        return await off_loop(len(raw), partial(self._decode_shard, s, raw, offsets, nbytes, present),
+                              tuning().manifest_offload_bytes)
 
     def _decode_shard(self, shard: int, raw: bytes, offsets: NDArray[np.uint64], nbytes: NDArray[np.uint64],
                       present: NDArray[np.bool_]) -> Unit:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingDependencyError
+from .columns import flat_columns, vertex_arrays
 
 
 def _optional(module: str, extra: str, what: str) -> Any:
@@ -51,8 +52,6 @@ class Selection:
         C-channel attribute as one fixed-size list column.  Edges and faces are not in it (``edges``,
         ``faces``)."""
         pa = _optional("pyarrow", "parquet", "Selection.to_arrow")
-        from .columns import flat_columns, vertex_arrays
-
         columns: dict[str, Any] = {}
         for key, values in vertex_arrays(self).items():
             if key.startswith("attr_") and values.ndim > 1:
@@ -66,8 +65,6 @@ class Selection:
         """The vertex table as a ``pandas.DataFrame`` (``pip install 'zvf[pandas]'``): the columns of
         ``zvf export``, a C-channel attribute as ``name_0 .. name_{C-1}``, dtypes kept."""
         pd = _optional("pandas", "pandas", "Selection.to_pandas")
-        from .columns import flat_columns, vertex_arrays
-
         return pd.DataFrame(dict(flat_columns(vertex_arrays(self))))
 
     def __repr__(self) -> str:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from .columns import LINK_TABLES, flat_columns, link_arrays, vertex_arrays
 from .npz import NpzBuilder
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("npz", "csv", "parquet", "json")
 SUFFIXES = {".npz": "npz", ".csv": "csv", ".parquet": "parquet", ".json": "json", ".jsonl": "json"}
-CSV_ROWS = 65536  # rows formatted at once (bounds the Python objects made per step)
 STDOUT = "-"
 
 
@@ -274,8 +274,9 @@ class _CsvTable(_Text):
 
     def write(self, arrays: dict[str, np.ndarray]) -> None:
         cols = [c for _, c in flat_columns(arrays)]
-        for a in range(0, len(cols[0]), CSV_ROWS):
-            part = [c[a:a + CSV_ROWS].tolist() for c in cols]
+        step = tuning().export_text_rows
+        for a in range(0, len(cols[0]), step):
+            part = [c[a:a + step].tolist() for c in cols]
             self.fh.write((self.row_fmt * len(part[0])) % tuple(v for row in zip(*part) for v in row))
 
 
@@ -288,8 +289,9 @@ class _JsonTable(_Text):
     def write(self, arrays: dict[str, np.ndarray]) -> None:
         cols = flat_columns(arrays)
         names = [n for n, _ in cols]
-        for a in range(0, len(cols[0][1]), CSV_ROWS):
-            part = [c[a:a + CSV_ROWS].tolist() for _, c in cols]
+        step = tuning().export_text_rows
+        for a in range(0, len(cols[0][1]), step):
+            part = [c[a:a + step].tolist() for _, c in cols]
             self.fh.write("".join(json.dumps(dict(zip(names, row))) + "\n" for row in zip(*part)))
 
 
