@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
+from zvf.config import tuned
 from zvf.errors import InvalidArgumentError, ReadOnlyError
 
 from ..reliability.test_crash import _kill_when_paused
@@ -163,12 +164,9 @@ async def test_append_polylines_and_reference_reads(tmp_path):
 
 
 @pytest.mark.parametrize("geometry", ["line", "graph", "skeleton", "mesh"])
-async def test_object_appends_stream_to_the_bytes_of_one_write(tmp_path, monkeypatch, geometry):
+async def test_object_appends_stream_to_the_bytes_of_one_write(tmp_path, geometry):
     """Lines, graphs, skeletons and meshes rewrite level 0 through the streaming writer (the store's
     objects a few at a time, then the new ones): every cell equals one write of the concatenation."""
-    from zvf.lifecycle import rechunk
-
-    monkeypatch.setattr(rechunk, "OBJECT_BATCH", 3)  # the old objects come in several batches
     rng = np.random.default_rng(9)
     one, app = tmp_path / "one", tmp_path / "app"
     kw = {"chunk_shape": [4.0] * 3, "compression": "zstd"}
@@ -178,7 +176,9 @@ async def test_object_appends_stream_to_the_bytes_of_one_write(tmp_path, monkeyp
         await za.write_lines(str(app), ends[:20], attributes={"w": w[:20]},
                              object_attributes={"k": np.arange(20.0)}, **kw)
         ds = await za.open(str(app), mode="a")
-        await ds.append_lines(ends[20:], attributes={"w": w[20:]}, object_attributes={"k": np.arange(20.0, 30.0)})
+        with tuned(rewrite_object_batch=3):  # the old objects come in several batches
+            await ds.append_lines(ends[20:], attributes={"w": w[20:]},
+                                  object_attributes={"k": np.arange(20.0, 30.0)})
     else:
         # 8 objects of 10 vertices, each a chain (a valid skeleton tree); the append brings objects 5..7
         n = 80
@@ -197,8 +197,9 @@ async def test_object_appends_stream_to_the_bytes_of_one_write(tmp_path, monkeyp
         cut, lcut = 50, len(links) * 5 // 8
         await write(str(app), pos[:cut], links[:lcut], object_ids=oids[:cut], attributes={"a": a[:cut]}, **extra, **kw)
         ds = await za.open(str(app), mode="a")
-        summary = await getattr(ds, append)(pos[cut:], links[lcut:] - cut, object_ids=oids[cut:] - 5,
-                                            attributes={"a": a[cut:]})
+        with tuned(rewrite_object_batch=3):
+            summary = await getattr(ds, append)(pos[cut:], links[lcut:] - cut, object_ids=oids[cut:] - 5,
+                                                attributes={"a": a[cut:]})
         assert summary["object_count"] == 8 and summary["chunks_copied"] == 0
     _same_cells(one, app)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
-from zvf.lifecycle.pyramid import RECORD
+from zvf.lifecycle.pyramid.plan import RECORD
 
 
 def _sorted(a: np.ndarray) -> np.ndarray:

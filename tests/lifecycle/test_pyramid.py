@@ -15,7 +15,7 @@ import pytest
 
 import zvf
 from zvf.errors import InvalidArgumentError
-from zvf.lifecycle.pyramid import weighted_mean_or_mode
+from zvf.lifecycle.pyramid.coarsen import weighted_mean_or_mode
 
 zv = pytest.importorskip("zarr_vectors")
 
@@ -243,7 +243,7 @@ def test_cli(tmp_path):
 
 CHILD = textwrap.dedent("""
     import sys, time, zvf
-    from zvf.lifecycle import pyramid
+    from zvf.lifecycle.pyramid.writer import PyramidWriter
     path, where = sys.argv[1], sys.argv[2]
 
     def pause(*_):
@@ -251,11 +251,11 @@ CHILD = textwrap.dedent("""
         time.sleep(60)
 
     if where == "publish":  # every level written, root not yet replaced
-        flush = pyramid._PyramidWriter.flush
+        flush = PyramidWriter.flush
         async def publish(self):
             await flush(self)
             pause()
-        pyramid._PyramidWriter._publish = publish
+        PyramidWriter._publish = publish
         zvf.build_pyramid(path, [(2, 1), (2, 1)])
     else:  # in the middle of level 1's blocks
         zvf.build_pyramid(path, [(2, 1), (2, 1)], progress=pause)

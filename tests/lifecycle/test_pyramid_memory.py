@@ -1,5 +1,5 @@
-"""A pyramid build holds at most ``BLOCK_BYTES`` of estimated block memory at once (a larger block runs
-alone), whatever ``BLOCKS_IN_FLIGHT`` allows, and the budget never changes what is built."""
+"""A pyramid build holds at most ``pyramid_block_bytes`` of estimated block memory at once (a larger block
+runs alone), whatever ``pyramid_blocks_in_flight`` allows, and the budget never changes what is built."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import numpy as np
 
 import zvf.aio as za
 from tests.support.store_tree import tree
-from zvf.lifecycle import pyramid
+from zvf.config import tuned
+from zvf.lifecycle.pyramid import coarsen as coarsening
+from zvf.lifecycle.pyramid import tasks
 
 
 async def _store(path: Path) -> None:
@@ -28,7 +30,7 @@ async def test_blocks_in_flight_stay_within_the_budget(tmp_path, monkeypatch):
 
     running = {"now": 0, "most": 0, "blocks": 0}
     lock = threading.Lock()
-    coarsen = pyramid.coarsen_block
+    coarsen = coarsening.coarsen_block
 
     def counted(plan, data, **kw):
         with lock:
@@ -43,17 +45,17 @@ async def test_blocks_in_flight_stay_within_the_budget(tmp_path, monkeypatch):
                 running["now"] -= 1
 
     # every level-1 block: 2 x 2 x 2 chunks of ~100 rows, each row float32 xyz and a float64 attribute
-    per_block = 800 * (2 * (12 + 8) + pyramid.COARSEN_ROW_BYTES)
-    monkeypatch.setattr(pyramid, "coarsen_block", counted)
-    monkeypatch.setattr(pyramid, "BLOCK_BYTES", 2 * per_block)
-    await za.build_pyramid(str(small), [(2, 1)])
+    per_block = 800 * (2 * (12 + 8) + coarsening.COARSEN_ROW_BYTES)
+    monkeypatch.setattr(tasks, "coarsen_block", counted)
+    with tuned(pyramid_block_bytes=2 * per_block):
+        await za.build_pyramid(str(small), [(2, 1)])
     assert running["blocks"] == 125
     assert running["most"] <= 2
 
     running.update(most=0, blocks=0)
-    monkeypatch.setattr(pyramid, "BLOCK_BYTES", 1)  # every block is larger than the budget: one at a time
     one = tmp_path / "one" / "s"
     await _store(one)
-    await za.build_pyramid(str(one), [(2, 1), (2, 1)])
+    with tuned(pyramid_block_bytes=1):  # every block is larger than the budget: one at a time
+        await za.build_pyramid(str(one), [(2, 1), (2, 1)])
     assert running["most"] == 1
     assert tree(one) == tree(big)

@@ -1,8 +1,8 @@
 """``zvf.dask.build_pyramid``: the pyramid builder's block tasks on Dask workers, the commit on the driver.
 
 The driver takes the store's lock and, per step, plans the blocks exactly as
-the serial build does (:func:`zvf.lifecycle.pyramid.plan_blocks`); workers
-run :func:`zvf.lifecycle.pyramid.run_block_task` on groups of blocks from
+the serial build does (:func:`zvf.lifecycle.pyramid.tasks.plan_blocks`); workers
+run :func:`zvf.lifecycle.pyramid.tasks.run_block_task` on groups of blocks from
 the store spec and upload the coarse cells; the driver writes the array
 documents, object index and level from their summaries, the root last.  The
 store equals the serial ``zvf.build_pyramid``'s, byte for byte.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from .run import Progress, compute, need_dask, spec_of
 
@@ -37,7 +38,7 @@ def _run(url: str, opts: StorageOptions | None, job: StepJob, group: list[BlockT
 def build_pyramid(target: Any, factors: Factors, *, chunk_scale_factors: ChunkScales | None = None,
                   cross_level_depth: int = 1, cross_level_storage: str = "explicit", sparsity_strategy: str = "random",
                   seed: int = 0, storage_options: StorageOptions | None = None, progress: Progress | None = None,
-                  max_inflight_bytes: int = 64 << 20, lock_timeout: float = 60.0, stale_after: float = 30.0,
+                  max_inflight_bytes: int | None = None, lock_timeout: float = 60.0, stale_after: float = 30.0,
                   blocks_per_task: int = 4, client: Any = None,
                   _before_task: Callable[[], None] | None = None) -> PyramidSummary:
     """``zvf.build_pyramid`` with the blocks of every step coarsened on Dask workers.
@@ -58,12 +59,14 @@ def build_pyramid(target: Any, factors: Factors, *, chunk_scale_factors: ChunkSc
     if isinstance(blocks_per_task, bool) or not isinstance(blocks_per_task, int) or blocks_per_task < 1:
         raise InvalidArgumentError(f"blocks_per_task must be an integer >= 1, got {blocks_per_task!r}")
     url, opts = spec_of(target, storage_options)
+    # the driver's setting, shipped to the workers (they would read their own defaults)
+    upload_bytes = tuning().pyramid_upload_bytes if max_inflight_bytes is None else max_inflight_bytes
     run = dask.delayed(_run, pure=False)
 
     async def map_blocks(job: StepJob, tasks: list[BlockTask]) -> list[BlockSummary]:
         shared = dask.delayed(job, traverse=False)  # one graph node: shipped once per worker, not per task
         groups = [tasks[i:i + blocks_per_task] for i in range(0, len(tasks), blocks_per_task)]
-        graph = [run(url, opts, shared, group, max_inflight_bytes, _before_task) for group in groups]
+        graph = [run(url, opts, shared, group, upload_bytes, _before_task) for group in groups]
         level = job.plan.target
         seen = {"blocks": 0, "vertices": 0}
 
@@ -79,5 +82,5 @@ def build_pyramid(target: Any, factors: Factors, *, chunk_scale_factors: ChunkSc
     return anyio.run(lambda: pyramid.build_pyramid(
         url, factors, chunk_scale_factors=chunk_scale_factors, cross_level_depth=cross_level_depth,
         cross_level_storage=cross_level_storage, sparsity_strategy=sparsity_strategy, seed=seed,
-        storage_options=opts, max_inflight_bytes=max_inflight_bytes, lock_timeout=lock_timeout,
+        storage_options=opts, max_inflight_bytes=upload_bytes, lock_timeout=lock_timeout,
         stale_after=stale_after, map_blocks=map_blocks), backend="asyncio")
