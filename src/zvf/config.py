@@ -84,6 +84,7 @@ class Tuning:
     export_write_ahead_bytes: int = 64 << 20  # rows an export queues for its file writer thread (besides one batch)
     export_text_rows: int = 65536  # rows a CSV or JSON Lines export formats at once (bounds the Python objects made)
     npz_copy_bytes: int = 8 << 20  # bytes per read/write when an .npz export moves a column into place
+    npz_max_reserved_bytes: int = 1 << 40  # file bytes an .npz export reserves for announced rows; past it: temp files
 
     # --- write -------------------------------------------------------------------------------------
     spill_bytes: int = 32 << 20  # rows a streamed write or routing task buffers before a chunk-sorted run goes to disk

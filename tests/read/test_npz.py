@@ -10,6 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from zvf.config import tuned
 from zvf.read import npz
 from zvf.read.selection import Selection
 from zvf.read.writers import open_writer
@@ -71,14 +72,14 @@ def test_npz_without_positional_io(tmp_path, monkeypatch):
         _check(str(tmp_path / "out.npz"), batches)
 
 
-def test_npz_reserves_no_absurd_region(tmp_path, monkeypatch):
+def test_npz_reserves_no_absurd_region(tmp_path):
     """A huge announced count (untrusted metadata) makes no file of that apparent size."""
-    monkeypatch.setattr(npz, "MAX_RESERVED", 40_000)
     batches = _batches(1000, [1000])
-    _write(tmp_path / "out.npz", batches, 1000)  # positions (12 kB) and ids (8 kB) fit, the attribute not
-    _check(str(tmp_path / "out.npz"), batches)
-    _write(tmp_path / "out.npz", batches, 10**15)
-    _check(str(tmp_path / "out.npz"), batches)
+    with tuned(npz_max_reserved_bytes=40_000):
+        _write(tmp_path / "out.npz", batches, 1000)  # positions (12 kB) and ids (8 kB) fit, the attribute not
+        _check(str(tmp_path / "out.npz"), batches)
+        _write(tmp_path / "out.npz", batches, 10**15)
+        _check(str(tmp_path / "out.npz"), batches)
 
 
 def test_npz_link_table_and_casts(tmp_path):

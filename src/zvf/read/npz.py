@@ -34,9 +34,6 @@ from ..format.rows import RowLayout
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-# Reserve in place only while the reserved bytes stay under this (a wrong, huge count in untrusted
-# metadata must not make a file of absurd apparent size; past it columns go through temporary files).
-MAX_RESERVED = 1 << 40
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch: results do not depend on the clock
 _ZIP64_VERSION = 45
 _UNKNOWN32 = 0xFFFFFFFF
@@ -148,7 +145,9 @@ class NpzBuilder:
         dtype = np.dtype(dtype)
         col = _Column(dtype, tuple(row_shape), f"{key}.npy".encode())
         head = 0 if rows is None else len(col.header(int(rows)))
-        if rows is not None and self.reserving and self.end + head + int(rows) * col.row_nbytes <= MAX_RESERVED:
+        # a wrong, huge count in untrusted metadata must not make a file of absurd apparent size
+        most = tuning().npz_max_reserved_bytes
+        if rows is not None and self.reserving and self.end + head + int(rows) * col.row_nbytes <= most:
             col.header_at, col.data_at, col.capacity = self.end, self.end + head, int(rows)
             col.crc = zlib.crc32(col.npy(col.capacity))
             self.end = col.data_at + col.capacity * col.row_nbytes
