@@ -38,6 +38,8 @@ def test_box_mask_is_the_float64_test(dtype):
     for _ in range(300):
         lo, hi = np.sort(rng.choice(edges, (2, 3)), axis=0)
         assert np.array_equal(box_mask(p, lo, hi), inside(p.astype(np.float64), lo, hi)), (lo, hi)
+        axes = [0, 2]
+        assert np.array_equal(box_mask(p, lo, hi, axes=axes), inside(p[:, axes].astype(np.float64), lo[axes], hi[axes]))
     low, high = inward_edges(np.dtype(dtype), np.array([0.1]), np.array([0.1]))
     assert low.dtype == high.dtype == dtype and low[0] >= 0.1 >= high[0]
 
@@ -47,6 +49,8 @@ def test_box_mask_other_rows():
     p = np.array([[0, 1], [2, 3], [-5, 7]], np.int32)
     lo, hi = np.array([0.0, 1.0]), np.array([2.0, 3.0])
     assert box_mask(p, lo, hi).tolist() == [True, True, False]
+    assert box_mask(p, lo, hi, axes=[1]).tolist() == [True, True, False]
+    assert box_mask(p, lo, np.array([1.0, 3.0]), axes=[0]).tolist() == [True, False, False]
     assert box_mask(np.zeros((0, 3), np.float32), lo[:1].repeat(3), hi[:1].repeat(3)).shape == (0,)
 
 

@@ -468,7 +468,8 @@ async def fragment_indexes(frag_arr: CellArray, chunks: ChunkList) -> list[Fragm
 def assemble(level: Level, arrays: Mapping[str, CellArray], chunk_list: list[tuple[int, ...]], names: list[str],
              payloads: Payloads, owners: Owners | None, box: Box | None) -> Selection:
     """Decode fetched payloads into one Selection (pure CPU work): rows of chunks the box holds whole are
-    copied without a test, the others' through :func:`box_mask`, each straight into the preallocated output."""
+    copied without a test, the others' through :func:`box_mask` on the axes the box cuts the chunk along,
+    each straight into the preallocated output."""
     vert = arrays["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
     ndim = level.layout.ndim
@@ -477,8 +478,8 @@ def assemble(level: Level, arrays: Mapping[str, CellArray], chunk_list: list[tup
     pos = [rows_from_payload(p, dtype, (ndim,), key=k) for p, k in zip(payloads["vertices"], keys["vertices"])]
     chosen: list[Pick] = [None] * len(pos)
     if box is not None:
-        whole = chunks_inside(level, np.asarray(chunk_list, np.int64).reshape(len(chunk_list), level.key_ndim), *box)
-        chosen = [None if w else box_mask(p, *box) for p, w in zip(pos, whole.tolist())]
+        cut = ~axes_inside(level, np.asarray(chunk_list, np.int64).reshape(len(chunk_list), level.key_ndim), *box)
+        chosen = [box_mask(p, *box, axes=np.flatnonzero(c)) if c.any() else None for p, c in zip(pos, cut)]
     picks = RowPicks(chosen, [len(p) for p in pos])
     attrs: dict[str, np.ndarray] = {}
     for n in names:
@@ -497,8 +498,9 @@ def assemble(level: Level, arrays: Mapping[str, CellArray], chunk_list: list[tup
     return Selection(picks.gather(pos, np.zeros((0, ndim), dtype)), attrs, object_ids)
 
 
-def chunks_inside(level: Level, chunks: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> NDArray[np.bool_]:
-    """Which (K, key_ndim) chunks lie inside the closed box whole: their rows need no test.
+def axes_inside(level: Level, chunks: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> NDArray[np.bool_]:
+    """(K, ndim): whether the closed box holds the whole extent of each of (K, key_ndim) chunks along each
+    axis.  Rows need no test along those axes, none at all in a chunk the box holds whole.
 
     A row is filed under the chunk whose ``[edge, next edge)`` holds it, by the chunk's or its bin's floor
     division (what box queries rely on to pick chunks at all, and validation level 4 checks); the box must
@@ -506,29 +508,34 @@ def chunks_inside(level: Level, chunks: np.ndarray, lo: np.ndarray, hi: np.ndarr
     """
     layout = level.layout
     if not len(chunks):
-        return np.zeros(0, dtype=bool)
+        return np.zeros((0, layout.ndim), dtype=bool)
     size = np.asarray(layout.chunk_shape, dtype=np.float64)
     first = layout.spatial(np.asarray(chunks, dtype=np.int64)).astype(np.float64) * size
     top = first + size
     slack = EDGE_SLACK * (np.abs(first) + np.abs(top) + size)
     lo64, hi64 = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-    whole: NDArray[np.bool_] = np.all((first - slack >= lo64) & (top + slack <= hi64), axis=1)
-    return whole
+    held: NDArray[np.bool_] = (first - slack >= lo64) & (top + slack <= hi64)
+    return held
 
 
-def box_mask(positions: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> NDArray[np.bool_]:
-    """Rows with ``lo <= p <= hi`` on every axis, exactly as float64 compares decide (``format.grid.inside``):
-    one column at a time, in the rows' own float dtype against the box edges rounded inward to that dtype
-    (``p >= lo`` holds for a float32 ``p`` iff ``p >= `` the least float32 ``>= lo``), without a float64 copy."""
+def box_mask(positions: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             axes: Sequence[int] | np.ndarray | None = None) -> NDArray[np.bool_]:
+    """Rows with ``lo <= p <= hi`` on every axis (of ``axes`` only, when given), exactly as float64 compares
+    decide (``format.grid.inside``): one column at a time, in the rows' own float dtype against the box edges
+    rounded inward to that dtype (``p >= lo`` holds for a float32 ``p`` iff ``p >=`` the least float32
+    ``>= lo``), without a float64 copy."""
     p = np.asarray(positions)
     if p.dtype.kind != "f" or p.ndim != 2:
-        return inside(np.asarray(p, dtype=np.float64), lo, hi)
+        if axes is None:
+            return inside(np.asarray(p, dtype=np.float64), lo, hi)
+        cols = np.asarray(axes, dtype=np.int64)
+        return inside(np.asarray(p[:, cols], dtype=np.float64), np.asarray(lo)[cols], np.asarray(hi)[cols])
     low, high = inward_edges(p.dtype, np.asarray(lo, np.float64), np.asarray(hi, np.float64))
-    mask = np.empty(len(p), dtype=bool)
+    mask = np.ones(len(p), dtype=bool)
     scratch = np.empty(len(p), dtype=bool)
-    for d in range(p.shape[1]):
+    for i, d in enumerate(range(p.shape[1]) if axes is None else [int(a) for a in axes]):
         col = p[:, d]
-        if d == 0:
+        if i == 0:
             np.greater_equal(col, low[d], out=mask)
         else:
             np.greater_equal(col, low[d], out=scratch)

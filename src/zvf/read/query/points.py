@@ -23,8 +23,8 @@ from ..points import (
     RowPicks,
     attribute_layout,
     attribute_rows,
+    axes_inside,
     box_mask,
-    chunks_inside,
     fetch,
     fragment_indexes,
     row_nbytes,
@@ -242,8 +242,9 @@ def _assemble_points(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]]
                      payloads: dict[str, list[Any]], fetched: dict[int, np.ndarray | None],
                      wanted: dict[int, np.ndarray], where_vals: dict[str, dict[int, np.ndarray]],
                      fis: dict[int, FragmentIndex]) -> Selection:
-    """One wave's Selection: each chunk's rows picked (the wanted ones, then the vertex test -- none for a
-    chunk the box holds whole -- then the id set), every column gathered once into its output."""
+    """One wave's Selection: each chunk's rows picked (the wanted ones, then the vertex test -- along the axes
+    the box cuts the chunk, none for a chunk it holds whole -- then the id set), every column gathered once
+    into its output."""
     lvl, spec = ctx.level, ctx.spec
     vert = job.final["vertices"]
     dtype = np.dtype(vert.meta.attributes.get("dtype", "float32"))
@@ -253,9 +254,9 @@ def _assemble_points(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]]
     pos = [rows_from_payload(payloads["vertices"][j], dtype, (ndim,), key=keys["vertices"][j])
            for j in range(len(live))]
     box = None if spec.bbox is None else (np.asarray(spec.bbox[0], np.float64), np.asarray(spec.bbox[1], np.float64))
-    whole = [spec.near is None and box is None] * len(live)
+    cut = np.full((len(live), ndim), spec.near is not None or box is not None)  # axes a row test must check
     if spec.near is None and box is not None:
-        whole = chunks_inside(lvl, np.asarray(coords, np.int64).reshape(len(coords), lvl.key_ndim), *box).tolist()
+        cut = ~axes_inside(lvl, np.asarray(coords, np.int64).reshape(len(coords), lvl.key_ndim), *box)
     picks: list[Pick] = []  # rows of each chunk's cells the answer takes
     kept: list[Pick] = []  # the same, among its wanted rows (``where_vals`` hold those)
     oid_parts: list[np.ndarray] = []  # owners of the wanted rows
@@ -266,8 +267,9 @@ def _assemble_points(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]]
             local = np.searchsorted(rows_read, wanted[k]) if rows_read is not None else wanted[k]
         sub = pos[j] if local is None else pos[j][local]
         keep: np.ndarray | None = None
-        if not whole[j]:
-            keep = box_mask(sub, *box) if spec.near is None and box is not None else spec.vertex_mask(sub)
+        if cut[j].any():
+            keep = box_mask(sub, *box, axes=np.flatnonzero(cut[j])) if spec.near is None and box is not None \
+                else spec.vertex_mask(sub)
         if job.owners is not None:
             c = chunks[k]
             fi = fis.get(k)
