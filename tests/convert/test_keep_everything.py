@@ -3,6 +3,7 @@ order with keep_order), several SWC files into one store, and convert's progress
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -10,7 +11,6 @@ import pytest
 
 import zvf
 from zvf.cli.main import main
-from zvf.converters import source_order
 from zvf.errors import InvalidArgumentError
 
 
@@ -96,17 +96,17 @@ def test_geoparquet_stays_geoparquet(tmp_path):
 
 
 @pytest.mark.parametrize("bucket_rows", [None, 37])
-def test_keep_order_writes_the_input_order_back(tmp_path, monkeypatch, bucket_rows):
+def test_keep_order_writes_the_input_order_back(tmp_path, bucket_rows):
     rng = np.random.default_rng(7)
     n = 500
     pos = rng.uniform(0, 100, (n, 3)).round(3)
     w = rng.integers(0, 1000, n)
     (tmp_path / "in.csv").write_text("x,y,z,w\n" + "".join(f"{a},{b},{c},{d}\n" for (a, b, c), d in zip(pos, w)))
-    if bucket_rows:
-        monkeypatch.setattr(source_order, "BATCH_ROWS", bucket_rows)  # several spill buckets
-    assert main(["convert", str(tmp_path / "in.csv"), str(tmp_path / "s.zvf"), "--keep-order",
-                 "--chunk-shape", "20,20,20", "-q"]) == 0
-    assert main(["convert", str(tmp_path / "s.zvf"), str(tmp_path / "out.csv"), "-q"]) == 0
+    with zvf.config.tuned(convert_batch_rows=bucket_rows) if bucket_rows else contextlib.nullcontext():
+        # several spill buckets (and read batches)
+        assert main(["convert", str(tmp_path / "in.csv"), str(tmp_path / "s.zvf"), "--keep-order",
+                     "--chunk-shape", "20,20,20", "-q"]) == 0
+        assert main(["convert", str(tmp_path / "s.zvf"), str(tmp_path / "out.csv"), "-q"]) == 0
     back = np.loadtxt(tmp_path / "out.csv", delimiter=",", skiprows=1)
     assert (tmp_path / "out.csv").read_text().startswith("x,y,z,w\n")
     assert np.array_equal(back[:, :3], pos) and np.array_equal(back[:, 3], w)  # the input's rows, in its order

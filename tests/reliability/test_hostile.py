@@ -180,10 +180,7 @@ def test_an_absurd_vertex_count_is_refused_before_allocating(stores, tmp_path):
 
 def test_an_oversized_root_document_is_not_parsed(stores, tmp_path):
     """Readers parsed a 150 MB root (the validator caps documents at 64 MiB): one cap for both."""
-    from zvf.format.parse import MAX_DOCUMENT_BYTES
-    from zvf.validation.structure import MAX_DOCUMENT_BYTES as validator_cap
-
-    assert validator_cap is MAX_DOCUMENT_BYTES == 64 << 20
+    assert zvf.config.tuning().max_document_bytes == 64 << 20  # readers and the validator read this setting
     store = _copy(stores, "points", tmp_path)
     root = json.loads((store / "zarr.json").read_text())
     root["attributes"]["padding"] = [[i, "x" * 40] for i in range(150_000_000 // 50)]

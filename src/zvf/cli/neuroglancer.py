@@ -120,11 +120,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _aiohttp()
     import zvf
 
+    from ..config import tuning
     from ..errors import InvalidArgumentError
     from ..neuroglancer.export import axis_names
     from ..neuroglancer.http import start
     from ..neuroglancer.serve import LAYERS, VIEW, make_app
-    from ..neuroglancer.state import MAX_SEGMENTS, ready
+    from ..neuroglancer.state import ready
 
     access = _access(args)
 
@@ -139,7 +140,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             runner, base = await start(app, args.host, args.port, log_requests=_log_requests(args))
             view = app[VIEW]
             lo, hi = ds.bounds
-            segments = view.oids[:MAX_SEGMENTS].tolist() if ds.geometry_type in ("skeleton", "mesh") else []
+            shown = tuning().neuroglancer_max_segments
+            segments = view.oids[:shown].tolist() if ds.geometry_type in ("skeleton", "mesh") else []
             layers: list[str] = app[LAYERS]
             doc = ready(geometry=geometry, base=base, layers=layers, axes=axis_names(ds),
                         unit=args.unit, bounds=[lo.tolist(), hi.tolist()], offset=view.offset.tolist(),

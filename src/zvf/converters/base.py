@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import anyio
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, UnknownArgumentError
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 SOURCE_KEY = "zvf_source"
 Item = TypeVar("Item")  # what a stream Written counts yields: a Selection or an (index, Selection) pair
-BATCH_ROWS = 1_000_000  # rows per batch read from a streaming source
 AXES = ("x", "y", "z")  # coordinate names in the files that name them (PLY, tables, GraphML)
 OBJECT_ID = "object_id"  # the column (table) or vertex property (PLY) naming each row's object
 
@@ -246,9 +246,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-OBJECT_BATCH = 4096  # objects per read when exporting
-
-
 class Written:
     """How much of a store level a conversion into a file has read, told to ``progress`` (``done``,
     ``total``: the level's vertex count, known from the store; ``unit``) batch by batch."""
@@ -279,13 +276,15 @@ class Written:
 
 
 async def object_batches(ds: Any, level: int, written: Written,
-                         step: int = OBJECT_BATCH) -> AsyncGenerator[tuple[int, Selection], None]:
-    """(index of the first object, one combined Selection) for every ``step`` objects in id order
+                         step: int | None = None) -> AsyncGenerator[tuple[int, Selection], None]:
+    """(index of the first object, one combined Selection) for every ``step`` objects (default: the
+    ``convert_object_batch`` setting) in id order
     (:func:`zvf.read.export.object_batches`: each cell read about once where the level fits its cache),
     counted by ``written``."""
     from ..read.export import object_batches as batches
 
     lo = 0
+    step = tuning().convert_object_batch if step is None else step
     async for sel in written.each(batches(ds, level=level, batch=step), level):
         yield lo, sel
         lo += len(object_offsets(sel)) - 1

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InputFileError, InvalidArgumentError
-from .base import BATCH_ROWS, StoreOptions, Written, source_record, stamp, take_options, write_batches
+from .base import StoreOptions, Written, source_record, stamp, take_options, write_batches
 from .parsing import guarded, need, reading
 from .source_order import numbered, point_batches
 
@@ -53,7 +54,7 @@ _READ_ERRORS = (ValueError, RuntimeError, EOFError, IndexError)
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
-    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "keep_order": False})
+    opts = take_options(fmt, options, {"batch_rows": tuning().convert_batch_rows, "keep_order": False})
     laspy = _laspy()
     errors = (laspy.errors.LaspyException, *_READ_ERRORS)
     with reading(src, fmt, errors), laspy.open(src) as reader:

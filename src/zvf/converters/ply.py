@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     AXES,
@@ -73,7 +74,7 @@ def _faces(ply: Any, src: str) -> tuple[np.ndarray | None, dict[str, Any]]:
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
-    opts = take_options(fmt, options, {"batch_rows": 1_000_000, "keep_order": False})
+    opts = take_options(fmt, options, {"batch_rows": tuning().convert_batch_rows, "keep_order": False})
     plyfile = _plyfile()
     with reading(src, fmt, (plyfile.PlyParseError, ValueError, EOFError, IndexError)):
         ply = plyfile.PlyData.read(src)

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
-from .base import BATCH_ROWS, Written
+from .base import Written
 
 SOURCE_ROW = "zvf_source_row"  # vertex attribute: a point's row in its source file (keep_order=True)
 
@@ -61,12 +62,12 @@ async def in_source_order(batches: AsyncIterator[Any], bucket_rows: int | None =
     """Point batches (Selections carrying ``SOURCE_ROW``) again in the source's row order, without it.
 
     Rows are spilled to temporary files, one per column and bucket of ``bucket_rows`` (default
-    ``BATCH_ROWS``) consecutive source rows; then each bucket is read back, sorted and yielded.
+    the ``convert_batch_rows`` setting) consecutive source rows; then each bucket is read back, sorted and yielded.
     Memory: one batch, then one bucket; disk: the level's rows once.
     """
     from ..read.selection import Selection
 
-    bucket_rows = bucket_rows or BATCH_ROWS
+    bucket_rows = bucket_rows or tuning().convert_batch_rows
     with tempfile.TemporaryDirectory(prefix="zvf-order-") as tmp:
         layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         buckets: set[int] = set()

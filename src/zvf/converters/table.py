@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import numpy as np
 
+from ..config import tuning
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     AXES,
-    BATCH_ROWS,
-    OBJECT_BATCH,
     OBJECT_ID,
     StoreOptions,
     Written,
@@ -243,7 +242,8 @@ _PARQUET_ERRORS = (ValueError, OSError)
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
-    opts = take_options(fmt, options, {"batch_rows": BATCH_ROWS, "geometry": None, "keep_order": False})
+    opts = take_options(fmt, options, {"batch_rows": tuning().convert_batch_rows, "geometry": None,
+                                       "keep_order": False})
     rows = int(opts["batch_rows"])
     geo = None
     if fmt == "csv":
@@ -420,7 +420,8 @@ def _wkb_array(pos: np.ndarray) -> Any:
 
 
 async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
-    opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": OBJECT_BATCH, "keep_order": None})
+    opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": tuning().convert_object_batch,
+                                       "keep_order": None})
     level = opts["level"]
     if fmt == "csv":
         out: Any = _CsvOut(dst)
@@ -443,6 +444,10 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
             src_ids = obj.pop(OBJECT_ID, None)
             if src_ids is None:
                 src_ids = await ds.object_ids(level=level)
+            elif src_ids.ndim != 1 or src_ids.dtype.kind not in "iu" or len(np.unique(src_ids)) != len(src_ids):
+                raise InvalidArgumentError(  # the file's object_id column would merge or misname objects
+                    f"{ds.url}: object attribute {OBJECT_ID!r} (the ids a table's {OBJECT_ID} column gets) must be "
+                    f"distinct integers, one per object; rename it to convert the store to a table")
             async for lo, sel in object_batches(ds, level, written, int(opts["batch_objects"])):
                 lens = np.diff(object_offsets(sel))
                 rows = np.repeat(np.arange(lo, lo + len(lens)), lens)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     StoreOptions,
@@ -37,8 +38,6 @@ from .parsing import guarded, need, reading
 
 if TYPE_CHECKING:
     from ..read.dataset import DatasetReader
-
-BATCH = 10_000  # streamlines per batch read
 
 
 def _nib() -> Any:
@@ -143,7 +142,7 @@ def _trx_group_attributes(trx: Any, names: list[str], src: str) -> dict[str, np.
 
 
 async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
-    opts = take_options(fmt, options, {"batch": BATCH})
+    opts = take_options(fmt, options, {"batch": tuning().convert_batch_streamlines})
     from ..write.objects.memory import write_polylines
 
     groups = None

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..config import tuning
 from ..errors import FormatError, InvalidArgumentError, SizeLimitError
 from .vlen import as_u8, byte_view, decode_vlen, decode_vlen_frames, encode_vlen
 
@@ -60,17 +61,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOSC_CONFIG",
-    "DEFAULT_MAX_SIZE",
     "ZSTD_CONFIG",
     "CellCodec",
     "blosc_decompress",
+    "decoded_limit",
     "zstd_bound",
     "zstd_decompress",
     "zstd_decompress_many",
 ]
 
-#: Default bound on one decoded cell (bytes).
-DEFAULT_MAX_SIZE = 1 << 31
+
+def decoded_limit(max_size: int | None) -> int:
+    """The bound on one decoded chunk: ``max_size``, or the ``max_decoded_bytes`` setting in effect."""
+    return tuning().max_decoded_bytes if max_size is None else max_size
+
 
 ZSTD_CONFIG: dict[str, Any] = {"level": 0, "checksum": False}
 BLOSC_CONFIG: dict[str, Any] = {"typesize": 4, "cname": "zstd", "clevel": 5, "shuffle": "bitshuffle", "blocksize": 0}
@@ -191,13 +195,14 @@ def zstd_bound(data: BytesLike, *, key: str = "?") -> list[tuple[int, int, int |
     return frames
 
 
-def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes:
     """Decompress zstd frame(s) with the output bounded by ``max_size`` before allocation.
 
     Frames that declare their content size are refused past ``max_size`` before any byte is inflated; a
     frame that does not (streaming writers) gets an output buffer of what is left of ``max_size`` at most
     (its blocks may bound it more tightly), and is refused if it needs more.
     """
+    max_size = decoded_limit(max_size)
     frames = zstd_bound(data, key=key)
     declared = sum(f[2] or 0 for f in frames)
     if sum(f[3] for f in frames) > max_size and (declared > max_size or all(f[2] is not None for f in frames)):
@@ -308,7 +313,7 @@ def _zstd_frames_checked(
 
 
 def zstd_decompress_many(
-    data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE
+    data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", max_size: int | None = None
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
     """Decompress many zstd buffers ``data[starts[i]:ends[i]]`` in one go.
 
@@ -318,6 +323,7 @@ def zstd_decompress_many(
     the blocks, allow), then one C call decompresses them all; buffers with
     anything unusual take :func:`zstd_decompress`, which names the defect.
     """
+    max_size = decoded_limit(max_size)
     import zstandard
 
     u8 = as_u8(data)
@@ -384,8 +390,9 @@ def _packed(pieces: Sequence[Buffer]) -> tuple[NDArray[np.uint8], NDArray[np.int
 # blosc
 
 
-def blosc_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+def blosc_decompress(data: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes:
     """Decompress a blosc(1) buffer after checking its 16-byte header against the data."""
+    max_size = decoded_limit(max_size)
     mv = byte_view(data)
     size = mv.nbytes
     if size < 16:
@@ -483,8 +490,9 @@ def _lzma_new(cfg: Mapping[str, Any], key: str) -> Callable[[], _Decompressor]:
     return lambda: lzma.LZMADecompressor(format=fmt, filters=cfg.get("filters") if fmt == lzma.FORMAT_RAW else None)
 
 
-def lz4_decompress(data: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+def lz4_decompress(data: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes:
     """numcodecs' lz4 frame: i32 little-endian decoded size, then one lz4 block."""
+    max_size = decoded_limit(max_size)
     mv = byte_view(data)
     if mv.nbytes < 4:
         raise FormatError(f"{key}: lz4 buffer of {mv.nbytes} bytes has no size header")
@@ -877,8 +885,9 @@ class CellCodec:
             raw = _encode_one(name, cfg, raw)
         return raw
 
-    def _decompress(self, raw: BytesLike, key: str, max_size: int) -> memoryview:
+    def _decompress(self, raw: BytesLike, key: str, max_size: int | None) -> memoryview:
         """Undo the codecs in reverse order; each stage's output is bounded by ``max_size``."""
+        max_size = decoded_limit(max_size)
         data = raw
         for name, cfg in reversed(self.compressors):
             data = _decode_one(name, cfg, data, key, max_size)
@@ -894,7 +903,7 @@ class CellCodec:
         return self._compress(encode_vlen(items))
 
     def decode_items(
-        self, raw: BytesLike, *, key: str = "?", expected: int | None = None, max_size: int = DEFAULT_MAX_SIZE
+        self, raw: BytesLike, *, key: str = "?", expected: int | None = None, max_size: int | None = None
     ) -> list[memoryview]:
         """Stored bytes of one chunk -> item views."""
         if self.serializer != "vlen-bytes":
@@ -902,7 +911,7 @@ class CellCodec:
         return decode_vlen(self._decompress(raw, key, max_size), key=key, expected=expected)
 
     def decode_many(
-        self, data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE
+        self, data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", max_size: int | None = None
     ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
         """Stored chunks lying at ``data[starts[i]:ends[i]]`` -> ``(buffer, starts, ends)`` of their decoded bytes.
 
@@ -921,7 +930,7 @@ class CellCodec:
 
     def decode_items_many(
         self, data: BytesLike, starts: ArrayLike, ends: ArrayLike, *, key: str = "?", expected: ArrayLike | None = None,
-        max_size: int = DEFAULT_MAX_SIZE,
+        max_size: int | None = None,
     ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
         """Many stored multi-item chunks -> ``(buffer, counts, item_starts, item_lengths)`` with no per-item objects.
 
@@ -940,11 +949,11 @@ class CellCodec:
             return self._compress(encode_vlen([payload]))
         return self._compress(bytes(byte_view(payload)))
 
-    def decode(self, raw: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    def decode(self, raw: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes:
         """Stored bytes -> the single payload as ``bytes`` (see :meth:`decode_view` to avoid the copy)."""
         return bytes(self.decode_view(raw, key=key, max_size=max_size))
 
-    def decode_view(self, raw: BytesLike, *, key: str = "?", max_size: int = DEFAULT_MAX_SIZE) -> memoryview:
+    def decode_view(self, raw: BytesLike, *, key: str = "?", max_size: int | None = None) -> memoryview:
         """Like :meth:`decode` but a zero-copy view into ``raw`` or the decompressed buffer (bulk reads)."""
         data = self._decompress(raw, key, max_size)
         if self.serializer != "vlen-bytes":

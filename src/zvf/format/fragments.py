@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..config import tuning
 from ..errors import FormatError, InvalidArgumentError, MissingDataError
 from .vlen import as_u8
 
@@ -45,7 +46,6 @@ __all__ = [
     "FRAGMENT_MAGIC",
     "FRAGMENT_VERSION",
     "MAX_CELL_ROWS",
-    "MAX_GATHER_ROWS",
     "FragmentIndex",
     "decode_fragment_index",
     "encode_fragment_index",
@@ -57,9 +57,6 @@ FRAGMENT_VERSION = 1
 _HEADER = struct.Struct("<IHHII")
 #: Rows of one cell are bounded by its u32-length vlen item (>= 1 byte per row).
 MAX_CELL_ROWS = (1 << 32) - 1
-#: ``gather`` refuses to materialize more rows than this unless the index was
-#: decoded with ``n_rows`` (then every fragment is known to fit the chunk).
-MAX_GATHER_ROWS = 1 << 27
 
 
 def _bitmap_nbytes(f: int) -> int:
@@ -264,7 +261,7 @@ class FragmentIndex:
         ids = self._check_ids(fragment_ids, key)
         lengths = self.counts[ids]
         total = int(lengths.sum())
-        if total > MAX_GATHER_ROWS and (self.n_rows is None or total > ids.size * max(self.n_rows, 1)):
+        if total > tuning().max_gather_rows and (self.n_rows is None or total > ids.size * max(self.n_rows, 1)):
             raise FormatError(
                 f"{key}: fragments expand to {total} rows; decode the index with n_rows to read this much"
             )

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..config import tuning
 from ..errors import FormatError, IncompleteStoreError, NotZvfStoreError, StoreNotFoundError
 from .metadata import (
     COMPACT_GROUP_KEYS,
@@ -41,8 +42,6 @@ from .metadata import (
 )
 
 __all__ = [
-    "MAX_BINS_PER_CHUNK",
-    "MAX_DOCUMENT_BYTES",
     "MAX_GRID_CELLS",
     "check_level_grid",
     "classify_root",
@@ -53,23 +52,19 @@ __all__ = [
     "parse_root",
 ]
 
-#: The largest metadata document read (readers and the validator alike): parsing JSON costs ~10x its size in
-#: Python objects, and no store's document comes near it (a million-node consolidated root is ~300 MB).
-MAX_DOCUMENT_BYTES = 64 << 20
 #: The most chunks a level's grid may span over the store's bounds: past it chunk numbers leave the range
 #: int64 arithmetic holds (a chunk_shape of 1e-300 made every query answer nothing).
 MAX_GRID_CELLS = 1 << 62
-#: The most bins tiling one chunk: readers build per-chunk masks of its bins.
-MAX_BINS_PER_CHUNK = 1 << 20
 
 
 def loads(data: bytes | bytearray | memoryview | str, *, key: str) -> dict[str, Any]:
     """Decode one ``zarr.json``; any decoding problem is a FormatError naming ``key``, and a document over
-    :data:`MAX_DOCUMENT_BYTES` is refused unparsed."""
+    the ``max_document_bytes`` setting is refused unparsed."""
     size = len(data) if isinstance(data, (bytes, bytearray, str)) else memoryview(data).nbytes
-    if size > MAX_DOCUMENT_BYTES:
-        raise FormatError(f"{key}: a metadata document of {size} bytes, over the {MAX_DOCUMENT_BYTES >> 20} MiB "
-                          f"zvf reads; not parsed")
+    most = tuning().max_document_bytes
+    if size > most:
+        raise FormatError(f"{key}: a metadata document of {size} bytes, over the {most / 2**20:g} MiB zvf reads "
+                          f"(zvf.config setting max_document_bytes); not parsed")
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
         doc = json.loads(text)
@@ -162,7 +157,7 @@ def _check_grid(chunk_shape: tuple[float, ...], bounds: tuple[tuple[float, ...],
 
 def _check_bins(chunk_shape: tuple[float, ...], bin_shape: tuple[float, ...], key: str, field: str) -> None:
     """Refuse bins that do not tile the chunk a whole number of times per axis, or more than
-    :data:`MAX_BINS_PER_CHUNK` of them."""
+    the ``max_bins_per_chunk`` setting of them."""
     bins = 1
     for i, (c, b) in enumerate(zip(chunk_shape, bin_shape)):
         r = c / b
@@ -171,9 +166,10 @@ def _check_bins(chunk_shape: tuple[float, ...], bin_shape: tuple[float, ...], ke
         if round(r) < 1 or abs(r - round(r)) > 1e-9 * max(1.0, r):
             raise fail(key, field, f"[{i}]={b} does not divide chunk_shape[{i}]={c}")
         bins *= round(r)
-    if bins > MAX_BINS_PER_CHUNK:
+    most = tuning().max_bins_per_chunk
+    if bins > most:
         raise fail(key, field, f"{list(bin_shape)} makes {bins} bins (cells) per chunk, more than the "
-                               f"{MAX_BINS_PER_CHUNK} zvf reads")
+                               f"{most} zvf reads (zvf.config setting max_bins_per_chunk)")
 
 
 def check_level_grid(root: RootMeta, level: LevelMeta, *, key: str) -> None:

@@ -31,14 +31,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import tuning
 from .keys import ChunkKeyEncoding
 
 RECORD = "zvf_publication"
-#: Seconds a superseded version stays readable (unless more versions than the key families allow come
-#: within it: then the oldest is reclaimed early).
-RETENTION = 300.0
-#: Longest lease a reader holds before it looks at the root again (a quarter of the retention if shorter).
-MAX_LEASE = 20.0
 
 #: Chunk-key family codes, in the order writers prefer them (0.9.2 writes "c/").
 FAMILIES = ("c/", "c.", "v2.", "v2/")
@@ -51,8 +47,9 @@ _DOT_TAIL = re.compile(r"(?:\.-?\d+)*")
 
 
 def lease_for(retention: float) -> float:
-    """The lease readers of a version hold: :data:`MAX_LEASE`, or a quarter of a shorter retention."""
-    return min(MAX_LEASE, max(float(retention), 0.0) / 4)
+    """The lease readers of a version hold: the ``max_reader_lease`` setting, or a quarter of a shorter
+    retention."""
+    return min(tuning().max_reader_lease, max(float(retention), 0.0) / 4)
 
 
 def families_for(ndim: int) -> tuple[str, ...]:
@@ -155,7 +152,8 @@ class Retained:
         fams = obj.get("families")
         fams = {str(k): v for k, v in fams.items() if v in FAMILIES} if isinstance(fams, dict) else {}
         draining = obj.get("draining")
-        return cls(obj["version"], _num(obj.get("superseded"), 0.0), _num(obj.get("lease"), MAX_LEASE), fams,
+        lease = _num(obj.get("lease"), tuning().max_reader_lease)
+        return cls(obj["version"], _num(obj.get("superseded"), 0.0), lease, fams,
                    None if draining is None else _num(draining, 0.0))
 
 
@@ -169,8 +167,8 @@ class Record:
     own single version)."""
 
     version: str
-    retention: float = RETENTION
-    lease: float = MAX_LEASE
+    retention: float = field(default_factory=lambda: tuning().version_retention)
+    lease: float = field(default_factory=lambda: tuning().max_reader_lease)
     retained: list[Retained] = field(default_factory=list)
     pending_documents: bool = False
     recorded: bool = False  # the root carries the record (its consolidated section is then authoritative)
@@ -182,7 +180,7 @@ class Record:
         version = version_of(root_doc)
         if not isinstance(rec, dict) or not isinstance(rec.get("version"), str):
             return cls(version)
-        retention = _num(rec.get("retention"), RETENTION)
+        retention = _num(rec.get("retention"), tuning().version_retention)
         kept = [r for r in (Retained.parse(x) for x in rec.get("retained") or []) if r is not None]
         return cls(version, retention, _num(rec.get("lease"), lease_for(retention)), kept,
                    bool(rec.get("pending_documents")), True)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, StoreExistsError
 from . import annotations as ann
 from .coords import check_precision, resolve_offset, shifted
@@ -42,7 +43,6 @@ from .objects import (
     skeleton_info,
 )
 from .sharded import ShardingSpec, choose_spec, compressed_morton, encode_shards
-from .state import MAX_SEGMENTS
 
 if TYPE_CHECKING:
     from ..read.dataset import DatasetReader
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], object]  # (done, total)
 
 LINE_GEOMETRIES = ("line", "polyline", "streamline", "graph", "skeleton")
-BLOCK = 1 << 20  # annotations handled at once while building the spatial index
 
 
 def dimensions(ds: DatasetReader, unit: str) -> dict[str, list[Any]]:
@@ -253,7 +252,8 @@ async def _objects(ds: DatasetReader, root: Path, spill: _Spill, *, geometry: st
                    shift: _Shift, prefetch: int, progress: Progress | None, summary: dict[str, Any]) -> None:
     """Lines (one per edge), skeletons or meshes, object by object."""
     oids = await ds.object_ids(level=level)
-    summary["segments"] = np.sort(oids)[:MAX_SEGMENTS].tolist() if geometry in ("skeleton", "mesh") else []
+    shown = tuning().neuroglancer_max_segments
+    summary["segments"] = np.sort(oids)[:shown].tolist() if geometry in ("skeleton", "mesh") else []
     skel = _BlobSpill(root / ".spill" / "skeletons.bin") if geometry == "skeleton" else None
     attrs: list[tuple[str, np.dtype, int]] | None = None
     if geometry == "mesh":
@@ -311,8 +311,9 @@ def write_annotations(directory: Path, spill: _Spill, *, lower: np.ndarray, uppe
 
     def by_id_values(rows: np.ndarray) -> list[bytes]:
         values = []
-        for start in range(0, len(rows), BLOCK):
-            part = rows[start:start + BLOCK]
+        block = tuning().neuroglancer_index_block
+        for start in range(0, len(rows), block):
+            part = rows[start:start + block]
             r = np.asarray(recs[part])
             if not rel:
                 blob = r.tobytes()
@@ -362,8 +363,9 @@ def _spatial(directory: Path, schema: ann.Schema, recs: np.ndarray, ids: np.ndar
     q_prev = 0.0
 
     def blocks(q: float) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        for start in range(0, n, BLOCK):
-            rows = np.arange(start, min(n, start + BLOCK))
+        block = tuning().neuroglancer_index_block
+        for start in range(0, n, block):
+            rows = np.arange(start, min(n, start + block))
             u = ann.uniform(np.asarray(ids[rows]))
             keep = u >= q
             lo, hi = schema.bbox(np.asarray(recs[rows[keep]]))

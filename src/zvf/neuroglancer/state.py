@@ -17,11 +17,11 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import InvalidArgumentError
 from .objects import nm_per_unit
 
 DEFAULT_VIEWER = "https://neuroglancer-demo.appspot.com/"
-MAX_SEGMENTS = 1000  # object ids listed as visible; more make the URL unwieldy (the Seg. tab lists them all)
 FIT = 1.25  # view extent / the bounds' largest side
 
 ANNOTATION_NAMES = {"point_cloud": "points", "line": "lines", "polyline": "polylines", "streamline": "streamlines",
@@ -55,7 +55,7 @@ def viewer_state(*, geometry: str, base: str, layers: Sequence[str], axes: Seque
 
     ``lower``/``upper``: the store's bounds in its own coordinates (before any
     offset); ``segments``: object ids to show in segmentation layers (the
-    first :data:`MAX_SEGMENTS`).
+    first ``neuroglancer_max_segments``, a :mod:`zvf.config` setting).
     """
     srcs = sources(base, layers)
     lo, hi = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
@@ -63,7 +63,7 @@ def viewer_state(*, geometry: str, base: str, layers: Sequence[str], axes: Seque
     nm = nm_per_unit(unit)
     scale_m = nm * 1e-9
     shifted = bool(off.any())
-    ids = [str(int(s)) for s in list(segments)[:MAX_SEGMENTS]]
+    ids = [str(int(s)) for s in list(segments)[:tuning().neuroglancer_max_segments]]
     out: list[dict[str, Any]] = []
     seg_layer = None
     for name in layers:

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import FormatError, MissingDataError, SizeLimitError
-from ..format.codecs import DEFAULT_MAX_SIZE, CellCodec
+from ..format.codecs import CellCodec, decoded_limit
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
 from ..format.metadata import ArrayMeta
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
@@ -103,7 +103,8 @@ class CellArray:
 
         def decode(raw: bytes | memoryview, key: str) -> memoryview:
             nonlocal left
-            limit = DEFAULT_MAX_SIZE if left is None else min(left, DEFAULT_MAX_SIZE)
+            most = decoded_limit(None)
+            limit = most if left is None else min(left, most)
             try:
                 out = self.codec.decode_view(raw, key=key, max_size=limit + VLEN_HEADER)
             except SizeLimitError as e:

@@ -3,7 +3,7 @@
 Writers never change or delete the cells of a version while a reader may still hold it
 (:mod:`zvf.write.publish`): a superseded version stays readable until its reclaim is published and its
 readers' *lease* has run out.  A reader therefore needs to look at the root only once per lease
-(:data:`zvf.format.versions.MAX_LEASE`, 20 s by default) of reading: after each request it makes
+(the ``max_reader_lease`` setting of :mod:`zvf.config`, 20 s by default) of reading: after each request it makes
 (:meth:`Pin.after_read`, the executor's read hook), if the last look is older than the lease, it fetches
 the root again.  Its version still current or still kept: the bytes just read are its version's, and the
 lease starts again.  Gone (reclaimed, or the store was replaced another way): ``StaleDatasetError``, never

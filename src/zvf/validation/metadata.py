@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import FormatError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
 from ..format.keys import format_chunk_id, parse_delta, parse_offsets_name
 from ..format.layout import LevelLayout
-from .model import DENSE_ZV, MAX_SIMILAR, SPATIAL_ZV, ArrayInfo, LevelInfo, ValidatorBase, as_offsets, strip_key
+from .model import DENSE_ZV, SPATIAL_ZV, ArrayInfo, LevelInfo, ValidatorBase, as_offsets, strip_key
 
 
 class MetadataChecks(ValidatorBase):
@@ -90,7 +91,7 @@ class MetadataChecks(ValidatorBase):
                 if len(nonempty):
                     rel_c = nonempty - origin
                     out = np.any((rel_c < 0) | (rel_c >= np.asarray(meta.shape)), axis=1)
-                    for row in nonempty[out][:MAX_SIMILAR].tolist():
+                    for row in nonempty[out][:tuning().validation_similar_issues].tolist():
                         self.error(2, key, f"nonempty_chunks lists chunk {format_chunk_id(row)} outside the "
                                            f"grid (origin {origin.tolist()}, shape {list(meta.shape)})")
                     u = np.unique(nonempty, axis=0)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..config import tuning
 from ..errors import ZvfError
 from ..format import metadata as md
 from ..format.codecs import CellCodec
@@ -25,9 +26,6 @@ from ..format.versions import Record
 from ..io.executor import Executor
 from ..read.levels import LevelNodes
 from .report import ERROR, WARNING, Issue, Report
-
-DENSE_LIMIT = 1 << 26  # bytes of a dense array (ids, attributes) the validator reads whole
-MAX_SIMILAR = 10  # issues of one kind per array before the rest are only counted
 
 SPATIAL_ZV = {
     "vertices", "vertex_fragments", "link_fragments", "attribute", "fragment_attribute", "links",
@@ -156,13 +154,13 @@ class ValidatorBase:
         return self._root
 
     def issue(self, severity: str, level: int, key: str, text: str, *, kind: str | None = None) -> None:
-        """Record an issue, keeping at most MAX_SIMILAR of one ``kind`` per array."""
+        """Record an issue, keeping at most ``tuning().validation_similar_issues`` of one ``kind`` per array."""
         if level > self.max_level:
             return
         if kind is not None:
             group = (kind, array_of(key))
             self._similar[group] += 1
-            if self._similar[group] > MAX_SIMILAR:
+            if self._similar[group] > tuning().validation_similar_issues:
                 self._suppressed[(group, severity, level)] += 1
                 return
         self.report.issues.append(Issue(severity, level, key, f"{key}: {text}"))

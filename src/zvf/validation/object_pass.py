@@ -9,11 +9,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import ZvfError
 from ..format.keys import format_chunk_id
 from ..format.manifest import decode_manifests
 from ..format.shard import decode_shard_index
-from .model import DENSE_LIMIT, MAX_SIMILAR, ArrayInfo, Failed, LevelInfo, ValidatorBase, dense_alloc_bytes, strip_key
+from .model import ArrayInfo, Failed, LevelInfo, ValidatorBase, dense_alloc_bytes, strip_key
 
 
 class VlenRows(NamedTuple):
@@ -73,13 +74,14 @@ class ObjectChecks(ValidatorBase):
         bad_c = np.array([tuple(c) in lv.bad_chunks for c in uniq.tolist()], dtype=bool)
         fcount = f_of[inv]
         def bad_blocks(mask: np.ndarray, kind: str, says: Callable[[int], str], more: str) -> None:
-            """The first MAX_SIMILAR manifest blocks ``mask`` flags, at the manifest cell of their object
-            (``says(block, object row)`` what is wrong), and a count of the rest."""
-            for i in np.flatnonzero(mask)[:MAX_SIMILAR].tolist():
+            """The first ``validation_similar_issues`` manifest blocks ``mask`` flags, at the manifest cell of
+            their object (``says(block, object row)`` what is wrong), and a count of the rest."""
+            listed = tuning().validation_similar_issues
+            for i in np.flatnonzero(mask)[:listed].tolist():
                 r = int(table.object_row[i])
                 self.error(3, cell_of[r], f"object {int(oids[r])} references {says(i)}", kind=kind)
-            if mask.sum() > MAX_SIMILAR:
-                self.error(3, f"{man.path}", f"{int(mask.sum()) - MAX_SIMILAR} more manifest blocks reference {more}")
+            if mask.sum() > listed:
+                self.error(3, f"{man.path}", f"{int(mask.sum()) - listed} more manifest blocks reference {more}")
 
         bad_blocks(~has_v[inv] & ~bad_c[inv], "manifest-chunk",
                    lambda i: f"chunk {format_chunk_id(table.coords[i].tolist())}, which holds no vertices",
@@ -157,9 +159,11 @@ class ObjectChecks(ValidatorBase):
         from ..read.dense import read_dense
 
         nbytes = dense_alloc_bytes(info.meta)
-        if nbytes > DENSE_LIMIT:
+        most = tuning().validation_dense_bytes
+        if nbytes > most:
             self.warn(3, f"{info.path}/zarr.json", f"shape {list(info.meta.shape)} is {nbytes} bytes: not read "
-                                                   f"(the validator reads dense arrays up to {DENSE_LIMIT} bytes)")
+                                                   f"(the validator reads dense arrays up to {most} bytes: "
+                                                   "zvf.config setting validation_dense_bytes)")
             return None
         try:
             arr = CellArray(self.ex, info.path, info.meta)

@@ -11,18 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from ..config import tuning
 from ..errors import FormatError, NotZvfStoreError, RemoteError
 from ..format import metadata as md
 from ..format import parse
 from ..format.keys import ChunkKeyEncoding
-from ..format.parse import MAX_DOCUMENT_BYTES
 from ..format.versions import Record, array_families, family_of, family_of_key, is_store_key
 from ..write.lock import TAKEOVER, holder_state
 from ..write.lock import holder_record as lock_holder
 from ..write.publish import is_control_key, kept_families, section_nodes
-from .model import MAX_SIMILAR, ArrayInfo, Failed, LevelInfo, ValidatorBase, array_of, strip_key
-
-MAX_LOCK_BYTES = 64 << 10  # a lock body is a short JSON record; a larger one is not read
+from .model import ArrayInfo, Failed, LevelInfo, ValidatorBase, array_of, strip_key
 
 
 def is_lock_key(key: str) -> bool:
@@ -61,10 +59,11 @@ class StructureChecks(ValidatorBase):
 
         await self._writer_lock()
         doc_keys = [k for k in self.keys if k == "zarr.json" or k.endswith("/zarr.json")]
-        big = [k for k in doc_keys if self.sizes[k] > MAX_DOCUMENT_BYTES]
+        most = tuning().max_document_bytes
+        big = [k for k in doc_keys if self.sizes[k] > most]
         for k in big:
-            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over {MAX_DOCUMENT_BYTES}): not read")
-        doc_keys = [k for k in doc_keys if self.sizes[k] <= MAX_DOCUMENT_BYTES]
+            self.error(1, k, f"metadata document of {self.sizes[k]} bytes (over max_document_bytes={most}): not read")
+        doc_keys = [k for k in doc_keys if self.sizes[k] <= most]
         raws = await self.ex.gather([self._get_or_issue(k) for k in doc_keys])
         for k, raw in zip(doc_keys, raws):
             if raw is None or isinstance(raw, Failed):
@@ -132,7 +131,7 @@ class StructureChecks(ValidatorBase):
                                          "held (a holder died while releasing it); `zvf gc` removes them")
             return
         rec: dict[str, Any] = {}
-        if self.sizes[md.CLAIM_KEY] <= MAX_LOCK_BYTES:
+        if self.sizes[md.CLAIM_KEY] <= tuning().validation_lock_bytes:
             body = await self._get_or_issue(md.CLAIM_KEY)
             if isinstance(body, Failed) or body is None:  # unreadable (reported) or released since the listing
                 return
@@ -170,7 +169,7 @@ class StructureChecks(ValidatorBase):
             f"missing, but the location holds {len(data)} object(s) ({docs} metadata documents; cells: "
             f"{what or 'none'}{more}): an unfinished or interrupted write, not a readable store",
         )
-        for d, n in sorted(dirs.items())[:MAX_SIMILAR]:
+        for d, n in sorted(dirs.items())[:tuning().validation_similar_issues]:
             self.error(1, d, f"{n} orphan object(s) left by an interrupted write (no root zarr.json)",
                        kind="orphan-dir")
 
