@@ -112,7 +112,7 @@ class RetryOptions(TypedDict, total=False):
 
 
 class PlannerOptions(TypedDict, total=False):
-    """zvf's I/O planning (defaults by store kind: :data:`DEFAULTS`)."""
+    """zvf's I/O planning (defaults: :mod:`zvf.config`, by store kind: :func:`planner_defaults`)."""
 
     concurrency: int
     coalesce_gap: int
@@ -168,13 +168,18 @@ SECRET_KEYS = frozenset({"secret_access_key", "session_token", "access_key_id", 
                          "client_secret", "service_account_key"})
 ALL_KEYS = frozenset(CredentialOptions.__annotations__) | CLIENT_KEYS | set(ZVF_KEYS)
 
-#: store kind -> planner settings not given as options
-DEFAULTS: dict[str, dict[str, int | float]] = {
-    "remote": dict(concurrency=32, coalesce_gap=256 * 1024, coalesce_max=16 * 1024 * 1024,
-                   latency_hint=0.03, bandwidth_hint=100e6),
-    "local": dict(concurrency=8, coalesce_gap=16 * 1024, coalesce_max=8 * 1024 * 1024,
-                  latency_hint=1e-4, bandwidth_hint=2e9),
-}
+
+
+def planner_defaults(remote: bool) -> dict[str, int | float]:
+    """The planner settings in effect for a remote store (else local files and memory) not given as options."""
+    t = tuning()
+    if remote:
+        return dict(concurrency=t.remote_concurrency, coalesce_gap=t.remote_coalesce_gap,
+                    coalesce_max=t.remote_coalesce_max, latency_hint=t.remote_latency_hint,
+                    bandwidth_hint=t.remote_bandwidth_hint)
+    return dict(concurrency=t.local_concurrency, coalesce_gap=t.local_coalesce_gap,
+                coalesce_max=t.local_coalesce_max, latency_hint=t.local_latency_hint,
+                bandwidth_hint=t.local_bandwidth_hint)
 
 
 def normalise(options: Mapping[str, Any] | None, scheme: str, where: str = "") -> dict[str, Any]:

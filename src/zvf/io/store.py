@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ..config import tuning
 from ..errors import InvalidArgumentError, ReadOnlyError
 from . import backends, fork, options
 from .backends import Backend
@@ -33,7 +34,7 @@ Target: TypeAlias = "str | os.PathLike[str] | ObjectStore"
 
 @dataclass
 class StoreHandle:
-    """An opened store: its transport plus the knobs the executor and planner use."""
+    """An opened store: its transport plus the knobs the executor and planner use (defaults: :mod:`zvf.config`)."""
 
     transport: Any
     url: str
@@ -41,13 +42,13 @@ class StoreHandle:
     scheme: str
     concurrency: int
     mode: str = "r"
-    coalesce_gap: int = 256 * 1024
-    coalesce_max: int = 16 * 1024 * 1024
-    latency_hint: float = 0.03
-    bandwidth_hint: float = 100e6
-    multipart_threshold: int = 32 * 1024 * 1024
-    part_size: int = 8 * 1024 * 1024
-    multipart_concurrency: int = 4
+    coalesce_gap: int = field(default_factory=lambda: tuning().remote_coalesce_gap)
+    coalesce_max: int = field(default_factory=lambda: tuning().remote_coalesce_max)
+    latency_hint: float = field(default_factory=lambda: tuning().remote_latency_hint)
+    bandwidth_hint: float = field(default_factory=lambda: tuning().remote_bandwidth_hint)
+    multipart_threshold: int = field(default_factory=lambda: tuning().multipart_threshold)
+    part_size: int = field(default_factory=lambda: tuning().part_size)
+    multipart_concurrency: int = field(default_factory=lambda: tuning().multipart_concurrency)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     concurrency_auto: bool = False  # no `concurrency` option given: the executor sizes it from each plan
 
@@ -173,7 +174,7 @@ def _handle(backend: Backend, *, mode: str, zvf: dict[str, Any]) -> StoreHandle:
 
     read_only = mode == "r"
     scheme, url = backend.scheme, backend.url
-    settings = dict(options.DEFAULTS["local" if scheme in ("file", "memory") else "remote"])
+    settings = options.planner_defaults(remote=scheme not in ("file", "memory"))
     for k in ("concurrency", "coalesce_gap", "coalesce_max", "latency_hint", "bandwidth_hint"):
         if k in zvf:
             settings[k] = zvf[k]
@@ -184,7 +185,8 @@ def _handle(backend: Backend, *, mode: str, zvf: dict[str, Any]) -> StoreHandle:
                                       remake=backend.remake, check=backend.check)
     if read_only:
         transport = ReadOnlyTransport(transport)
-    part_size = int(zvf.get("part_size", 8 * 1024 * 1024))
+    t = tuning()
+    part_size = int(zvf.get("part_size", t.part_size))
     return StoreHandle(
         transport=transport,
         url=url,
@@ -196,9 +198,9 @@ def _handle(backend: Backend, *, mode: str, zvf: dict[str, Any]) -> StoreHandle:
         coalesce_max=int(settings["coalesce_max"]),
         latency_hint=float(settings["latency_hint"]),
         bandwidth_hint=float(settings["bandwidth_hint"]),
-        multipart_threshold=int(zvf.get("multipart_threshold", max(32 * 1024 * 1024, part_size))),
+        multipart_threshold=int(zvf.get("multipart_threshold", max(t.multipart_threshold, part_size))),
         part_size=part_size,
-        multipart_concurrency=int(zvf.get("multipart_concurrency", 4)),
+        multipart_concurrency=int(zvf.get("multipart_concurrency", t.multipart_concurrency)),
         retry=retry,
         concurrency_auto="concurrency" not in zvf and scheme not in ("file", "memory"),
     )
