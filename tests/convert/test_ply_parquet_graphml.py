@@ -261,6 +261,22 @@ def test_graphml_keeps_a_node_id_attribute_and_its_dtype(tmp_path):
     assert ids.dtype == np.int32 and sorted(ids.tolist()) == [10, 20, 30]
 
 
+@pytest.mark.parametrize("ids", [[4, 4, 9], [1.5, 2.5, 3.5]])
+def test_table_export_refuses_an_object_id_attribute_that_would_merge_objects(tmp_path, ids):
+    """A table's object_id column takes a store's object attribute ``object_id`` (the file ids a table
+    import keeps); repeated values made the file merge two polylines into one, silently."""
+    pytest.importorskip("pyarrow")
+    from zvf.errors import InvalidArgumentError
+
+    rng = np.random.default_rng(8)
+    lines = [rng.uniform(0, 10, (3, 3)) for _ in range(3)]
+    zvf.write_polylines(str(tmp_path / "p"), lines, chunk_shape=[5.0] * 3,
+                        object_attributes={"object_id": np.array(ids)})
+    for fmt in ("parquet", "csv"):
+        with pytest.raises(InvalidArgumentError, match="object_id"):
+            zvf.convert(str(tmp_path / "p"), str(tmp_path / f"p.{fmt}"))
+
+
 def test_graphml_keeps_channels_and_dtypes_of_every_attribute(tmp_path):
     pytest.importorskip("networkx")
     pos = np.random.default_rng(0).uniform(0, 10, (6, 3))
