@@ -448,10 +448,6 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
                 raise InvalidArgumentError(  # the file's object_id column would merge or misname objects
                     f"{ds.url}: object attribute {OBJECT_ID!r} (the ids a table's {OBJECT_ID} column gets) must be "
                     f"distinct integers, one per object; rename it to convert the store to a table")
-            elif src_ids.ndim != 1 or src_ids.dtype.kind not in "iu" or len(np.unique(src_ids)) != len(src_ids):
-                raise InvalidArgumentError(  # the file's object_id column would merge or misname objects
-                    f"{ds.url}: object attribute {OBJECT_ID!r} (the ids a table's {OBJECT_ID} column gets) must be "
-                    f"distinct integers, one per object; rename it to convert the store to a table")
             async for lo, sel in object_batches(ds, level, written, int(opts["batch_objects"])):
                 lens = np.diff(object_offsets(sel))
                 rows = np.repeat(np.arange(lo, lo + len(lens)), lens)
