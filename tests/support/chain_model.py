@@ -393,6 +393,16 @@ CONVERSIONS = {
 """File formats a store of each kind goes out to and comes back from as :func:`converted` says."""
 
 
+OBJECT_ID = "object_id"
+"""A table's object id column, and the object attribute a table's ids that are not 0..P-1 come back as."""
+
+
+def table_ids_clash(model: Model) -> bool:
+    """Whether a table export must refuse: an object attribute object_id whose values are not distinct."""
+    ids = model.oattrs.get(OBJECT_ID)
+    return ids is not None and len(np.unique(ids)) != len(ids)
+
+
 def converted(model: Model, fmt: str) -> Model:
     """What a store holding ``model`` reads as after ``convert`` to ``fmt`` and back (README "Conversions").
 
@@ -415,11 +425,22 @@ def converted(model: Model, fmt: str) -> Model:
             kind, m.owners, m.ids, oattrs, m.oattrs = "point_cloud", None, np.zeros(0, np.int64), (), {}
         if kind in SEQUENTIAL:
             kind = "polyline"
-            kept = np.array([oid for oid in m.ids if (m.owners == oid).any()], np.int64)
-            order = np.searchsorted(m.ids, kept)
-            m.oattrs = {k: v[order] for k, v in m.oattrs.items()}
-            m.owners = np.searchsorted(kept, m.owners).astype(np.int64)
-            m.ids = np.arange(len(kept), dtype=np.int64)
+            # the file's ids: an object attribute object_id when there is one, else the object ids; objects
+            # with no vertices have no row; the table comes back in file-id order, numbered 0..P-1, the
+            # file's ids kept as the object attribute object_id unless they are 0..P-1 already
+            file_ids = m.oattrs.get(OBJECT_ID, m.ids).astype(np.int64)
+            has_rows = np.array([(m.owners == oid).any() for oid in m.ids], bool)
+            rows_of = np.flatnonzero(has_rows)[np.argsort(file_ids[has_rows], kind="stable")]
+            kept_ids = file_ids[rows_of]
+            m.oattrs = {k: v[rows_of] for k, v in m.oattrs.items() if k != OBJECT_ID}
+            oattrs = tuple(a for a in oattrs if a.name != OBJECT_ID)
+            if not np.array_equal(kept_ids, np.arange(len(kept_ids))):
+                m.oattrs[OBJECT_ID] = kept_ids
+                oattrs = (*oattrs, AttrSpec(OBJECT_ID, "int64", None))
+            rank = np.full(len(m.ids), -1, np.int64)
+            rank[rows_of] = np.arange(len(rows_of))
+            m.owners = rank[np.searchsorted(m.ids, m.owners)]
+            m.ids = np.arange(len(kept_ids), dtype=np.int64)
         gattrs, m.groups, m.gattrs = (), [], {}
         if fmt == "csv":
             vattrs, oattrs = _widened(vattrs), _widened(oattrs)
