@@ -99,6 +99,8 @@ WRITE_OPTIONS = frozenset(f.name for f in dataclasses.fields(WriteConfig)) - {"c
 OBJECT_OPTIONS = WRITE_OPTIONS | {"fragment_attributes"}
 #: What a writer given batches also takes through its ``**options``: the spilling writers' budgets.
 STREAM_OPTIONS = frozenset({"spill_dir", "spill_bytes", "upload_bytes"})
+#: What the in-process object writers (arrays or batches) take through their ``**options``.
+OBJECT_WRITER_OPTIONS = OBJECT_OPTIONS | STREAM_OPTIONS
 
 
 def check_keywords(given: Iterable[str], known: Iterable[str]) -> None:

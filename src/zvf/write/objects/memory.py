@@ -228,7 +228,7 @@ def _streamed(what: str, given: dict[str, object]) -> None:
         raise InvalidArgumentError(f"reference_quirks() does not apply to batches of {what}")
 
 
-@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
+@inputs.keywords_first(inputs.OBJECT_WRITER_OPTIONS)
 async def write_polylines(
     target: Target,
     polylines: Sequence[ArrayLike] | ObjectBatches,
@@ -272,7 +272,7 @@ async def write_polylines(
         arrays_present=["vertices", "object_index"], quirk_row_shape=quirks.active(), fragment_index_links=False)
 
 
-@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
+@inputs.keywords_first(inputs.OBJECT_WRITER_OPTIONS)
 async def write_lines(
     target: Target,
     endpoints: ArrayLike | ObjectBatches,
@@ -350,7 +350,7 @@ async def _write_connected(target: Target, s: _Setup, pos: np.ndarray, oids: np.
         group_count=len(tables.group_rows))
 
 
-@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
+@inputs.keywords_first(inputs.OBJECT_WRITER_OPTIONS)
 async def write_graph(
     target: Target, positions: ArrayLike | ObjectBatches, edges: ArrayLike | None = None,
     *,
@@ -397,7 +397,7 @@ async def write_graph(
         quirk_row_shape=quirks.active(), skeleton=skeleton)
 
 
-@inputs.keywords_first(inputs.OBJECT_OPTIONS | inputs.STREAM_OPTIONS)
+@inputs.keywords_first(inputs.OBJECT_WRITER_OPTIONS)
 async def write_mesh(
     target: Target, positions: ArrayLike | ObjectBatches, faces: ArrayLike | None = None,
     *,
