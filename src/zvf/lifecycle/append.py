@@ -449,7 +449,7 @@ async def _incremental_points(ds: DatasetReader, positions: ArrayLike, kwargs: M
                                tables.get("group_attributes"), uniq)
     rest = os.path.join(scratch, "tables")
     handle = open_store(rest, mode="w")
-    async with _TablesWriter(Executor(handle), overwrite=True) as w:
+    async with StoreWriter(Executor(handle), overwrite=True, claim=False) as w:  # the scratch directory is ours
         await publish_level(w, ds.url, ndim=ds.root.ndim, shapes=(opts["chunk_shape"], opts["bin_shape"]),
                             bounds=(lo, hi),
                             n=int(level.meta.vertex_count) + len(pos), has_attributes=bool(names), uniq=uniq,
@@ -471,13 +471,6 @@ def _member(rows: np.ndarray, table: np.ndarray) -> np.ndarray:
     _, inv = np.unique(both, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
     return np.isin(inv[len(table):], inv[:len(table)])
-
-
-class _TablesWriter(StoreWriter):
-    """Scratch writer of an append's tables and documents (no claim: the scratch directory is ours)."""
-
-    async def _claim(self) -> None:
-        """Nothing to claim."""
 
 
 async def _open_scratch(path: str) -> DatasetReader:

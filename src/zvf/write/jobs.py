@@ -237,14 +237,9 @@ def chunk_groups(chunks: np.ndarray, rows: np.ndarray, origin: Sequence[int], sh
     return [np.sort(part) for part in np.split(order, cut)]
 
 
-class CellWriter(StoreWriter):
-    """Uploads cells only: the driver claimed the store and publishes its documents at commit."""
-
-    async def _claim(self) -> None:
-        pass
-
-    async def _publish(self) -> None:
-        pass
+def cell_writer(ex: Executor) -> StoreWriter:
+    """A task's writer: uploads cells only (the driver claimed the store and publishes its documents)."""
+    return StoreWriter(ex, claim=False, publish=False)
 
 
 def source_slices(group: np.ndarray, source_chunks: list[np.ndarray], sources: list[dict[str, Any]], *,
@@ -306,9 +301,9 @@ async def start(job: WriteJob, *, overwrite: bool, n_sources: int
             raise StoreExistsError(f"{ex.handle.url}: job {job.job!r} no longer holds the store's claim")
         return await load_summaries(ex, f"{job.prefix}map/"), await load_summaries(ex, f"{job.prefix}cells/")
     claimer = StoreWriter(ex, overwrite=overwrite, lease=None)  # held across processes: never presumed dead
-    await claimer._claim()  # the serial writers' claim: one writer per new store
+    await claimer.claim()  # the serial writers' claim: one writer per new store
     if claimer.publication is not None:  # workers write cells in the default key family: not over a store
-        assert claimer.lock is not None  # _claim took it before it began a publication
+        assert claimer.lock is not None  # claim() took it before it began a publication
         await claimer.lock.release()
         raise StoreExistsError(f"{ex.handle.url}: a distributed write makes a new store; to replace the store "
                                "there, write it elsewhere (or with the in-process writer, which keeps it readable "
@@ -319,11 +314,9 @@ async def start(job: WriteJob, *, overwrite: bool, n_sources: int
     return {}, {}
 
 
-class CommitWriter(StoreWriter):
-    """Publishes documents and the root over cells already uploaded (the claim is the job's)."""
-
-    async def _claim(self) -> None:
-        pass
+def commit_writer(ex: Executor, *, overwrite: bool, consolidate: bool) -> StoreWriter:
+    """The job's commit: publishes documents and the root over cells already uploaded (the claim is the job's)."""
+    return StoreWriter(ex, overwrite=overwrite, consolidate=consolidate, claim=False)
 
 
 async def discard(job: WriteJob) -> None:

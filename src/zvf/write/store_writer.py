@@ -59,7 +59,7 @@ class ByteBudget:
     Used from one event loop only, so the common case -- room left and nobody
     waiting -- just counts, with no lock and no task switch; the condition is
     taken only when a caller has to wait (waiters are served before newcomers)
-    or the budget drains (``lifecycle.pyramid`` waits on ``_cond`` for that).
+    or the budget drains (:meth:`drained` waits for that).
     """
 
     def __init__(self, limit: int) -> None:
@@ -86,9 +86,15 @@ class ByteBudget:
 
     async def release(self, n: int) -> None:
         self.used -= n
-        if self._waiting or not self.used:  # drained: wakes whoever waits on ``_cond`` for that too
+        if self._waiting or not self.used:  # drained: wakes whoever waits in ``drained`` too
             async with self._cond:
                 self._cond.notify_all()
+
+    async def drained(self, stop: Callable[[], bool]) -> None:
+        """Wait until nothing is queued, or until ``stop()`` says waiting is over (an upload failed)."""
+        async with self._cond:
+            while self.used and not stop():
+                await self._cond.wait()
 
 
 #: A cell's stored bytes: ``bytes``, or a 1-D uint8 array where it was framed in place (``level.put_rows``).
@@ -100,8 +106,11 @@ class StoreWriter:
 
     def __init__(self, executor: Executor, *, overwrite: bool = False, max_inflight_bytes: int = 256 << 20,
                  consolidate: bool = True, publication: Publication | None = None,
-                 taken: Mapping[str, Iterable[str]] | None = None, lease: float | None = LEASE) -> None:
+                 taken: Mapping[str, Iterable[str]] | None = None, lease: float | None = LEASE,
+                 claim: bool = True, publish: bool = True) -> None:
         self.ex = executor
+        self.claims = claim  # False: the caller holds the store's lock or a job's claim
+        self.publishes = publish  # False: cells only (a task's; the job's driver publishes the documents)
         self.overwrite = overwrite
         self.consolidate = consolidate  # root carries every document (False: 0.9.2's bytes, the compat switch)
         self.publication = publication  # set: a change to a published store (see .publish)
@@ -126,7 +135,8 @@ class StoreWriter:
         return cls(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate, max_inflight_bytes=upload_bytes)
 
     async def __aenter__(self) -> StoreWriter:
-        await self._claim()
+        if self.claims:
+            await self.claim()
         if (lock := self._owned_lock()) is not None:
             await lock.start_heartbeat()
         self._tg = anyio.create_task_group()
@@ -150,7 +160,8 @@ class StoreWriter:
             if exc_type is None:
                 if self._error is not None:  # the zvf error itself, not an ExceptionGroup around it
                     raise self._error
-                await self._publish()
+                if self.publishes:
+                    await self._publish()
         except BaseException:
             await self._failed()
             raise
@@ -177,7 +188,7 @@ class StoreWriter:
                 else:
                     await lock.abandon()
 
-    async def _claim(self) -> None:
+    async def claim(self) -> None:
         """Take the store's lock before writing anything; only then look at what is there.
 
         Locking first closes the window in which a writer that checked early
@@ -298,6 +309,12 @@ class StoreWriter:
     def queued_documents(self) -> dict[str, dict[str, Any]]:
         """Node path -> document of every node queued so far (the root excluded)."""
         return {k[:-len("/zarr.json")]: d for s, k, d in self._docs if s < 2}
+
+    async def drain(self) -> None:
+        """Wait until every queued cell is uploaded; raises the first failed upload's error."""
+        await self._budget.drained(lambda: self._error is not None)
+        if self._error is not None:
+            raise self._error
 
     async def _publish(self) -> None:
         root = next((d for s, k, d in self._docs if k == "zarr.json"), None)

@@ -26,7 +26,9 @@ class PyramidWriter(StoreWriter):
 
     def __init__(self, executor: Executor, publication: Publication | None = None, *,
                  taken: Mapping[str, Iterable[str]] | None = None, max_inflight_bytes: int):
-        super().__init__(executor, publication=publication, taken=taken, max_inflight_bytes=max_inflight_bytes)
+        # no claim: the caller holds the store's lock (a block task's, the build's)
+        super().__init__(executor, publication=publication, taken=taken, max_inflight_bytes=max_inflight_bytes,
+                         claim=False)
         self.new_root: dict[str, Any] | None = None
         self.documents: dict[str, dict[str, Any]] = {}  # every document this build writes (the section names them)
 
@@ -40,9 +42,6 @@ class PyramidWriter(StoreWriter):
         super().add_document(key, doc, stage=stage)
         self.documents[key] = doc
 
-    async def _claim(self) -> None:
-        """Nothing to claim: the caller holds the store's lock."""
-
     def nodes(self) -> dict[str, dict[str, Any]]:
         """Every node document of the new version: the base's and this build's (as published)."""
         built = {k[:-len("/zarr.json")]: d for k, d in self.documents.items()}
@@ -52,11 +51,7 @@ class PyramidWriter(StoreWriter):
     async def flush(self) -> None:
         """Wait for every queued cell; the documents written so far become what this build's own reads see
         (from memory: nothing is on disk before the root names it)."""
-        async with self._budget._cond:
-            while self._budget.used and self._error is None:
-                await self._budget._cond.wait()
-        if self._error is not None:
-            raise self._error
+        await self.drain()
         if self.publication is not None:
             for key, doc in self.documents.items():  # arrays block tasks elsewhere wrote: the family they chose
                 if doc.get("node_type") == "array":

@@ -330,7 +330,7 @@ async def _object_cells(job: WriteJob, index: int, task: dict[str, Any], sources
             raise FormatError(f"{_runs_key(job, index)}: the runs of this cell task are missing")
         work = jobs.unpack_summary(blob, _runs_key(job, index))
     frag_keys, frag_counts = [], []
-    async with jobs.CellWriter(ex) as writer:
+    async with jobs.cell_writer(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), bool(task["attributes"]),
                        task["fragment_shard"])
         links = None if linked else cell_writers.path_links(level, ndim)
@@ -423,7 +423,7 @@ async def _link_cells(job: WriteJob, index: int, task: dict[str, Any], sources: 
 
     recs = _Pieces(pieces, task["row_offsets"])
     width = task["width"]
-    async with jobs.CellWriter(ex) as writer:
+    async with jobs.cell_writer(ex) as writer:
         level = level0(writer, task["origin"], task["grid_shape"], job.codec(), False)
         links = cell_writers.graph_links(level, ndim, width, task["link_attributes"])
         for k in range(len(task["chunks"])):
@@ -469,7 +469,7 @@ async def commit_objects(job: WriteJob, cfg: WriteConfig, plan: ObjectPlan, cell
         arrays_present = ["vertices", "object_index"]
         if job.geometry == "line" and plan.attributes:
             arrays_present.append("vertex_attributes")
-    async with jobs.CommitWriter(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate) as writer:
+    async with jobs.commit_writer(ex, overwrite=cfg.overwrite, consolidate=cfg.consolidate) as writer:
         level = level0(writer, plan.origin, plan.grid_shape, job.codec(), bool(plan.attributes), plan.fragment_shard)
         for i, c in enumerate(cells):
             for name, attributes, nonempty in c["arrays"]:

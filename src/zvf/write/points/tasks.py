@@ -47,12 +47,12 @@ from ...format.fragments import FragmentIndex
 from ...format.grid import row_positions
 from .. import inputs
 from ..jobs import (
-    CellWriter,
-    CommitWriter,
     GridPlan,
     WriteJob,
     add_source,
+    cell_writer,
     chunk_groups,
+    commit_writer,
     discard,
     extent,
     pack_summary,
@@ -199,7 +199,7 @@ async def _write_cells(job: WriteJob, index: int, plan: CellPlan, sources: list[
         s = part.chunk_fragments(k)
         return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
-    async with CellWriter(ex) as writer:
+    async with cell_writer(ex) as writer:
         level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
         await put_rows(level, part, pos, attrs, fragments_of)
         await level.finish()  # flushes this group's whole shards; the documents come at commit
@@ -222,7 +222,7 @@ async def commit(job: WriteJob, plan: CellPlan, cells: list[dict[str, Any]], *, 
         inputs.check_name(name, "attribute")
     extras = PointExtras.check(plan.uniq, object_attributes, groups, group_attributes,
                                plan.uniq if plan.explicit_ids else None)
-    async with CommitWriter(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
+    async with commit_writer(ex, overwrite=overwrite, consolidate=object_index_layout != "reference") as writer:
         level = LevelWriter(writer, 0, plan.origin, plan.grid_shape, job.codec())
         if plan.attributes:
             empty_group(writer, "0/vertex_attributes")
