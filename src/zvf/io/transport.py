@@ -325,7 +325,7 @@ class ObstoreTransport:
         #: a blocking check the first request waits for (an S3 store without credentials: is there an
         #: instance metadata service?), run once, in a worker thread: the event loop goes on meanwhile
         self._check = check
-        self._check_lock = threading.Lock()
+        self._check_locks: dict[int, threading.Lock] = {}  # by process: a forked child must not inherit a held one
         self._check_failed: BaseException | None = None
         self.prefix = _dir_prefix(prefix)
         self._secrets = tuple(secrets)
@@ -360,7 +360,7 @@ class ObstoreTransport:
 
     def _run_check(self) -> None:
         """Run the check once (in a worker thread); its failure is every later request's too."""
-        with self._check_lock:
+        with self._check_locks.setdefault(os.getpid(), threading.Lock()):
             if self._check_failed is not None:
                 raise self._check_failed
             if self._check is not None:
