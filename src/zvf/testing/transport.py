@@ -55,6 +55,24 @@ async def _filled(t: Transport) -> Transport:
     return t
 
 
+async def _race(n: int, attempt: Callable[[int], Awaitable[object]], lost: type[Exception]) -> list[int]:
+    """Run ``attempt(0)`` .. ``attempt(n - 1)`` at once; the ones that did not raise ``lost`` (any other
+    error fails the test)."""
+    won: list[int] = []
+
+    async def one(i: int) -> None:
+        try:
+            await attempt(i)
+        except lost:
+            return
+        won.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(one, i)
+    return won
+
+
 class TransportTests:
     """The Transport contract; a subclass provides the ``transport`` fixture (see the module docstring)."""
 
@@ -168,21 +186,10 @@ class TransportTests:
 
     @_blocking
     async def test_concurrent_creates_have_one_winner(self, transport: Transport) -> None:
-        outcomes: list[str] = []
-
-        async def claim(i: int) -> None:
-            try:
-                await transport.put("race", f"writer {i}".encode(), mode="create")
-                outcomes.append(f"writer {i}")
-            except StoreExistsError:
-                outcomes.append("lost")
-
-        async with anyio.create_task_group() as tg:
-            for i in range(6):
-                tg.start_soon(claim, i)
-        winners = [o for o in outcomes if o != "lost"]
-        assert len(winners) == 1 and len(outcomes) == 6
-        assert await transport.get("race") == winners[0].encode()
+        winners = await _race(6, lambda i: transport.put("race", f"writer {i}".encode(), mode="create"),
+                              StoreExistsError)
+        assert len(winners) == 1
+        assert await transport.get("race") == f"writer {winners[0]}".encode()
 
     @_blocking
     async def test_etag_put_replaces_only_what_was_read(self, transport: Transport) -> None:
@@ -201,19 +208,8 @@ class TransportTests:
         assert again is not None and again[1] == tag  # stable while the object is unchanged
         if "version" in tag:
             self._skip_unless(transport, "stale_version_refused")
-        outcomes: list[int | str] = []
-
-        async def swap(i: int) -> None:
-            try:
-                await transport.put("doc", f"v2 by {i}".encode(), mode=tag)
-                outcomes.append(i)
-            except ConcurrentModificationError:
-                outcomes.append("lost")
-
-        async with anyio.create_task_group() as tg:
-            for i in range(4):
-                tg.start_soon(swap, i)
-        winners = [o for o in outcomes if o != "lost"]
+        winners = await _race(4, lambda i: transport.put("doc", f"v2 by {i}".encode(), mode=tag),
+                              ConcurrentModificationError)
         assert len(winners) == 1
         assert await transport.get("doc") == f"v2 by {winners[0]}".encode()
         with pytest.raises(ConcurrentModificationError, match="'doc'"):
