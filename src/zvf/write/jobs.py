@@ -185,7 +185,7 @@ async def upload_spill(ex: Executor, key: str, rows: RunSpill, coords: np.ndarra
 @dataclass
 class GridPlan:
     """What routed sources add up to and how their chunks are cut into cell tasks: the part of a
-    plan every distributed writer (points here, objects in ``object_tasks``) shares."""
+    plan every distributed writer (points here, objects in ``objects.tasks``) shares."""
 
     n: int
     dtype: np.dtype
