@@ -15,7 +15,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from html import escape
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar, Unpack, overload
 
 import numpy as np
@@ -123,6 +122,8 @@ class DatasetReader(RootFacts):
 
     def _repr_html_(self) -> str:
         """The notebook view: the ``repr`` facts as a table."""
+        from html import escape  # here: html's entity table is import cost a query never needs
+
         rows = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(str(v))}</td></tr>"
                        for k, v in self._summary().items())
         return f"<b>zvf dataset</b> <code>{escape(self.url)}</code><table>{rows}</table>"

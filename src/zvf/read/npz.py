@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
@@ -32,6 +31,8 @@ from ..errors import InvalidArgumentError
 from ..format.rows import RowLayout
 
 if TYPE_CHECKING:
+    import tempfile
+
     from typing_extensions import Buffer
 
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch: results do not depend on the clock
@@ -170,6 +171,8 @@ class NpzBuilder:
         if fits < n:
             if col.spill is None:
                 if self.spill_dir is None:
+                    import tempfile  # here: a cold start's first query never exports (issue 26)
+
                     self.spill_dir = tempfile.TemporaryDirectory(prefix="zvf-export-",
                                                                  dir=os.path.dirname(os.path.abspath(self.path)))
                 number = list(self.columns).index(key)  # not the key: attribute names may hold any character

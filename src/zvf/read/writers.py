@@ -40,11 +40,8 @@ import importlib.util
 import io
 import json
 import os
-import shutil
 import stat
 import sys
-import tempfile
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -144,6 +141,8 @@ def _cell_format(dtype: np.dtype) -> str:
 
 def _partial(final: str) -> str:
     """A temporary name beside ``final`` (same filesystem, so the rename is atomic)."""
+    import uuid  # tempfile, shutil, uuid are imported where used: a cold start's first query never exports
+
     head, tail = os.path.split(os.path.abspath(final))
     return os.path.join(head, f".{tail}.{uuid.uuid4().hex[:8]}.partial")
 
@@ -198,6 +197,8 @@ class _Out:
             raise
         for final, tmp in self.partials.items():
             if final == STDOUT:  # an NPZ assembled aside: copied out, then removed
+                import shutil
+
                 with open(tmp, "rb") as fh:
                     shutil.copyfileobj(fh, sys.stdout.buffer, 1 << 20)
                 sys.stdout.buffer.flush()
@@ -374,6 +375,8 @@ class NpzOut(_Out):
     def _target(self, table: str) -> str:
         if self.path != STDOUT:
             return super()._target(table)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(prefix="zvf-", suffix=".npz.partial")  # a zip needs seeking: built aside
         os.close(fd)
         self.partials[STDOUT] = tmp
