@@ -756,10 +756,14 @@ class Worker:
 
 
 def run_child(args: list[str], timeout: float = STEP_TIMEOUT) -> dict:
-    """A fresh interpreter running ``peers.py ARGS``: its JSON line, wall time from spawn, CPU and peak RSS."""
+    """A fresh interpreter running ``peers.py ARGS``: its JSON line, wall time from spawn, CPU and peak RSS.
+
+    Children may write bytecode (``PYTHONDONTWRITEBYTECODE`` dropped): the peers come as wheels with theirs,
+    and a zvf child must not compile zvf's sources at every start either (``cold_start.py``: ~0.2 s CPU)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
