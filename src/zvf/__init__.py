@@ -18,7 +18,8 @@ API (each documented: ``help(zvf.<name>)``):
   ``write_graph`` (graphs, skeletons), ``write_mesh`` -> :class:`WriteSummary`; their common
   keywords (``bin_shape``, ``compression``, ``dtype``, ``overwrite``...) are :class:`WriteOptions`.
 * store operations: ``validate``, ``build_pyramid``, ``rechunk``, ``convert`` (LAS, PLY,
-  OBJ/STL, SWC, TRK/TCK/TRX, CSV, Parquet, GraphML).
+  OBJ/STL, SWC, TRK/TCK/TRX, CSV, Parquet, GraphML) -> :class:`ConvertSummary`; the formats' own
+  options are :class:`ConvertOptions`, its ``progress`` is told a :class:`ConvertProgress`.
 * ``timeout(seconds)``: a ``with`` block whose blocking calls are cancelled past the deadline
   (``zvf.errors.CallTimeoutError``, a ``TimeoutError``).
 * :class:`Selection` (what reads return), :class:`Query` (what ``select`` returns; its keywords are
@@ -59,6 +60,9 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for strict type checkers; kee
     from .api.sync import write_mesh as write_mesh
     from .api.sync import write_points as write_points
     from .api.sync import write_polylines as write_polylines
+    from .converters import ConvertOptions as ConvertOptions
+    from .converters import ConvertProgress as ConvertProgress
+    from .converters import ConvertSummary as ConvertSummary
     from .io.options import StorageOptions as StorageOptions
     from .read.query import SelectArgs as SelectArgs
     from .read.selection import Selection as Selection
@@ -73,6 +77,9 @@ _LAZY = {
     "Selection": ".read.selection",
     "SelectArgs": ".read.query",
     "StorageOptions": ".io.options",
+    "ConvertSummary": ".converters",
+    "ConvertOptions": ".converters",
+    "ConvertProgress": ".converters",
     "WriteSummary": ".write.types",
     "WriteOptions": ".write.types",
 }

@@ -18,6 +18,8 @@ def test_cli_convert_both_ways(tmp_path, capsys):
     store = str(tmp_path / "p.zarrvectors")
     assert main(["convert", str(src), store, "--chunk-shape", "0.5,0.5,0.5", "--set", "batch_rows=7"]) == 0
     assert "50 vertices" in capsys.readouterr().out
+    assert main(["convert", str(src), str(tmp_path / "n.zvf"), "--chunk-shape", "none"]) == 2  # was a TypeError
+    assert "--chunk-shape" in capsys.readouterr().err
     assert main(["convert", store, str(tmp_path / "o.txt"), "--to", "csv"]) == 0
     assert (tmp_path / "o.txt").read_text().startswith("x,y,z,k\n")
     # the file exists now: refused without --overwrite, with a message and exit status 2

@@ -72,6 +72,14 @@ def blocking() -> None:
     with zvf.timeout(2.5), zvf.open("s") as timed:
         assert_type(timed.query(([0, 0, 0], [1, 1, 1])), zvf.Selection)
     assert issubclass(zvf.errors.CallTimeoutError, TimeoutError)
+    converted = zvf.convert("cloud.laz", "s3://b/cloud", chunk_shape=(20.0, 20.0, 20.0), batch_rows=100_000)
+    assert_type(converted, zvf.ConvertSummary)
+    assert_type(converted["vertices"], int)
+    assert_type(converted["seconds"], float)
+    assert_type(converted["from"], str)
+    copts: zvf.ConvertOptions = {"level": 1, "ascii": True}
+    assert_type(zvf.convert("s3://b/mesh", "mesh.stl", **copts), zvf.ConvertSummary)
+    reveal_type(zvf.convert)  # R: level: int =, batch_rows: int =, batch: int =
 
 
 async def asynchronous() -> None:
@@ -96,6 +104,7 @@ async def asynchronous() -> None:
     assert_type(await zvf.aio.write_mesh("m", pos, [[0, 1, 2]], chunk_shape=(5, 5, 5)), zvf.WriteSummary)
     await zvf.aio.write_polylines("p", [pos], chunk_shape=(5, 5, 5), overwirte=True)  # E: misspelled writer keyword
     reveal_type(zvf.aio.open)  # R: -> typing.Coroutine[Any, Any, zvf.api.dataset.AsyncDataset]
+    assert_type(await zvf.aio.convert(["a.swc", "b.swc"], "s", bin_shape=None, progress=print), zvf.ConvertSummary)
 
 
 def rejected(ds: zvf.Dataset) -> None:
@@ -113,3 +122,7 @@ def rejected(ds: zvf.Dataset) -> None:
     ds.select(limit="5").count()  # E: limit is an int
     bad: zvf.WriteOptions = {"compresion": "zstd"}  # E: unknown writer option
     zvf.write_points("s", pos, chunk_shape=(5, 5, 5), **bad)
+    zvf.convert("a.csv", "s", batch_row=10)  # E: misspelled format option
+    zvf.convert("a.csv", "s", chunk_shape=5.0)  # E: one edge per axis
+    zvf.convert("s", "a.csv", level="0")  # E: level is an int
+    zvf.convert("a.csv", "s")["vertexes"]  # E: no such summary key

@@ -1,6 +1,6 @@
 # pyright: strict
 """Checked by mypy --strict and pyright (strict), never run: a user's script that appends to a store,
-builds its pyramid and rechunks it; every result has a concrete type."""
+builds its pyramid, rechunks it and converts files; every result has a concrete type."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def blocking() -> None:
         reveal_type(ds.append_graph(positions, [[0, 1]]))
     reveal_type(zvf.build_pyramid("s", [(2, 1)]))
     reveal_type(zvf.rechunk("s", "t", chunk_shape=(20.0, 20.0, 20.0)))
+    converted = zvf.convert("cloud.laz", "s3://bucket/cloud", chunk_shape=(20.0, 20.0, 20.0), batch_rows=100_000)
+    reveal_type(converted)
+    reveal_type(converted["vertices"])
+    reveal_type(converted.get("objects"))
 
 
 async def asynchronous() -> None:
@@ -30,3 +34,8 @@ async def asynchronous() -> None:
         reveal_type(await ds.append_mesh(positions, [[0, 1, 2]]))
     reveal_type(await zvf.aio.build_pyramid("s", [(2, 1)]))
     reveal_type(await zvf.aio.rechunk("s", "t", chunk_shape=(20.0, 20.0, 20.0)))
+
+    def show(p: zvf.ConvertProgress) -> None:
+        print(p["done"], p["total"])
+
+    reveal_type(await zvf.aio.convert("s3://bucket/cloud", "cloud.las", level=1, progress=show))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _args
 from .progress import ProgressBar
+
+if TYPE_CHECKING:
+    from ..converters import ConvertProgress
 
 
 def _value(text: str) -> bool | int | float | list[int | float] | str:
@@ -43,9 +46,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
         kw["shard_shape"] = _args.cells(args.shard_shape)
     if args.keep_order:
         extra["keep_order"] = True
+    chunk_shape = _args.shape(args.chunk_shape)
+    if chunk_shape is None:
+        raise SystemExit("zvf: --chunk-shape: a store needs chunks, 'auto' or numbers like 10,10,5 (not none)")
 
     with ProgressBar("convert", quiet=args.quiet) as bar, bar.ticking(), warnings.catch_warnings():
-        def progress(p: dict[str, Any]) -> None:
+        def progress(p: ConvertProgress) -> None:
             bar.unit = p["unit"]
             bar.update(p["done"], p["total"])
 
@@ -58,7 +64,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         warnings.showwarning = warn
 
         src = args.src[0] if len(args.src) == 1 else args.src
-        s = zvf.convert(src, args.dst, from_=args.from_, to=args.to, chunk_shape=_args.shape(args.chunk_shape),
+        s = zvf.convert(src, args.dst, from_=args.from_, to=args.to, chunk_shape=chunk_shape,
                         bin_shape=_args.shape(args.bin_shape), compression=args.compression, overwrite=args.overwrite,
                         storage_options=_args.options(args.option), progress=progress, **kw, **extra)
     counts = ", ".join(f"{s[k]:,} {k}" for k in ("files", "vertices", "objects", "faces", "edges") if k in s)

@@ -15,13 +15,71 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ..errors import InvalidArgumentError
 from ..io.options import StorageOptions
-from .base import StoreOptions, Written, stamping
+from .base import Converted, ConvertProgress, StoreOptions, Written, stamping
 
-__all__ = ["FORMATS", "Format", "convert", "format_of"]
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from ..write.types import Shape
+
+__all__ = ["FORMATS", "ConvertOptions", "ConvertProgress", "ConvertSummary", "Format", "convert", "format_of"]
+
+# "from" is a keyword, so the formats' keys are declared in TypedDict's functional form
+_Formats = TypedDict("_Formats", {"from": str, "to": str})
+
+
+class _Files(TypedDict, total=False):
+    files: int  # several source files into one store
+
+
+class ConvertSummary(_Formats, _Files, Converted):
+    """What ``convert`` returns: ``from``/``to`` the formats (``"zvf"`` the store side), ``src``/``dst``
+    as given (several source files: ``"N files"``, and ``files`` their count), ``vertices`` converted,
+    ``objects``, ``faces``, ``edges`` where the geometry has them, and the ``seconds`` it took."""
+
+    src: str
+    dst: str
+    seconds: float
+
+
+class ConvertOptions(TypedDict, total=False):
+    """The formats' own options of ``convert`` (checked at run time against the format's: an option
+    the format does not take is an error naming the closest one); README "Conversions".
+
+    * ``level``: the store level written into a file (default 0)
+    * ``batch_rows``: rows read per batch from LAS, PLY points, CSV and Parquet files
+    * ``batch``: streamlines read per batch from TRK, TCK and TRX files
+    * ``batch_chunks``: store chunks read per batch into a LAS file (default 4)
+    * ``batch_objects``: store objects read per batch into CSV and Parquet files
+    * ``keep_order``: into a store, keep each point's input row (attribute ``zvf_source_row``, default
+      False); into a file, write the rows in that order (default: when the level has that attribute)
+    * ``geometry``: ``"polyline"`` (default) or ``"streamline"`` for a table with an ``object_id`` column
+    * ``dtype``: stored position dtype of an OBJ or STL mesh (default float64, STL's float32)
+    * ``ascii``: write a PLY or STL file as text (default: PLY as it came, STL binary)
+    * ``scale``: LAS coordinate scale of a store not converted from LAS (default 0.001; a LAS source's
+      scales and offsets are kept)
+    * ``compress``: LAZ rather than LAS (default: by the suffix)
+    * ``point_format``: LAS point format 0..10 (default: the source's, else 1/3 or 6/7)
+    * ``geo``: write GeoParquet (default: by the suffix, or when the source was GeoParquet)
+    """
+
+    level: int
+    batch_rows: int
+    batch: int
+    batch_chunks: int
+    batch_objects: int
+    keep_order: bool | None
+    geometry: str | None
+    dtype: DTypeLike
+    ascii: bool | None
+    scale: float | None
+    compress: bool | None
+    point_format: int | None
+    geo: bool | None
 
 
 @dataclass(frozen=True)
@@ -90,15 +148,15 @@ async def convert(
     *,
     from_: str | None = None,
     to: str | None = None,
-    chunk_shape: Any = "auto",
-    bin_shape: Any = "auto",
+    chunk_shape: Shape = "auto",
+    bin_shape: Shape | None = "auto",
     compression: str | None = None,
-    shard_shape: Any = None,
+    shard_shape: int | Sequence[int] | None = None,
     overwrite: bool = False,
     storage_options: StorageOptions | None = None,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-    **options: Any,
-) -> dict[str, Any]:
+    progress: Callable[[ConvertProgress], object] | None = None,
+    **options: Unpack[ConvertOptions],
+) -> ConvertSummary:
     """Convert a file into a ZVF store, or a ZVF store into a file.
 
     ``src``/``dst``: a file path on one side (its suffix names the format unless ``from_``/``to``
@@ -106,11 +164,11 @@ async def convert(
     format (a list, a glob pattern such as ``"neurons/*.swc"``, or a directory of them), converted
     into one store with their objects numbered in file order (SWC).  The store options (``chunk_shape``,
     ``bin_shape``, ``compression``, ``shard_shape``, ``overwrite``, ``storage_options``) apply
-    to the store side; other ``options`` are the format's own (see README "Conversions"),
-    for example ``level`` when exporting, ``batch_rows`` when streaming a large file in,
-    ``keep_order=True`` to write a point file back in its row order.  ``progress(dict)`` hears of
-    the vertices read so far (``done``, ``total`` when known -- always from a store --, ``unit``).
-    Returns a summary: formats, counts and seconds.
+    to the store side; other ``options`` are the format's own (:class:`ConvertOptions`, README
+    "Conversions"), for example ``level`` when exporting, ``batch_rows`` when streaming a large file in,
+    ``keep_order=True`` to write a point file back in its row order.  ``progress`` hears of the
+    vertices read so far (:class:`ConvertProgress`: ``done``, ``total`` when known -- always from a
+    store --, ``unit``).  Returns a :class:`ConvertSummary`: formats, counts and seconds.
     """
     files = source_files(src, from_)
     if files is not None:
@@ -157,8 +215,7 @@ async def convert(
             out = await _atomic(mod.from_store, fmt.name, ds, dst, Written(ds, progress), options)
         finally:
             await ds.close()
-    return {"from": src_fmt or STORE, "to": dst_fmt or STORE, "src": src, "dst": dst, **out,
-            "seconds": time.perf_counter() - t0}
+    return _summary(src_fmt or STORE, dst_fmt or STORE, src, dst, out, t0)
 
 
 def suffix_format(path: str) -> str | None:
@@ -202,7 +259,7 @@ def source_files(src: Any, from_: str | None) -> list[str] | None:
 
 
 async def _convert_files(files: list[str], dst: str, from_: str | None, to: str | None, store: StoreOptions,
-                         options: dict[str, Any]) -> dict[str, Any]:
+                         options: ConvertOptions) -> ConvertSummary:
     """Several files of one format into one store (``to_store_many``: objects numbered in file order)."""
     kinds = {format_of(f, from_) for f in files}
     if len(kinds) != 1 or None in kinds:
@@ -225,11 +282,18 @@ async def _convert_files(files: list[str], dst: str, from_: str | None, to: str 
     t0 = time.perf_counter()
     out = await _into_store(dst, store, many(name, files, dst, store, **options) if many
                             else mod.to_store(name, files[0], dst, store, **options))
-    return {"from": name, "to": STORE, "src": f"{len(files)} files" if len(files) > 1 else files[0], "dst": dst,
-            "files": len(files), **out, "seconds": time.perf_counter() - t0}
+    return _summary(name, STORE, f"{len(files)} files" if len(files) > 1 else files[0], dst, out, t0, files=len(files))
 
 
-async def _into_store(dst: str, store: StoreOptions, write: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+def _summary(src_fmt: str, dst_fmt: str, src: str, dst: str, out: Converted, t0: float,
+             files: int | None = None) -> ConvertSummary:
+    """The summary of a conversion started at ``t0`` whose converter returned ``out``."""
+    several: _Files = {} if files is None else {"files": files}
+    return {"from": src_fmt, "to": dst_fmt, "src": src, "dst": dst, **several, **out,
+            "seconds": time.perf_counter() - t0}
+
+
+async def _into_store(dst: str, store: StoreOptions, write: Awaitable[Converted]) -> Converted:
     """Await a conversion into the store ``dst``, its writer publishing what it stamps (:func:`.base.stamp`);
     if it fails, the empty local directory it made goes."""
     local = _local_path(dst)
@@ -250,8 +314,8 @@ def _local_path(target: str) -> str | None:
     return None if "://" in target else target
 
 
-async def _atomic(fn: Callable[..., Awaitable[dict[str, Any]]], name: str, ds: Any, dst: str, written: Written,
-                  options: dict[str, Any]) -> dict[str, Any]:
+async def _atomic(fn: Callable[..., Awaitable[Converted]], name: str, ds: Any, dst: str, written: Written,
+                  options: ConvertOptions) -> Converted:
     """Write the file under a temporary name and move it into place only when complete."""
     base, ext = os.path.splitext(dst)
     tmp = f"{base}.part-{os.getpid()}{ext}"  # same suffix: some writers (laspy, trx) look at it

@@ -4,9 +4,9 @@ Parser packages and their errors: :mod:`.parsing`; point clouds in file order: :
 
 A converter module (one per format family) provides
 
-* ``async def to_store(fmt, src, dst, store, **options) -> dict`` -- read the file ``src``
+* ``async def to_store(fmt, src, dst, store, **options) -> Converted`` -- read the file ``src``
   (streaming where the format allows) and write the ZVF store ``dst``;
-* ``async def from_store(fmt, ds, dst, written, **options) -> dict`` -- write the file ``dst`` from
+* ``async def from_store(fmt, ds, dst, written, **options) -> Converted`` -- write the file ``dst`` from
   the opened dataset ``ds`` through its iterators, counting what it reads with ``written``
   (:class:`Written`: the progress of the conversion).
 
@@ -23,7 +23,7 @@ import copy
 import difflib
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar, cast
 
 import anyio
 import numpy as np
@@ -41,6 +41,25 @@ AXES = ("x", "y", "z")  # coordinate names in the files that name them (PLY, tab
 OBJECT_ID = "object_id"  # the column (table) or vertex property (PLY) naming each row's object
 
 
+class ConvertProgress(TypedDict):
+    """What ``convert(progress=...)`` is called with after each batch: the vertices read so far and of
+    all (None when unknown: a file without a count in its header; a store always knows)."""
+
+    done: int
+    total: int | None
+    unit: str
+
+
+class Converted(TypedDict):
+    """What a converter's ``to_store``/``from_store`` returns: the vertices converted, and the objects,
+    faces and edges where the geometry has them."""
+
+    vertices: int
+    objects: NotRequired[int]
+    faces: NotRequired[int]
+    edges: NotRequired[int]
+
+
 @dataclass
 class StoreOptions:
     """The ZVF side of a conversion: where the store lives and how it is laid out."""
@@ -52,8 +71,8 @@ class StoreOptions:
     overwrite: bool = False
     storage_options: StorageOptions | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # ``progress({"done", "total", "unit"})`` after each batch read (total None when unknown)
-    progress: Callable[[dict[str, Any]], None] | None = None
+    # told a :class:`ConvertProgress` after each batch read
+    progress: Callable[[ConvertProgress], object] | None = None
     # root attributes the conversion publishes with the writer's root (``zvf_source``: :func:`stamp`)
     root_attributes: dict[str, Any] = field(default_factory=dict)
 
@@ -153,7 +172,7 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict[str, Any]]
 
 
 def _reporting(batches: Iterable[dict[str, Any]], main: str, total: int | None,
-               progress: Callable[[dict[str, Any]], None]) -> Iterator[dict[str, Any]]:
+               progress: Callable[[ConvertProgress], object]) -> Iterator[dict[str, Any]]:
     """``batches``, calling ``progress`` with the vertices read so far after each one."""
     done = 0
     for batch in batches:
@@ -250,7 +269,7 @@ class Written:
     """How much of a store level a conversion into a file has read, told to ``progress`` (``done``,
     ``total``: the level's vertex count, known from the store; ``unit``) batch by batch."""
 
-    def __init__(self, ds: Any, progress: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, ds: Any, progress: Callable[[ConvertProgress], object] | None = None):
         self.ds = ds
         self.progress = progress
         self.done = 0

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import AXES, StoreOptions, Written, object_attributes, source_record, stamp, take_options
+from .base import AXES, Converted, StoreOptions, Written, object_attributes, source_record, stamp, take_options
 from .parsing import need, reading
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def _per_object(odata: dict[str, np.ndarray], oids: np.ndarray | None, n: int, s
     return out
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     take_options(fmt, options, {})
     nx = _nx()
     from ..write.objects.memory import write_graph
@@ -169,7 +169,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "edges": len(edges), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0})
     nx = _nx()
     rec = source_record(ds, "graphml")

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import tuning
 from ..errors import InputFileError, InvalidArgumentError
-from .base import StoreOptions, Written, source_record, stamp, take_options, write_batches
+from .base import Converted, StoreOptions, Written, source_record, stamp, take_options, write_batches
 from .parsing import guarded, need, reading
 from .source_order import numbered, point_batches
 
@@ -53,7 +53,7 @@ def _record(header: Any) -> dict[str, Any]:
 _READ_ERRORS = (ValueError, RuntimeError, EOFError, IndexError)
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"batch_rows": tuning().convert_batch_rows, "keep_order": False})
     laspy = _laspy()
     errors = (laspy.errors.LaspyException, *_READ_ERRORS)
@@ -118,7 +118,7 @@ def _header(laspy: Any, rec: dict[str, Any], sample: dict[str, np.ndarray], lo: 
     return header
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0, "scale": None, "compress": None, "batch_chunks": 4,
                                        "point_format": None, "keep_order": None})
     point_format = None if opts["point_format"] is None else int(opts["point_format"])

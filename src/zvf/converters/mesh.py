@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import StoreOptions, Written, source_record, stamp, take_options
+from .base import Converted, StoreOptions, Written, source_record, stamp, take_options
 
 if TYPE_CHECKING:
     from ..read.dataset import DatasetReader
@@ -142,7 +142,7 @@ def write_stl(dst: str, tris: np.ndarray, *, ascii: bool) -> None:
 # ----------------------------------------------------------------------------------- both
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"dtype": "float32" if fmt == "stl" else "float64"})
     from ..write.objects.memory import write_mesh
 
@@ -163,7 +163,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "faces": len(faces), "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0, "ascii": False})
     level = opts["level"]
     ids = await ds.object_ids(level=level)
@@ -186,4 +186,4 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
             tris.append(sel.positions[sel.faces].astype(np.float64))
     all_tris = np.concatenate(tris) if tris else np.zeros((0, 3, 3))
     write_stl(dst, all_tris, ascii=bool(opts["ascii"]))
-    return {"faces": len(all_tris), "objects": len(ids)}
+    return {"vertices": written.done, "faces": len(all_tris), "objects": len(ids)}

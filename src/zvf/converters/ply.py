@@ -28,6 +28,7 @@ from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     AXES,
     OBJECT_ID,
+    Converted,
     StoreOptions,
     Written,
     object_attributes,
@@ -73,7 +74,7 @@ def _faces(ply: Any, src: str) -> tuple[np.ndarray | None, dict[str, Any]]:
     return np.stack(lists).astype(np.int64), info
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"batch_rows": tuning().convert_batch_rows, "keep_order": False})
     plyfile = _plyfile()
     with reading(src, fmt, (plyfile.PlyParseError, ValueError, EOFError, IndexError)):
@@ -106,7 +107,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
         extent = (pos.min(axis=0).tolist(), pos.max(axis=0).tolist(), len(pos)) if len(pos) else None
         s = await write_batches(dst, numbered(batches) if opts["keep_order"] else batches, store, extent=extent,
                                 dtype=pos.dtype)
-        out = {"vertices": s.vertex_count}
+        out: Converted = {"vertices": s.vertex_count}
     else:
         if opts["keep_order"]:
             raise InvalidArgumentError(f"{src}: keep_order applies to point clouds (a mesh's faces name its "
@@ -119,7 +120,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return out
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0, "ascii": None, "keep_order": None})
     plyfile = _plyfile()
     rec = source_record(ds, "ply")
@@ -169,7 +170,10 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
     text = rec.get("text", False) if opts["ascii"] is None else bool(opts["ascii"])
     plyfile.PlyData(elements, text=text, byte_order=rec.get("byte_order", "<") if not text else "=",
                     comments=[*rec.get("comments", []), *narrowed], obj_info=rec.get("obj_info", [])).write(dst)
-    return {"vertices": len(vert), **({"faces": len(faces)} if faces is not None else {})}
+    counts: Converted = {"vertices": len(vert)}
+    if faces is not None:
+        counts["faces"] = len(faces)
+    return counts
 
 
 def _element(cols: dict[str, np.ndarray], order: list[str], given: dict[str, str], url: str,

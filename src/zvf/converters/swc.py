@@ -15,7 +15,7 @@ import anyio
 import numpy as np
 
 from ..errors import InputFileError
-from .base import StoreOptions, Written, source_record, stamp, take_options
+from .base import Converted, StoreOptions, Written, source_record, stamp, take_options
 
 if TYPE_CHECKING:
     from ..read.dataset import DatasetReader
@@ -75,11 +75,11 @@ def read_trees(src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, 
     return table[:, 2:5], edges, trees.astype(np.int64), attrs, comments
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     return await to_store_many(fmt, [src], dst, store, **options)
 
 
-async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions, **options: Any) -> Converted:
     """Files into one store, their trees numbered in file order (then by root row within a file); the
     file names and each one's tree count go to the ``zvf_source`` record."""
     take_options(fmt, options, {})
@@ -106,7 +106,7 @@ async def to_store_many(fmt: str, srcs: list[str], dst: str, store: StoreOptions
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0})
     rec = source_record(ds, "swc")
     n = objects = 0

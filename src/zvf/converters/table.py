@@ -26,6 +26,7 @@ from ..errors import InputFileError, InvalidArgumentError
 from .base import (
     AXES,
     OBJECT_ID,
+    Converted,
     StoreOptions,
     Written,
     object_attributes,
@@ -241,7 +242,7 @@ def _split(cols: dict[str, np.ndarray],
 _PARQUET_ERRORS = (ValueError, OSError)
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"batch_rows": tuning().convert_batch_rows, "geometry": None,
                                        "keep_order": False})
     rows = int(opts["batch_rows"])
@@ -419,7 +420,7 @@ def _wkb_array(pos: np.ndarray) -> Any:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0, "geo": None, "batch_objects": tuning().convert_object_batch,
                                        "keep_order": None})
     level = opts["level"]
@@ -456,4 +457,7 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
                 objects += len(lens)
     finally:
         out.close()
-    return {"vertices": n, **({"objects": objects} if objects else {})}
+    counts: Converted = {"vertices": n}
+    if objects:
+        counts["objects"] = objects
+    return counts

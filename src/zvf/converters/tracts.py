@@ -23,6 +23,7 @@ import numpy as np
 from ..config import tuning
 from ..errors import InputFileError, InvalidArgumentError
 from .base import (
+    Converted,
     StoreOptions,
     Written,
     group_attributes,
@@ -141,7 +142,7 @@ def _trx_group_attributes(trx: Any, names: list[str], src: str) -> dict[str, np.
     return out or None
 
 
-async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> dict[str, Any]:
+async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"batch": tuning().convert_batch_streamlines})
     from ..write.objects.memory import write_polylines
 
@@ -195,7 +196,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     return {"vertices": s.vertex_count, "objects": s.object_count}
 
 
-async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> dict[str, Any]:
+async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **options: Any) -> Converted:
     opts = take_options(fmt, options, {"level": 0})
     level = opts["level"]
     if ds.ndim != 3:
@@ -211,7 +212,7 @@ async def from_store(fmt: str, ds: DatasetReader, dst: str, written: Written, **
 
 async def _save_nibabel(fmt: str, ds: DatasetReader, dst: str, level: int, rec: dict[str, Any],
                         dps: dict[str, np.ndarray], affine: np.ndarray, dims: list[int],
-                        written: Written) -> dict[str, Any]:
+                        written: Written) -> Converted:
     """TRK/TCK written as the store is read: nibabel saves a lazy tractogram in one pass, so only
     one batch of objects is held at a time (a worker thread pulls the batches from the event loop)."""
     import anyio.from_thread
@@ -220,7 +221,7 @@ async def _save_nibabel(fmt: str, ds: DatasetReader, dst: str, level: int, rec: 
     nib = _nib()
 
     batches = object_batches(ds, level, written)
-    counts = {"vertices": 0, "objects": 0}
+    counts: Converted = {"vertices": 0, "objects": 0}
     per_point = fmt == "trk"  # TCK holds positions only
     point_names = await vertex_attribute_names(ds, level) if per_point else []
     # nibabel zips one generator per field; the positions' generator reads the store and leaves each
@@ -271,7 +272,7 @@ async def _save_nibabel(fmt: str, ds: DatasetReader, dst: str, level: int, rec: 
 
 
 async def _save_trx(ds: DatasetReader, dst: str, level: int, rec: dict[str, Any], dps: dict[str, np.ndarray],
-                    affine: np.ndarray, dims: list[int], written: Written) -> dict[str, Any]:
+                    affine: np.ndarray, dims: list[int], written: Written) -> Converted:
     """TRX: trx-python builds its file from whole arrays, so the tractogram is assembled first."""
     streamlines = _nib().streamlines
     lines: list[np.ndarray] = []
