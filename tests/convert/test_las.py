@@ -4,38 +4,9 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.convert_inputs import make_las
 
 laspy = pytest.importorskip("laspy")
-
-
-def make_las(path, n=5000, point_format=3, version="1.2", seed=0):
-    rng = np.random.default_rng(seed)
-    header = laspy.LasHeader(point_format=point_format, version=version)
-    header.add_extra_dim(laspy.ExtraBytesParams(name="temperature", type=np.float32, description="deg C"))
-    header.add_extra_dim(laspy.ExtraBytesParams(name="normal", type="3f8"))
-    header.add_extra_dim(laspy.ExtraBytesParams(name="label", type=np.int16))
-    header.scales = np.array([0.01, 0.01, 0.001])
-    header.offsets = np.array([500000.0, 4100000.0, 10.0])
-    las = laspy.LasData(header)
-    las.X = rng.integers(0, 200000, n, dtype=np.int32)
-    las.Y = rng.integers(-100000, 100000, n, dtype=np.int32)
-    las.Z = rng.integers(0, 50000, n, dtype=np.int32)
-    las.intensity = rng.integers(0, 65535, n).astype(np.uint16)
-    las.return_number = rng.integers(1, 5, n).astype(np.uint8)
-    las.number_of_returns = np.full(n, 5, np.uint8)
-    las.classification = rng.integers(0, 31 if point_format < 6 else 255, n).astype(np.uint8)
-    las.synthetic = rng.integers(0, 2, n).astype(np.uint8)
-    las.point_source_id = rng.integers(0, 9, n).astype(np.uint16)
-    las.gps_time = rng.random(n) * 1e6
-    if "red" in las.point_format.dimension_names:
-        las.red = rng.integers(0, 65535, n).astype(np.uint16)
-        las.green = rng.integers(0, 65535, n).astype(np.uint16)
-        las.blue = rng.integers(0, 65535, n).astype(np.uint16)
-    las.temperature = rng.random(n).astype(np.float32) * 40
-    las.normal = rng.random((n, 3))
-    las.label = rng.integers(-300, 300, n).astype(np.int16)
-    las.write(str(path))
-    return laspy.read(str(path))
 
 
 def records(las):

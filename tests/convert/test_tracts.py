@@ -4,22 +4,10 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.convert_inputs import AFFINE, make_tractogram
 
 nib = pytest.importorskip("nibabel")
-from nibabel.streamlines import ArraySequence, Field, Tractogram  # noqa: E402 - after importorskip
-
-AFFINE = np.array([[2.0, 0, 0, -90], [0, 2.0, 0, -126], [0, 0, 2.0, -72], [0, 0, 0, 1]])
-
-
-def make_tractogram(n=300, seed=0):
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(2, 30, n)
-    lines = [np.cumsum(rng.normal(size=(k, 3)), axis=0).astype(np.float32) + 20 for k in lens]
-    fa = [rng.random((k, 1)).astype(np.float32) for k in lens]
-    rgb = [rng.random((k, 3)).astype(np.float32) for k in lens]
-    dps = {"weight": rng.random((n, 1)).astype(np.float32), "cluster": rng.integers(0, 9, (n, 1)).astype(np.float32)}
-    return Tractogram(ArraySequence(lines), data_per_point={"fa": ArraySequence(fa), "rgb": ArraySequence(rgb)},
-                      data_per_streamline=dps, affine_to_rasmm=np.eye(4))
+from nibabel.streamlines import Field, Tractogram  # noqa: E402 - after importorskip
 
 
 def same_streamlines(a, b, atol=0.0):

@@ -13,6 +13,7 @@ import pytest
 
 import zvf
 import zvf.aio as za
+from tests.support.convert_inputs import AFFINE, make_las, make_tractogram
 from zvf.io.executor import Executor
 from zvf.io.store import StoreHandle
 from zvf.read import load
@@ -135,8 +136,6 @@ def _operate(store: str, op: str, tmp_path: Path) -> str:
 @pytest.mark.parametrize("op", ["append", "pyramid", "rechunk"])
 def test_las_header_survives(tmp_path, op):
     laspy = pytest.importorskip("laspy")
-    from ..convert.test_las import make_las
-
     orig = make_las(tmp_path / "in.las", n=2000)
     store = str(tmp_path / "pc.zarrvectors")
     zvf.convert(tmp_path / "in.las", store)
@@ -154,8 +153,6 @@ def test_las_header_survives(tmp_path, op):
 def test_trk_header_survives(tmp_path, op):
     nib = pytest.importorskip("nibabel")
     from nibabel.streamlines import Field
-
-    from ..convert.test_tracts import AFFINE, make_tractogram
 
     hdr = {Field.VOXEL_TO_RASMM: AFFINE, Field.DIMENSIONS: np.array([91, 109, 91], np.int16),
            Field.VOXEL_SIZES: np.array([2, 2, 2], np.float32), Field.VOXEL_ORDER: "RAS"}
