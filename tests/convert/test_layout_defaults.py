@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.processes import run_zvf_in_pty
+from tests.support.walks import streamline_walks
 from zvf.cli.main import main
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError, LayoutWarning
 from zvf.write.layout import choose_chunk_shape
-
-from ..lifecycle.test_layout import _paths as paths
 
 laspy = pytest.importorskip("laspy")
 
@@ -86,7 +86,7 @@ nib = pytest.importorskip("nibabel")
 
 def _walks(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
     """``n`` float32 streamlines of ``k`` 0.5 mm steps from a 100 mm cube."""
-    return [p.astype(np.float32) for p in paths(n, k, seed)]
+    return [p.astype(np.float32) for p in streamline_walks(n, k, seed)]
 
 
 def _trk(path, lines) -> str:
@@ -144,9 +144,7 @@ def test_store_to_file_reports_a_percent(tmp_path):
     zvf.convert(store, tmp_path / "p.csv", progress=seen.append)
     assert {p["total"] for p in seen} == {30_000} and seen[-1]["done"] == 30_000
     assert [p["done"] for p in seen] == sorted(p["done"] for p in seen) and len(seen) > 2
-    from tests.cli.test_manners import _run_in_pty
-
-    code, shown = _run_in_pty(["convert", str(store), str(tmp_path / "q.las")])
+    code, shown = run_zvf_in_pty(["convert", str(store), str(tmp_path / "q.las")])
     assert code == 0 and "100.0% 30,000/30,000 vertices" in shown, shown
 
 

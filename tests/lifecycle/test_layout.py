@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
+from tests.support.walks import streamline_walks
 from zvf.config import tuning
 from zvf.errors import InvalidArgumentError, LayoutWarning
 from zvf.write.layout import (
@@ -85,17 +86,6 @@ async def test_writer_warns_on_absurd_chunk_shape(memory_url):
 # ------------------------------------------------------------------------------------------- object reads
 
 
-def _paths(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
-    """Persistent random walks of ``k`` 0.5-unit steps from a 100-unit cube (streamline-like)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        d = rng.normal(size=3)
-        steps = d / np.linalg.norm(d) + 0.3 * rng.normal(size=(k, 3))
-        out.append(rng.uniform(0, 100, 3) + np.cumsum(0.5 * steps / np.linalg.norm(steps, axis=1)[:, None], axis=0))
-    return out
-
-
 def _exact_overhead(lines, edge: float) -> float:
     """Mean rows of other objects in the chunks each object passes through (every object counted)."""
     pos = np.concatenate(lines)
@@ -106,7 +96,7 @@ def _exact_overhead(lines, edge: float) -> float:
 
 
 def test_object_sample_measures_what_an_object_read_fetches():
-    lines = _paths(300, 80)
+    lines = streamline_walks(300, 80)
     every = ObjectSample.of(np.concatenate(lines), [len(x) for x in lines])
     assert len(every) == 300
     for edge in (5.0, 20.0, 50.0):
@@ -117,7 +107,7 @@ def test_object_sample_measures_what_an_object_read_fetches():
 
 def test_chooser_shrinks_chunks_for_object_reads():
     """Vertex count alone put ~100 k vertices a chunk; an object read fetched every chunk it crosses, whole."""
-    lines = _paths(8000, 100, seed=1)
+    lines = streamline_walks(8000, 100, seed=1)
     pos = np.concatenate(lines)
     sample = ObjectSample.of(pos, [len(x) for x in lines])
     by_count = choose_chunk_shape(pos.min(0), pos.max(0), len(pos))[0]
@@ -141,7 +131,7 @@ def test_chooser_leaves_objects_alone_when_reads_are_cheap():
 
 
 def test_object_bins_follow_the_objects_size():
-    lines = _paths(200, 100)
+    lines = streamline_walks(200, 100)
     sample = ObjectSample.of(np.concatenate(lines), [len(x) for x in lines])
     size = sample.typical_size()
     bins = object_bin_shape([50.0] * 3, sample)
@@ -173,7 +163,7 @@ def test_too_many_sparse_cells_are_refused():
 
 
 async def test_object_writers_take_auto_for_object_reads(tmp_path):
-    lines = _paths(3000, 100, seed=2)
+    lines = streamline_walks(3000, 100, seed=2)
     await za.write_polylines(str(tmp_path / "l"), lines, chunk_shape="auto", bin_shape="auto")
     ds = await za.open(str(tmp_path / "l"))
     pos = np.concatenate(lines)
