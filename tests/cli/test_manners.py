@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import pty
 import re
 import signal
 import socket
@@ -13,23 +12,21 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import zvf
+from tests.support.processes import ZVF, run_zvf_in_pty, zvf_env
 from zvf.cli.main import main
 from zvf.cli.progress import ProgressBar
 from zvf.errors import RemoteError, StoreNotFoundError
 
-ZVF = [sys.executable, "-m", "zvf.cli.main"]
 # ``zvf`` with Ctrl-C live: a suite launched in the background of a non-interactive shell (or under
 # nohup) passes SIGINT on ignored, and a command started that way rightly keeps ignoring it
 ZVF_INTERRUPTIBLE = [sys.executable, "-c",
                      "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
                      "from zvf.cli.main import main; sys.exit(main(sys.argv[1:]))"]
-SRC = str(Path(zvf.__file__).resolve().parents[1])
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +35,6 @@ def points(tmp_path_factory):
     pos = np.random.default_rng(4).uniform(0, 100, (4000, 3)).astype(np.float32)
     zvf.write_points(str(path), pos, chunk_shape=(25.0,) * 3, attributes={"w": pos[:, 0].copy()})
     return str(path)
-
-
-def _env(**extra) -> dict:
-    return {**os.environ, "PYTHONPATH": SRC, **extra}
-
-
-def _run_in_pty(argv: list[str], timeout: float = 120) -> tuple[int, str]:
-    """Run ``zvf ARGV`` with stderr on a pseudo-terminal; returns (exit code, what stderr showed)."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([*ZVF, *argv], stdout=subprocess.DEVNULL, stderr=slave, env=_env())
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 4096)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return proc.wait(timeout), b"".join(chunks).decode(errors="replace")
 
 
 # -- --version ---------------------------------------------------------------------------
@@ -109,7 +84,7 @@ def test_long_jobs_show_progress_on_a_terminal(points, tmp_path, command):
             "pyramid": ["pyramid", str(store), "--factor", "2:1"],
             "demo": ["demo", str(tmp_path / "demo"), "--points", "2000", "--objects", "20"],
             "convert": ["convert", str(store), str(tmp_path / "c.csv")]}[command]
-    code, shown = _run_in_pty(argv)
+    code, shown = run_zvf_in_pty(argv)
     assert code == 0, shown
     label = "write points" if command == "demo" else command
     assert f"\r{label}" in shown and "\x1b[K" in shown, shown
@@ -256,7 +231,7 @@ def test_argument_errors_exit_2_with_one_line(points, tmp_path, capsys, argv, sa
 
 
 def test_argument_error_in_a_real_process_has_no_traceback(tmp_path):
-    r = subprocess.run([*ZVF, "demo", "--points", "-5"], capture_output=True, text=True, env=_env(), timeout=60)
+    r = subprocess.run([*ZVF, "demo", "--points", "-5"], capture_output=True, text=True, env=zvf_env(), timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
 
 
@@ -272,7 +247,7 @@ def test_ctrl_c_during_export_leaves_no_file(s3_proxied, tmp_path):
     out = tmp_path / "big.csv"
     flags = [f"-o{k}={v}" for k, v in opts.items()]
     argv = [*ZVF_INTERRUPTIBLE, "export", url, str(out), "--batch-chunks", "1", "--prefetch", "1", "-q", *flags]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=zvf_env())
     deadline = time.monotonic() + 60
     while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):  # the export has started writing
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

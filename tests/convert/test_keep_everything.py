@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.processes import run_zvf_in_pty
 from zvf.cli.main import main
 from zvf.errors import InvalidArgumentError
 
@@ -198,8 +199,6 @@ def test_convert_reports_progress_with_a_total(tmp_path):
     zvf.convert(tmp_path / "p.csv", tmp_path / "p.zvf", chunk_shape=[10, 10, 10], batch_rows=1000,
                 progress=seen.append)
     assert [p["done"] for p in seen] == [1000, 2000, 3000] and {p["total"] for p in seen} == {3000}
-    from tests.cli.test_manners import _run_in_pty
-
-    code, shown = _run_in_pty(["convert", str(tmp_path / "p.csv"), str(tmp_path / "q.zvf"), "--set",
+    code, shown = run_zvf_in_pty(["convert", str(tmp_path / "p.csv"), str(tmp_path / "q.zvf"), "--set",
                                "batch_rows=1000"])
     assert code == 0 and "100.0% 3,000/3,000 vertices" in shown, shown

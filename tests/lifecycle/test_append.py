@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
+from tests.support.processes import kill_when_paused
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError, ReadOnlyError
 
-from ..reliability.test_crash import _kill_when_paused
 from . import current_files
 
 KW = {"chunk_shape": [5.0, 5.0, 5.0], "bin_shape": [2.5, 2.5, 2.5]}
@@ -343,7 +343,7 @@ async def test_sigkill_during_append_leaves_store_as_before(tmp_path, pause):
     pos, att = _cloud(300)
     await za.write_points(target, pos, attributes={"a": att}, **KW)
     before = await (await za.open(target)).read_all()
-    _kill_when_paused(_spawn(tmp_path, target, {}, 7, **pause))
+    kill_when_paused(_spawn(tmp_path, target, {}, 7, **pause))
     after_kill = await (await za.open(target)).read_all()
     assert np.array_equal(after_kill.positions, before.positions)
     assert np.array_equal(after_kill.attributes["a"], before.attributes["a"])

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import subprocess
 import sys
 import textwrap
@@ -25,6 +23,7 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.processes import kill_when_paused
 from zvf.errors import IncompleteStoreError, StoreExistsError, StoreNotFoundError
 
 from .conftest import record_table
@@ -108,30 +107,9 @@ def _start_paused(child: Path, target: str, opts, after: int, overwrite: bool = 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _kill_when_paused(p: subprocess.Popen) -> str:
-    """Wait for the child's PAUSED line, SIGKILL it; returns what it was about to do."""
-    try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stdout], [], [], 1.0)
-            if ready:
-                line = p.stdout.readline()
-                if line.startswith("PAUSED") or not line:
-                    break
-        assert line.startswith("PAUSED"), f"child did not pause: {line!r} {p.stderr.read() if p.poll() else ''}"
-        os.kill(p.pid, signal.SIGKILL)
-        assert p.wait(10) == -signal.SIGKILL
-        return line.split(" ", 1)[1].strip()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-
-
 def _kill_after(child: Path, target: str, opts, after: int, overwrite: bool = False) -> str:
     """Run the child until it has made ``after`` store operations, then SIGKILL it."""
-    return _kill_when_paused(_start_paused(child, target, opts, after, overwrite))
+    return kill_when_paused(_start_paused(child, target, opts, after, overwrite))
 
 
 def _check_after_kill(target: str, opts, label: str, paused_at: str, root_written: bool) -> None:
@@ -206,7 +184,7 @@ def test_sigkill_during_write(backend, child, tmp_path, request):
     for label, after in points.items():  # all children start together, each pauses at its point
         target, opts = new_target()
         runs.append((label, after, target, opts, _start_paused(child, target, opts, after)))
-    killed = [(label, after, target, opts, _kill_when_paused(p)) for label, after, target, opts, p in runs]
+    killed = [(label, after, target, opts, kill_when_paused(p)) for label, after, target, opts, p in runs]
     for label, after, target, opts, paused_at in killed:
         root_written = any(k == "zarr.json" for _, k in ops[:after])
         _check_after_kill(target, opts, f"{backend}: {label} (op {after}/{len(ops)})", paused_at, root_written)

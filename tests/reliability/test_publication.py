@@ -28,10 +28,10 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.processes import kill_when_paused
 from zvf.errors import ForeignDataError, StaleDatasetError
 
 from .conftest import record_table
-from .test_crash import _kill_when_paused
 
 CHILD = textwrap.dedent(
     """
@@ -159,7 +159,7 @@ def test_kill_at_every_publication_step(op, backend, child, tmp_path, request):
             t, o = new_target()
             _fresh(t, o)
             runs.append((n, t, o, _run_child(child, op, t, o, n)))
-        kills += [(n, t, o, _kill_when_paused(p)) for n, t, o, p in runs]
+        kills += [(n, t, o, kill_when_paused(p)) for n, t, o, p in runs]
     for n, t, o, paused_at in kills:
         now = _state(t, o)
         assert now in (before, after), f"{op} killed after request {n} ({paused_at}): neither before nor after"
