@@ -21,116 +21,16 @@ import numpy as np
 import pytest
 
 import zvf
-from zvf.errors import IncompleteStoreError, StoreNotFoundError
+from tests.support.interrupted import BOX, cloud, write_cloud
 
 ROOT = Path(__file__).resolve().parents[2]
-BOUNDS = ([0.0, 0.0, 0.0], [100.0, 100.0, 100.0])
-BOX = ([10.0, 10.0, 10.0], [60.0, 70.0, 80.0])
-WAIT_AFTER = 1.5  # s the child stays alive after the interrupt, watching for late writes
-
-
-def _cloud(n: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(42)
-    return rng.uniform(0.0, 100.0, (n, 3)).astype(np.float32), rng.random(n, dtype=np.float32)
-
-
-def _write(target: str, opts: dict, n: int, chunk: float, *, overwrite: bool = False) -> zvf.WriteSummary:
-    pos, v = _cloud(n)
-    return zvf.write_points(target, pos, chunk_shape=(chunk,) * 3, bounds=BOUNDS, attributes={"v": v},
-                            overwrite=overwrite, storage_options={**opts, "concurrency": 4})
-
-
-# ------------------------------------------------------------------ the child process
-
-
-def _keys(target: str, opts: dict) -> list[str]:
-    from zvf.api.sync import _call
-    from zvf.io.executor import Executor
-    from zvf.io.store import open_store
-
-    try:
-        handle = open_store(target, storage_options=opts)
-    except StoreNotFoundError:
-        return []
-    return sorted(k for k, _ in _call(Executor(handle).list, ""))
-
-
-def _loop_tasks() -> int:
-    """Tasks alive on the facade's event loop (the portal's own included)."""
-    import asyncio
-
-    from zvf.api.sync import _call
-
-    async def count() -> int:
-        return len(asyncio.all_tasks())
-
-    return _call(count)
-
-
-def _child_write(target: str, opts: dict, n: int, chunk: float) -> dict:
-    out: dict = {}
-    print("ready", flush=True)
-    try:
-        _write(target, opts, n, chunk)
-        out["outcome"] = "finished"
-    except KeyboardInterrupt:
-        out["outcome"] = "interrupted"
-    out["returned_at"] = time.monotonic()
-    keys = _keys(target, opts)
-    time.sleep(WAIT_AFTER)  # the old facade kept writing here, then published the root
-    later = _keys(target, opts)
-    out.update(keys_at_return=len(keys), keys_after_wait=len(later), new_keys=sorted(set(later) - set(keys))[:5],
-               root="zarr.json" in later)
-    try:
-        zvf.open(target, storage_options=opts)
-        out["open"] = "opened"
-    except (IncompleteStoreError, StoreNotFoundError) as exc:
-        out["open"] = type(exc).__name__
-    out["validate_ok"] = zvf.validate(target, storage_options=opts).ok
-    t0 = time.monotonic()
-    out["rerun_vertices"] = _write(target, opts, n, chunk, overwrite=True).vertex_count  # the notebook re-run
-    out["rerun_seconds"] = time.monotonic() - t0
-    return out
-
-
-def _child_read(target: str) -> dict:
-    out: dict = {}
-    with zvf.open(target) as ds:
-        base = _loop_tasks()
-        for phase, step in [("iterate", lambda: [None for _ in ds.iter_chunks(batch_chunks=1, prefetch=4)]),
-                            ("query", lambda: ds.query(BOX))]:
-            print(phase, flush=True)
-            try:
-                while True:
-                    step()
-            except KeyboardInterrupt:
-                out[phase] = "interrupted"
-            requests = ds.stats.requests
-            time.sleep(0.3)
-            out[f"{phase}_late_requests"] = ds.stats.requests - requests
-            out[f"{phase}_extra_tasks"] = _loop_tasks() - base
-        out["rows_after"] = len(ds.query(BOX))
-    return out
-
-
-def child(argv: list[str]) -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background launcher may have set SIG_IGN
-    mode, target, opts, *rest = argv
-    if mode == "write":
-        out = _child_write(target, json.loads(opts), int(rest[0]), float(rest[1]))
-    else:
-        out = _child_read(target)
-    print("RESULT " + json.dumps(out), flush=True)
-
-
-# ------------------------------------------------------------------ the tests
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    code = "import sys; from tests.api.test_interrupt import child; child(sys.argv[1:])"
+    """``python -m tests.support.interrupted ARGS``, its first lines read by the test as they come."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "tests.support.interrupted", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _result(proc: subprocess.Popen) -> dict:
@@ -166,7 +66,7 @@ def _check(out: dict, target: str, opts: dict, n: int) -> None:
     assert out["rerun_vertices"] == n
     report = zvf.validate(target, storage_options=opts)
     assert report.ok, [str(i) for i in report.errors][:5]
-    pos, v = _cloud(n)
+    pos, v = cloud(n)
     with zvf.open(target, storage_options=opts) as ds:
         sel = ds.read_all()
     got = np.column_stack([sel.positions, sel.attributes["v"]])
@@ -204,8 +104,8 @@ def test_sigint_during_s3_write(s3_endpoint):
 
 def test_sigint_during_blocking_iterator_and_query(tmp_path):
     target = str(tmp_path / "s.zarrvectors")
-    pos, _ = _cloud(20_000)
-    _write(target, {}, 20_000, 10.0)
+    pos, _ = cloud(20_000)
+    write_cloud(target, {}, 20_000, 10.0)
     want = int(np.all((pos >= BOX[0]) & (pos <= BOX[1]), axis=1).sum())
     proc = _spawn("read", target, "{}")
     for phase in ("iterate", "query"):
