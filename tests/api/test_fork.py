@@ -12,9 +12,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import signal
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,43 +19,11 @@ import pytest
 
 import zvf
 import zvf.aio
+from tests.support.forks import DEADLINE, in_fork
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
 
 BOX = ([0.0, 0.0, 0.0], [40.0, 40.0, 40.0])
-DEADLINE = 60.0
-
-
-def in_fork(work: Callable[[], Any], deadline: float = DEADLINE) -> Any:
-    """``work()`` run in a forked child; its JSON result, or the child's error as a test failure."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report and leave without running the parent's cleanup
-        try:
-            os.close(read)
-            message = {"ok": work()}
-        except BaseException as e:  # anything goes back to the parent
-            message = {"error": f"{type(e).__name__}: {e}"}
-        os.write(write, json.dumps(message).encode())
-        os._exit(0)
-    os.close(write)
-    try:
-        end = time.monotonic() + deadline
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > end:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                pytest.fail(f"the forked child hung for {deadline:.0f} s")
-            time.sleep(0.02)
-        with os.fdopen(read, "rb") as f:
-            read = -1
-            raw = f.read()
-    finally:
-        if read >= 0:
-            os.close(read)
-    message = json.loads(raw or b'{"error": "the child died without a word"}')
-    assert "error" not in message, message["error"]
-    return message["ok"]
 
 
 def _cloud(n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -161,7 +126,7 @@ import json, os, sys
 sys.path.insert(0, {str(__import__("pathlib").Path(__file__).resolve().parents[2])!r})
 import zvf, obstore
 from zvf.io import fork
-from tests.api.test_fork import in_fork
+from tests.support.forks import in_fork
 def child():
     with zvf.open({stores["local"]!r}) as ds:
         return [len(ds.read_all().positions), fork.obstore() is obstore]
