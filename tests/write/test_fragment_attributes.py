@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.object_cases import OPTIONS, make_case, write_three
 from tests.write import cell_payload, nonempty, store_files
-from tests.write.test_objects_compat import OPTIONS, make_case, write_three
 from zvf.errors import InvalidArgumentError
 from zvf.format.fragments import decode_fragment_index
 
