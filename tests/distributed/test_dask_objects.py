@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.fragments import fragment_counts, fragment_table
 from tests.support.store_tree import tree
-from tests.write.test_fragment_attributes import fragment_counts, fragment_table
 from tests.write.test_stream_objects import OPTS, graph_batches, kw_of
 from zvf.errors import InvalidArgumentError
 

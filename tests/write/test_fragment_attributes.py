@@ -14,30 +14,14 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.fragments import fragment_counts, fragment_table
 from tests.support.object_cases import OPTIONS, make_case, write_three
-from tests.write import cell_payload, nonempty, store_files
+from tests.write import store_files
 from zvf.errors import InvalidArgumentError
-from zvf.format.fragments import decode_fragment_index
 
 # 0.9.2 takes fragment_attributes on write_polylines and write_graph (graphs and skeletons)
 CASES = [("polyline", "2d-raw-sharded"), ("streamline", "3d-zstd-sharded-finebins"),
          ("graph", "3d-blosc-chunkbins"), ("skeleton", "2d-zstd-finebins")]
-
-
-def fragment_counts(root) -> dict[tuple[int, ...], int]:
-    return {c: len(decode_fragment_index(cell_payload(root, "0/vertex_fragments", c)).counts)
-            for c in nonempty(root, "0/vertex_fragments")}
-
-
-def fragment_table(counts: dict, seed: int = 0) -> dict:
-    """A scalar float32, a 2-channel int16 and an (F, 1) uint8 attribute; one chunk left out of two."""
-    rng = np.random.default_rng(seed)
-    chunks = sorted(counts)
-    return {
-        "weight": {c: rng.random(counts[c]).astype(np.float32) for c in chunks},
-        "pair": {c: rng.integers(-99, 99, (counts[c], 2)).astype(np.int16) for c in chunks[::2]},
-        "one": {c: rng.integers(0, 9, (counts[c], 1)).astype(np.uint8) for c in chunks[1::2] or chunks},
-    }
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{g}-{o}" for g, o in CASES])

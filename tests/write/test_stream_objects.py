@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.fragments import fragment_counts
 from tests.write import store_files
-from tests.write.test_fragment_attributes import fragment_counts
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError
 from zvf.write.objects.stream import (
