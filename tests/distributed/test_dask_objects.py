@@ -11,8 +11,8 @@ import pytest
 
 import zvf
 from tests.support.fragments import fragment_counts, fragment_table
+from tests.support.object_batches import OPTS, graph_batches, kw_of
 from tests.support.store_tree import tree
-from tests.write.test_stream_objects import OPTS, graph_batches, kw_of
 from zvf.errors import InvalidArgumentError
 
 from .conftest import FailOnce, KillOnce

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.object_batches import OPTS, graph_batches, kw_of
 from tests.support.store_tree import tree
-from tests.write.test_stream_objects import OPTS, graph_batches, kw_of
 
 zvf_dask = pytest.importorskip("zvf.dask")
 
