@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import os
 import tracemalloc
-from pathlib import Path
 
 import boto3
 import numpy as np
 import pytest
 
 import zvf
+from tests.support.store_tree import store_files
 from zvf.errors import InvalidArgumentError, StoreExistsError
 from zvf.write.points.stream import is_batch_stream, write_points_stream
 
 
-def files(root) -> dict[str, bytes]:
-    root = Path(root)
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def assert_same_store(a, b) -> None:
-    fa, fb = files(a), files(b)
+    fa, fb = store_files(a), store_files(b)
     assert fa.keys() == fb.keys(), sorted(set(fa) ^ set(fb))[:5]
     differ = [k for k in fa if fa[k] != fb[k]]
     assert not differ, differ[:5]
@@ -173,7 +168,7 @@ def test_large_cells_go_multipart_on_s3(s3_proxied, tmp_path):
     bucket, prefix = url[len("s3://"):].split("/", 1)
     s3 = boto3.client("s3", endpoint_url=opts["endpoint"], aws_access_key_id=opts["access_key_id"],
                       aws_secret_access_key=opts["secret_access_key"], region_name=opts["region"])
-    local = files(tmp_path / "data")
+    local = store_files(tmp_path / "data")
     listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]
     assert sorted(o["Key"][len(prefix) + 1:] for o in listed) == sorted(local)
     for key, blob in local.items():

@@ -9,6 +9,7 @@ import pytest
 
 import zvf
 import zvf.aio as za
+from tests.support.store_tree import store_files
 from zvf.errors import InvalidArgumentError
 
 
@@ -24,10 +25,6 @@ def _rows(pos, *cols) -> np.ndarray:
     m = np.concatenate([np.asarray(pos, np.float64)] + [np.asarray(c, np.float64).reshape(len(c), -1) for c in cols],
                        axis=1)
     return m[np.lexsort(m.T[::-1])]
-
-
-def _files(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.mark.parametrize("case", ["ids", "no_ids", "sharded"])
@@ -46,7 +43,7 @@ def test_same_bytes_as_reference(tmp_path, case):
                          vertex_attributes={"cls": cls, "w": w}, chunk_by_attribute="cls", **kw)
     zvf.write_points(str(tmp_path / "zvf" / "p.zv"), pos, chunk_shape=(10, 10, 10), attributes={"cls": cls, "w": w},
                      chunk_by_attribute="cls", dtype="float32", object_index_layout="reference", **kw)
-    a, b = _files(tmp_path / "ref" / "p.zv"), _files(tmp_path / "zvf" / "p.zv")
+    a, b = store_files(tmp_path / "ref" / "p.zv"), store_files(tmp_path / "zvf" / "p.zv")
     assert sorted(a) == sorted(b)
     assert [k for k in a if a[k] != b[k]] == []
 

@@ -6,8 +6,6 @@ Shared helpers for these tests live here; fixtures are in ``conftest.py``.
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 
@@ -45,12 +43,6 @@ def assert_rows_equal(actual: np.ndarray, expected: np.ndarray, what: str) -> No
     )
 
 
-def store_files(root: Path) -> dict[str, bytes]:
-    """Every file of a local store, by key relative to its root."""
-    root = Path(root)
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def without_section(files: dict[str, bytes]) -> dict[str, bytes]:
     """``files`` with the root as 0.9.2 writes it.
 
@@ -65,11 +57,6 @@ def without_section(files: dict[str, bytes]) -> dict[str, bytes]:
     docs = {k[:-len("/zarr.json")]: json.loads(v) for k, v in files.items() if k.endswith("/zarr.json")}
     assert section == docs
     return {**files, "zarr.json": dumps(doc)}
-
-
-def copy_store(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 def unwrap_cell(value) -> bytes:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import copy_store, store_files
+from tests.support.store_tree import copy_store, store_files
 from zvf.errors import (
     FormatError,
     IncompleteStoreError,

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 
 import zvf.aio as zaio
+from tests.support.store_tree import copy_store
 from zvf.errors import FormatError, InvalidArgumentError, MissingDataError
 
 from .conftest import (
     cell_path,
-    copy_store,
     decode_cell,
     plain_vlen_codecs,
     read_json,

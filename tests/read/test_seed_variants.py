@@ -30,13 +30,13 @@ import numpy as np
 import pytest
 
 import zvf.aio as zaio
+from tests.support.store_tree import copy_store
 from zvf.errors import FormatError
 from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index
 from zvf.format.links import decode_ragged_links, unpermute
 
 from .conftest import (
     cell_path,
-    copy_store,
     decode_cell,
     plain_vlen_codecs,
     read_json,

@@ -1,10 +1,12 @@
-"""A store's files as comparable content, for byte-identity tests."""
+"""A local store's files as comparable content, for byte-identity tests, and a private copy of a store."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
+from pathlib import Path
 
 from zvf.format.versions import RECORD
 
@@ -24,3 +26,15 @@ def tree(root) -> dict[str, str]:
                 data = json.dumps(doc, sort_keys=True).encode()
             out[os.path.relpath(p, root)] = hashlib.sha256(data).hexdigest()
     return out
+
+
+def store_files(root) -> dict[str, bytes]:
+    """Every file of a local store, by key relative to its root."""
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A copy of the store at ``src`` made at ``dst`` (for tests that edit a store)."""
+    shutil.copytree(src, dst)
+    return dst

@@ -15,12 +15,6 @@ from zvf.format.keys import ChunkKeyEncoding
 from zvf.format.shard import decode_shard_index, inner_index, shard_coords
 
 
-def store_files(root: Path) -> dict[str, bytes]:
-    """Every file of a local store, by key relative to its root."""
-    root = Path(root)
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def array_meta(root: Path, path: str) -> dict:
     return json.loads((Path(root) / path / "zarr.json").read_text())
 

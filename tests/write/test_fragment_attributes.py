@@ -16,7 +16,7 @@ import pytest
 import zvf
 from tests.support.fragments import fragment_counts, fragment_table
 from tests.support.object_cases import OPTIONS, make_case, write_three
-from tests.write import store_files
+from tests.support.store_tree import store_files
 from zvf.errors import InvalidArgumentError
 
 # 0.9.2 takes fragment_attributes on write_polylines and write_graph (graphs and skeletons)

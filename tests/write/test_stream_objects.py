@@ -15,7 +15,7 @@ import pytest
 import zvf
 from tests.support.fragments import fragment_counts
 from tests.support.object_batches import OPTS, graph_batches, kw_of
-from tests.write import store_files
+from tests.support.store_tree import store_files
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError
 from zvf.write.objects.stream import (

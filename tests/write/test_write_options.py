@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.write import store_files
+from tests.support.store_tree import store_files
 from zvf.errors import InvalidArgumentError
 
 CHUNK = (0.5, 0.5, 0.5)
