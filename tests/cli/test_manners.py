@@ -90,7 +90,7 @@ def test_long_jobs_show_progress_on_a_terminal(points, tmp_path, command):
     assert f"\r{label}" in shown and "\x1b[K" in shown, shown
     if command in ("export", "pyramid"):
         assert "100.0%" in shown
-    # not on a terminal: tests/test_export.py::test_cli_export_npz_and_csv sees an empty stderr
+    # not on a terminal: tests/read/test_export.py::test_cli_export_npz_and_csv sees an empty stderr
 
 
 # -- logging -------------------------------------------------------------------------------
