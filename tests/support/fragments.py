@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.write import cell_payload, nonempty
+from tests.support.cells import cell_payload, nonempty
 from zvf.format.fragments import decode_fragment_index
 
 

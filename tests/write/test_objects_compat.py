@@ -25,9 +25,9 @@ import pytest
 
 import zvf
 from tests.points import without_section
+from tests.support.cells import array_meta, cell_payload, nonempty
 from tests.support.object_cases import OPTIONS, Case, Options, forest, make_case, random_walks, write_three
 from tests.support.store_tree import store_files
-from tests.write import array_meta, cell_payload, nonempty
 from zvf.format.codecs import CellCodec
 from zvf.format.links import decode_ragged_links, unpermute
 from zvf.format.manifest import decode_manifests

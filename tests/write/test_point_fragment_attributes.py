@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.cells import cell_payload, nonempty
 from tests.support.store_tree import store_files
-from tests.write import cell_payload, nonempty
 from zvf.errors import InvalidArgumentError
 from zvf.format.fragments import decode_fragment_index
 
