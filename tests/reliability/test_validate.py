@@ -383,10 +383,17 @@ def test_corruption_flagged(corr: Corruption, ref_stores, tmp_path):
     assert all(i.message.startswith(i.key) for i in rep.issues)
 
 
-def test_agreement_table():
-    """Summarise the runs above (printed in the terminal summary; see conftest)."""
-    if not AGREEMENT:
-        pytest.skip("no agreement rows (tests deselected)")
+@pytest.fixture(scope="module", autouse=True)
+def agreement_table():
+    """After the agreement runs of this module that ran: their table, for the terminal summary (see
+    conftest).  A fixture, not a test: a test would skip when run alone or on another worker; each
+    corruption's test asserts zvf flags it, so every copy the reference flags is flagged by zvf too."""
+    yield
+    if AGREEMENT:
+        _record_agreement()
+
+
+def _record_agreement() -> None:
     lines = [
         "| case | store | edit | zarr-vectors 0.9.2 | zvf | zvf error naming the key |",
         "|---|---|---|---|---|---|",
@@ -404,7 +411,6 @@ def test_agreement_table():
                  f"{sum(1 for n, r in AGREEMENT.items() if not n.startswith('(valid)') and r[3] != 'pass')} "
                  f"(every one the reference flags: {flagged_both}/{flagged_ref}).")
     record_table("agreement", "\n".join(lines))
-    assert flagged_both == flagged_ref
 
 
 # --------------------------------------------------------------------------------------
