@@ -24,9 +24,8 @@ import pytest
 
 import zvf
 from tests.support.processes import kill_when_paused
+from tests.support.results import record_table
 from zvf.errors import IncompleteStoreError, StoreExistsError, StoreNotFoundError
-
-from .conftest import record_table
 
 CHILD = textwrap.dedent(
     """

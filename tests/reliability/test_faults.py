@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.results import record_table
 from zvf.errors import IncompleteStoreError, RemoteError, StoreNotFoundError
-
-from .conftest import record_table
 
 pytestmark = pytest.mark.s3
 

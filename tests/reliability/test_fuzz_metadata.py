@@ -21,11 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.results import FUZZ_COUNTS, FUZZ_FINDINGS
 from zvf.config import tuned
 from zvf.errors import ZvfError
 from zvf.format import parse
-
-from .conftest import FUZZ_COUNTS, FUZZ_FINDINGS
 
 
 def FAST(n: int):

@@ -29,9 +29,8 @@ import pytest
 
 import zvf
 from tests.support.processes import kill_when_paused
+from tests.support.results import record_table
 from zvf.errors import ForeignDataError, StaleDatasetError
-
-from .conftest import record_table
 
 CHILD = textwrap.dedent(
     """

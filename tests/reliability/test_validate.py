@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.results import record_table
 from zvf.format.codecs import CellCodec
 from zvf.format.fragments import (
     FragmentIndex,
@@ -28,8 +29,6 @@ from zvf.format.fragments import (
 )
 from zvf.format.manifest import decode_manifests, encode_manifests
 from zvf.validation import Report
-
-from .conftest import record_table
 
 # --------------------------------------------------------------------------------------
 # editing stores on disk
