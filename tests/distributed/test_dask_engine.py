@@ -16,11 +16,10 @@ import pyarrow.parquet as pq
 
 import zvf
 import zvf.dask as zd
+from tests.support.failing_sources import FailOnce, KillOnce
 from tests.support.store_tree import tree
 from zvf.errors import InvalidArgumentError
 from zvf.read.export import export as serial_export
-
-from .conftest import FailOnce, KillOnce
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests package
 

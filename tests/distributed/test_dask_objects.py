@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.failing_sources import FailOnce, KillOnce
 from tests.support.fragments import fragment_counts, fragment_table
 from tests.support.object_batches import OPTS, graph_batches, kw_of
 from tests.support.store_tree import tree
 from zvf.errors import InvalidArgumentError
-
-from .conftest import FailOnce, KillOnce
 
 zvf_dask = pytest.importorskip("zvf.dask")  # needs the dask extra
 
