@@ -8,10 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.support.ref_arrays import ref_by_kind, vertex_rows
 from zvf.errors import FormatError, InvalidArgumentError, MissingDataError
 from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index, tiling_counts
-
-from .conftest import ref_by_kind, vertex_rows
 
 KEY = "0/vertex_fragments/c/0/0/1"
 

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
+from tests.support.ref_arrays import ref_by_kind, vertex_rows
 from zvf.errors import FormatError, InvalidArgumentError
 from zvf.format.fragments import decode_fragment_index
 from zvf.format.keys import parse_delta, parse_offsets_name
@@ -25,8 +26,6 @@ from zvf.format.links import (
     lehmer_encode,
     unpermute,
 )
-
-from .conftest import ref_by_kind, vertex_rows
 
 KEY = "0/links/0/0.+1.0/c/1/0/1"
 
