@@ -2,31 +2,18 @@
 
 ``stores`` (session) maps a geometry name to a ``Store``: path, positions,
 per-vertex object ids, vertex attributes, object attributes, groups and
-connectivity (polylines as lists).  ``truth(store, spec)`` computes what a
+connectivity (polylines as lists); tests/support/query_truth.py computes what a
 query must return from those inputs with numpy only.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-
-@dataclass
-class Store:
-    geometry: str
-    path: str
-    pos: np.ndarray  # (N, 3) float32, input order
-    oid: np.ndarray | None  # (N,) object id of each vertex
-    vattrs: dict
-    oattrs: dict = field(default_factory=dict)
-    groups: dict = field(default_factory=dict)
-    conn: np.ndarray | None = None  # edges/faces in input vertex indices
-    lines: list | None = None  # polylines: vertex index arrays per object (id = position)
-
+from tests.support.query_truth import Store
 
 CS = (25.0, 25.0, 25.0)
 BOUNDS = ([-50.0] * 3, [50.0] * 3)
@@ -122,115 +109,3 @@ def stores(tmp_path_factory) -> dict[str, Store]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _write(tmp_path_factory.mktemp("query-stores"))
-
-
-def channel(values: np.ndarray, ch) -> np.ndarray:
-    return values if values.ndim == 1 else values[:, ch]
-
-
-def vertex_pass(st: Store, kw: dict) -> np.ndarray:
-    """P(v): box, ball and vertex where, in float64."""
-    p = st.pos.astype(np.float64)
-    keep = np.ones(len(p), bool)
-    if kw.get("bbox") is not None:
-        lo, hi = kw["bbox"]
-        keep &= np.all((p >= lo) & (p <= hi), axis=1)
-    if kw.get("near") is not None:
-        c, r = kw["near"]
-        keep &= ((p - np.asarray(c, np.float64)) ** 2).sum(1) <= r * r
-    for key, cond in (kw.get("where") or {}).items():
-        name, _, ch = key.partition("[")
-        if name not in st.vattrs:
-            continue
-        v = channel(st.vattrs[name], int(ch[:-1]) if ch else None)
-        keep &= _test(v, cond)
-    return keep
-
-
-def object_pass(st: Store, kw: dict) -> np.ndarray | None:
-    """O(o) as the sorted allowed ids (None: no id narrowing)."""
-    ids = None
-    if kw.get("objects") is not None:
-        ids = np.unique(kw["objects"])
-    if kw.get("groups") is not None:
-        m = np.unique(np.concatenate([st.groups[g] for g in kw["groups"]] + [np.zeros(0, int)]))
-        ids = m if ids is None else np.intersect1d(ids, m)
-    for key, cond in (kw.get("where") or {}).items():
-        if key in st.oattrs:
-            m = np.flatnonzero(_test(st.oattrs[key], cond))
-            ids = m if ids is None else np.intersect1d(ids, m)
-    return ids
-
-
-def _test(v, cond):
-    if isinstance(cond, tuple):
-        return (v >= cond[0]) & (v <= cond[1])
-    if isinstance(cond, list):
-        return np.isin(v, cond)
-    return v == cond
-
-
-class Recorder:
-    """Wraps a dataset's transport: logs (start time, op, key, start, end) of every read, with latency."""
-
-    blocking_gets = False  # a remote store's reads: one get each, every one logged (no get_batch runs)
-
-    def __init__(self, inner, latency: float = 0.0):
-        self.inner = inner
-        self.latency = latency
-        self.log: list[tuple] = []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    async def _timed(self, op, key, start, end, fn):
-        import time
-
-        import anyio
-
-        t0 = time.monotonic()
-        if self.latency:
-            await anyio.sleep(self.latency)
-        try:
-            return await fn()
-        finally:
-            self.log.append((t0, op, key, start, end, time.monotonic()))
-
-    async def get(self, key):
-        return await self._timed("get", key, None, None, lambda: self.inner.get(key))
-
-    async def get_view(self, key):
-        return await self._timed("get", key, None, None, lambda: self.inner.get_view(key))
-
-    async def get_range(self, key, start, end=None):
-        return await self._timed("get_range", key, start, end, lambda: self.inner.get_range(key, start, end))
-
-    async def get_suffix(self, key, nbytes):
-        return await self._timed("get_suffix", key, -nbytes, None, lambda: self.inner.get_suffix(key, nbytes))
-
-    def requested(self) -> list[str]:
-        return [e[2] for e in self.log]
-
-    def waves(self) -> list[set[str]]:
-        """Keys by dependency depth: a request is one wave after the deepest request that ended before it began."""
-        depth: list[tuple[float, int]] = []  # (end, wave) of earlier requests
-        out: list[set[str]] = []
-        for t0, _, key, _, _, t1 in sorted(self.log):
-            w = 1 + max((d for end, d in depth if end <= t0), default=0)
-            depth.append((t1, w))
-            while len(out) < w:
-                out.append(set())
-            out[w - 1].add(key)
-        return out
-
-    def clear(self) -> None:
-        self.log.clear()
-
-
-def record(ds, latency: float = 0.0) -> Recorder:
-    """Install a Recorder on a (sync or async) dataset's executor."""
-    inner = getattr(ds, "aio", ds)
-    ex = inner.context.executor
-    rec = Recorder(ex.transport, latency)
-    ex.transport = rec
-    return rec

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.query_truth import vertex_pass
 from zvf.cli.main import main
-
-from .conftest import vertex_pass
 
 
 def test_negative_bbox_near_where_npz(stores, tmp_path, capsys):

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 import zvf
-
-from .conftest import record
+from tests.support.recorder import record
 
 CELLS = ("/vertices/", "/vertex_fragments/", "/vertex_attributes/", "/links/")
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.query_truth import object_pass, vertex_pass
+from tests.support.recorder import record
 from zvf.errors import InvalidArgumentError
-
-from .conftest import object_pass, vertex_pass
 
 SEED = int(os.environ.get("ZVF_QUERY_SEED", "0"))
 
@@ -197,7 +197,7 @@ def test_objects_spanning_many_chunks_read_only_their_chunks(stores):
     st = stores["streamlines"]
     with zvf.open(st.path) as ds:
         ids = [int(np.argmax([len(x) for x in st.lines]))]
-        rec = __import__("tests.query.conftest", fromlist=["record"]).record(ds)
+        rec = record(ds)
         ds.select(objects=ids).read()
         ds.aio.context.ex.clear_caches()
         rec.clear()
