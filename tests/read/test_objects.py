@@ -25,9 +25,7 @@ import pytest
 
 import zvf.aio as zaio
 from tests.support.store_tree import copy_store
-from zvf.errors import FormatError, InvalidArgumentError, MissingDataError
-
-from .conftest import (
+from tests.support.vlen_cells import (
     cell_path,
     decode_cell,
     plain_vlen_codecs,
@@ -36,6 +34,7 @@ from .conftest import (
     vlen_items,
     write_vlen_items,
 )
+from zvf.errors import FormatError, InvalidArgumentError, MissingDataError
 
 BOUNDS = ([0.0] * 3, [100.0] * 3)
 

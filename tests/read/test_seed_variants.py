@@ -31,11 +31,7 @@ import pytest
 
 import zvf.aio as zaio
 from tests.support.store_tree import copy_store
-from zvf.errors import FormatError
-from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index
-from zvf.format.links import decode_ragged_links, unpermute
-
-from .conftest import (
+from tests.support.vlen_cells import (
     cell_path,
     decode_cell,
     plain_vlen_codecs,
@@ -44,6 +40,9 @@ from .conftest import (
     vlen_items,
     write_json,
 )
+from zvf.errors import FormatError
+from zvf.format.fragments import FragmentIndex, decode_fragment_index, encode_fragment_index
+from zvf.format.links import decode_ragged_links, unpermute
 
 NDIM = 3
 
@@ -264,7 +263,7 @@ def to_seed(src: Path, dst: Path, *, index=None, cross=False, keys=None, bin_fra
                 items = vlen_items(level_dir / "object_index" / "manifests")
             seed_index(level_dir, items, index, blobs)
         elif items is not None:
-            from .conftest import write_vlen_items
+            from tests.support.vlen_cells import write_vlen_items
 
             write_vlen_items(level_dir / "object_index" / "manifests", items)
         if cross:
