@@ -34,6 +34,14 @@ def store_files(root) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def assert_same_files(a, b) -> None:
+    """The local stores at ``a`` and ``b`` hold the same files, byte for byte."""
+    fa, fb = store_files(a), store_files(b)
+    assert fa.keys() == fb.keys(), sorted(set(fa) ^ set(fb))[:6]
+    differ = [k for k in fa if fa[k] != fb[k]]
+    assert not differ, differ[:6]
+
+
 def copy_store(src: Path, dst: Path) -> Path:
     """A copy of the store at ``src`` made at ``dst`` (for tests that edit a store)."""
     shutil.copytree(src, dst)

@@ -15,7 +15,7 @@ import pytest
 import zvf
 from tests.support.fragments import fragment_counts
 from tests.support.object_batches import OPTS, graph_batches, kw_of
-from tests.support.store_tree import store_files
+from tests.support.store_tree import assert_same_files, store_files
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError
 from zvf.write.objects.stream import (
@@ -25,13 +25,6 @@ from zvf.write.objects.stream import (
 )
 
 SPLITS = {"one": [], "uneven": [0, 1, 1, 7], "many": [2, 3, 5, 8, 13, 13, 21]}  # cut points (objects/vertices)
-
-
-def assert_same(a, b) -> None:
-    fa, fb = store_files(a), store_files(b)
-    assert fa.keys() == fb.keys(), sorted(set(fa) ^ set(fb))[:6]
-    differ = [k for k in fa if fa[k] != fb[k]]
-    assert not differ, differ[:6]
 
 
 def cut(n: int, points: list[int]) -> list[tuple[int, int]]:
@@ -66,9 +59,9 @@ def test_polylines(tmp_path, opt, split):
     batches = [{"polylines": pl[a:b], "attributes": {"fa": fa[a:b], "rgb": rgb[a:b]},
                 "object_attributes": {k: v[a:b] for k, v in oa.items()}} for a, b in cut(30, SPLITS[split])]
     s1 = zvf.write_polylines(tmp_path / "st" / "s", iter(batches), **kw)
-    assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
+    assert_same_files(tmp_path / "mem" / "s", tmp_path / "st" / "s")
     s2 = zvf.write_polylines(tmp_path / "st2" / "s", iter(batches), fragment_attributes=frag, **kw)
-    assert_same(tmp_path / "mem2" / "s", tmp_path / "st2" / "s")
+    assert_same_files(tmp_path / "mem2" / "s", tmp_path / "st2" / "s")
     assert s1.vertex_count == s2.vertex_count == sum(len(p) for p in pl) and s1.object_count == 30
 
 
@@ -85,7 +78,7 @@ async def test_polylines_async_tiny_spill_and_object_attributes_argument(tmp_pat
 
     summary = await write_paths_stream(tmp_path / "st" / "s", gen(), geometry="polyline", object_attributes=oa,
                                        spill_bytes=300, **kw)  # a run every few polylines
-    assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
+    assert_same_files(tmp_path / "mem" / "s", tmp_path / "st" / "s")
     assert summary.cross_chunk_link_count > 0
 
 
@@ -100,7 +93,7 @@ def test_bridges_placed_in_rounds_give_the_same_cells(tmp_path, opt, every):
         zvf.write_polylines(tmp_path / "mem" / "s", pl, **kw)
         summary = zvf.write_polylines(tmp_path / "st" / "s", iter([pl[:25], pl[25:]]), **kw)
     assert summary.cross_chunk_link_count > every
-    assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
+    assert_same_files(tmp_path / "mem" / "s", tmp_path / "st" / "s")
 
 
 @pytest.mark.parametrize("opt", OPTS[:2], ids=["3d-raw", "2d-zstd-sharded"])
@@ -115,11 +108,11 @@ def test_lines(tmp_path, opt):
     batches = [{"endpoints": ep[x:y], "attributes": {"t": t[x:y]}, "object_attributes": {"o": np.arange(x, y)}}
                for x, y in cut(m, [0, 9, 9, 31])]
     zvf.write_lines(tmp_path / "st" / "s", batches, **kw_of(opt))
-    assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
+    assert_same_files(tmp_path / "mem" / "s", tmp_path / "st" / "s")
     zvf.write_lines(tmp_path / "mem2" / "s", ep, **kw_of(opt))
     # a list of (m, 2, ndim) arrays
     zvf.write_lines(tmp_path / "st2" / "s", [ep[:20], ep[20:20], ep[20:]], **kw_of(opt))
-    assert_same(tmp_path / "mem2" / "s", tmp_path / "st2" / "s")
+    assert_same_files(tmp_path / "mem2" / "s", tmp_path / "st2" / "s")
 
 
 @pytest.mark.parametrize("geometry", ["graph", "skeleton", "mesh"])
@@ -140,7 +133,7 @@ def test_graphs_skeletons_meshes(tmp_path, geometry, opt):
                               object_ids=cat["oid"], attributes={"a": cat["a"]}, link_attributes={"la": cat["la"]},
                               **kw)
         st = zvf.write_graph(tmp_path / "st" / "s", batches, geometry_type=geometry, **kw)
-    assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
+    assert_same_files(tmp_path / "mem" / "s", tmp_path / "st" / "s")
     for k in ("object_count", "vertex_count", "link_count", "stored_link_count", "fragment_count", "chunk_count"):
         assert getattr(mem, k) == getattr(st, k), k
     assert any(k.startswith("0/links/0/") and "0.0" not in k.split("/")[3] for k in store_files(tmp_path / "st" / "s"))
@@ -160,7 +153,7 @@ async def test_graph_without_ids_tiny_spill_async(tmp_path):
 
     await write_connected_stream(tmp_path / "st" / "s", gen(), geometry="graph", chunk_shape=(30.0,) * 3,
                                  spill_bytes=500)
-    assert_same(tmp_path / "mem" / "s", tmp_path / "st" / "s")
+    assert_same_files(tmp_path / "mem" / "s", tmp_path / "st" / "s")
 
 
 def test_streamed_store_reads_back(tmp_path):

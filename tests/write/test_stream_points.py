@@ -10,16 +10,9 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.support.store_tree import store_files
+from tests.support.store_tree import assert_same_files, store_files
 from zvf.errors import InvalidArgumentError, StoreExistsError
 from zvf.write.points.stream import is_batch_stream, write_points_stream
-
-
-def assert_same_store(a, b) -> None:
-    fa, fb = store_files(a), store_files(b)
-    assert fa.keys() == fb.keys(), sorted(set(fa) ^ set(fb))[:5]
-    differ = [k for k in fa if fa[k] != fb[k]]
-    assert not differ, differ[:5]
 
 
 def cloud(n: int, seed: int = 1, ids: bool = False):
@@ -48,7 +41,7 @@ def test_seven_uneven_batches_write_the_same_bytes(tmp_path):
     kw = dict(chunk_shape=(25, 25, 25), bin_shape=(12.5, 12.5, 12.5), compression="zstd")
     mem = zvf.write_points(tmp_path / "a" / "s", pos, attributes=attrs, **kw)
     streamed = zvf.write_points(tmp_path / "b" / "s", batches_of(pos, attrs, None, uneven(len(pos), 7)), **kw)
-    assert_same_store(tmp_path / "a" / "s", tmp_path / "b" / "s")  # bounds computed from the data
+    assert_same_files(tmp_path / "a" / "s", tmp_path / "b" / "s")  # bounds computed from the data
     same = ("vertex_count", "chunk_count", "object_count", "bins_per_chunk", "cells_written", "bytes_written")
     assert [getattr(mem, k) for k in same] == [getattr(streamed, k) for k in same]
 
@@ -67,7 +60,7 @@ async def test_object_ids_shards_many_runs_async_source(tmp_path):
                    "attributes": {k: v[:0] for k, v in batch["attributes"].items()}}
 
     await write_points_stream(tmp_path / "b" / "s", source(), spill_bytes=64 << 10, **kw)
-    assert_same_store(tmp_path / "a" / "s", tmp_path / "b" / "s")
+    assert_same_files(tmp_path / "a" / "s", tmp_path / "b" / "s")
 
 
 def test_bare_arrays_and_groups_without_ids(tmp_path):
@@ -76,7 +69,7 @@ def test_bare_arrays_and_groups_without_ids(tmp_path):
               object_index_layout="reference")
     zvf.write_points(tmp_path / "a" / "s", pos, **kw)
     zvf.write_points(tmp_path / "b" / "s", [pos[:1000], pos[1000:1001], pos[1001:]], **kw)
-    assert_same_store(tmp_path / "a" / "s", tmp_path / "b" / "s")
+    assert_same_files(tmp_path / "a" / "s", tmp_path / "b" / "s")
 
 
 def test_is_batch_stream():
