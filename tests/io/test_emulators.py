@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import assert_overwrite_needed, assert_rows_equal, rows
+from tests.support.overwrite import assert_overwrite_needed
+from tests.support.rows import assert_rows_equal, rows
 from tests.support.store_tree import store_files
 from zvf.errors import StoreExistsError, StoreNotFoundError
 from zvf.io.store import open_store

@@ -27,7 +27,8 @@ import pytest
 
 import zvf
 from tests.parity.cases import SEQUENTIAL, Case, conn_coords, inside, make_cases
-from tests.points import assert_rows_equal, rows, unwrap_cell
+from tests.support.reference_bytes import unwrap_cell
+from tests.support.rows import assert_rows_equal, rows
 
 N_CASES = int(os.environ.get("ZVF_DIFF_CASES", "120"))
 CASES = make_cases(N_CASES)

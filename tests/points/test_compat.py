@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import assert_rows_equal, rows, unwrap_cell, without_section
+from tests.support.reference_bytes import unwrap_cell, without_section
+from tests.support.rows import assert_rows_equal, rows
 from tests.support.store_tree import store_files
 
 

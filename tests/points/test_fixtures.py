@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import assert_rows_equal, rows
 from tests.refstores import POINT_STORES, load_expected
+from tests.support.rows import assert_rows_equal, rows
 
 
 @pytest.fixture(scope="module", params=POINT_STORES)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import assert_rows_equal, rows
+from tests.support.rows import assert_rows_equal, rows
 
 BOUNDS = ([0.0, 0.0, 0.0], [50.0, 50.0, 50.0])
 BOX = ([5.0, 5.0, 5.0], [30.0, 40.0, 25.0])

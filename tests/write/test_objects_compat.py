@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.points import without_section
 from tests.support.cells import array_meta, cell_payload, nonempty
 from tests.support.object_cases import OPTIONS, Case, Options, forest, make_case, random_walks, write_three
+from tests.support.reference_bytes import without_section
 from tests.support.store_tree import store_files
 from zvf.format.codecs import CellCodec
 from zvf.format.links import decode_ragged_links, unpermute
@@ -165,7 +165,7 @@ def test_zarr_vectors_reads_zvf_store(written):
 def test_plain_zarr_opens_zvf_store(written):
     import zarr
 
-    from tests.points import unwrap_cell
+    from tests.support.reference_bytes import unwrap_cell
 
     g = zarr.open_group(str(written.mine), mode="r")
     arrays = dict(g["0"].arrays())
@@ -251,7 +251,7 @@ def cell_manifests(root, n_objects):
     """The manifests rows of a store (any layout), via zarr."""
     import zarr
 
-    from tests.points import unwrap_cell
+    from tests.support.reference_bytes import unwrap_cell
 
     arr = zarr.open_array(str(root / "0/object_index/manifests"), mode="r")
     return [unwrap_cell(arr[i]) for i in range(n_objects)]
