@@ -15,10 +15,9 @@ import pytest
 
 import zvf.aio as za
 from tests.support.processes import kill_when_paused
+from tests.support.store_tree import current_files
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError, ReadOnlyError
-
-from . import current_files
 
 KW = {"chunk_shape": [5.0, 5.0, 5.0], "bin_shape": [2.5, 2.5, 2.5]}
 
