@@ -9,7 +9,6 @@ empty, and ``validate(level=5)`` called a store whose vertices sit in the wrong 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import anyio
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.vlen_cells import unframe, vlen_frame
 from zvf.aio import AsyncDataset
 from zvf.cli.main import main
 from zvf.format.grid import inside
@@ -162,14 +162,6 @@ def _listed(path, level: int) -> list[tuple[int, ...]]:
     return sorted(tuple(int(x) for x in c.split(".")) for c in doc["attributes"]["nonempty_chunks"])
 
 
-def _cell(path: Path) -> tuple[bytes, np.ndarray]:
-    """An uncompressed vlen cell: (header, float32 rows)."""
-    raw = path.read_bytes()
-    n, size = struct.unpack_from("<II", raw)
-    assert n == 1 and size == len(raw) - 8
-    return raw[:8], np.frombuffer(raw[8:], np.float32).reshape(-1, 3).copy()
-
-
 @pytest.mark.parametrize("level", [0, 2])
 def test_validate_flags_a_vertex_filed_in_another_chunk(binned, tmp_path, level):
     import shutil
@@ -178,9 +170,10 @@ def test_validate_flags_a_vertex_filed_in_another_chunk(binned, tmp_path, level)
     shutil.copytree(binned, copy)
     chunk = _listed(copy, level)[0]
     cell = copy / str(level) / "vertices" / "c" / Path(*map(str, chunk))
-    head, rows = _cell(cell)
+    (payload,) = unframe(cell.read_bytes())  # an uncompressed vlen cell of float32 rows
+    rows = np.frombuffer(payload, np.float32).reshape(-1, 3).copy()
     rows[0] = rows[0] + 60  # same bin count, same fragment: only its place is wrong
-    cell.write_bytes(head + rows.tobytes())
+    cell.write_bytes(vlen_frame(rows.tobytes()))
     report = zvf.validate(str(copy), level=5)
     assert not report.ok
     assert report.find("chunk", "error"), report.summary()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.support.vlen_cells import unframe
+
 
 @dataclass
 class RefArray:
@@ -34,18 +36,6 @@ class RefArray:
         return f"{self.store}/{self.path}"
 
 
-def _vlen(b: bytes) -> list[bytes]:
-    (n,) = struct.unpack_from("<I", b, 0)
-    off, out = 4, []
-    for _ in range(n):
-        (ln,) = struct.unpack_from("<I", b, off)
-        off += 4
-        out.append(b[off : off + ln])
-        off += ln
-    assert off == len(b)
-    return out
-
-
 def _load_array(store: Path, zjson: Path) -> RefArray:
     import numcodecs.blosc
     import numcodecs.zstd
@@ -64,7 +54,7 @@ def _load_array(store: Path, zjson: Path) -> RefArray:
             b = numcodecs.zstd.decompress(b)
         if "blosc" in names:
             b = numcodecs.blosc.decompress(b)
-        return _vlen(b) if names[0] == "vlen-bytes" else [b]
+        return unframe(b) if names[0] == "vlen-bytes" else [b]
 
     base = zjson.parent / "c"
     if not base.exists():

@@ -25,13 +25,15 @@ def vlen_frame(*items: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _unframe(raw: bytes) -> list[bytes]:
+def unframe(raw: bytes) -> list[bytes]:
+    """The items of a vlen-bytes frame (the whole frame: nothing may follow its last item)."""
     n = int.from_bytes(raw[:4], "little")
     out, p = [], 4
     for _ in range(n):
         ln = int.from_bytes(raw[p:p + 4], "little")
         out.append(bytes(raw[p + 4:p + 4 + ln]))
         p += 4 + ln
+    assert p == len(raw), f"{len(raw) - p} bytes after the last of {n} vlen items"
     return out
 
 
@@ -62,7 +64,7 @@ def decode_cell(array_dir: Path, coords) -> bytes | None:
     p = cell_path(array_dir, coords)
     if not p.exists():
         return None
-    return _unframe(_stored(array_dir, p))[0]
+    return unframe(_stored(array_dir, p))[0]
 
 
 def vlen_items(array_dir: Path) -> list[bytes]:
@@ -74,7 +76,7 @@ def vlen_items(array_dir: Path) -> list[bytes]:
     for c in range(-(-n // per) if n else 0):
         p = cell_path(array_dir, (c,))
         want = min(per, n - c * per)
-        out += _unframe(_stored(array_dir, p))[:want] if p.exists() else [b""] * want
+        out += unframe(_stored(array_dir, p))[:want] if p.exists() else [b""] * want
     return out
 
 
