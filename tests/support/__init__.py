@@ -1,1 +1,3 @@
-"""Helpers shared by tests (no fixtures here): the numpy model of a store the chain tests check against."""
+"""Helpers shared by tests, one module per thing they provide (no fixtures here: those are in the
+conftest.py files).  A test module imports helpers from here only, never from another test module,
+a conftest or a test package's ``__init__``."""
