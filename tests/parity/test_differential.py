@@ -1,6 +1,6 @@
 """Randomized differential test against zarr-vectors 0.9.2, in both directions.
 
-Direction A: 0.9.2 writes each case of ``tests/parity/cases.py``; zvf reads it
+Direction A: 0.9.2 writes each case of ``tests/support/differential_cases.py``; zvf reads it
 and must give the numpy truth computed from the inputs -- full reads, closed
 boxes (degenerate, outside, on seams) with the per-geometry semantics of the
 README, every object, object attributes and groups.
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import zvf
-from tests.parity.cases import SEQUENTIAL, Case, conn_coords, inside, make_cases
+from tests.support.differential_cases import SEQUENTIAL, Case, conn_coords, inside, make_cases
 from tests.support.reference_bytes import unwrap_cell
 from tests.support.rows import assert_rows_equal, rows
 
