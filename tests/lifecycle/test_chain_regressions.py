@@ -98,3 +98,17 @@ def test_group_attributes_survive_trx_round_trip(tmp_path):
     with zvf.open(str(tmp_path / "back")) as ds:
         assert [g.tolist() for g in ds.groups()] == [[0, 2]]
         assert ds.group_attribute("g").tolist() == [4.5]
+
+
+def test_coarse_level_whose_kept_objects_have_no_vertices(tmp_path):
+    """Sparsity 3 kept one of three polylines, an empty one: the level had no vertex array and the build
+    failed with a FormatError (the 44-minute chain run).  Now the level is there, empty, and reads so."""
+    url = str(tmp_path / "s")
+    lines = [np.zeros((0, 3), np.float32), np.array([[1, 1, 1], [2, 2, 2]], np.float32), np.zeros((0, 3), np.float32)]
+    zvf.write_polylines(url, lines, chunk_shape=[2.5] * 3)
+    zvf.build_pyramid(url, [(1, 3)], seed=0)
+    with zvf.open(url) as ds:
+        assert ds.select(level=1).count() == 0
+        assert len(ds.read_all(level=1)) == 0 and len(ds.select(level=1).read()) == 0
+        assert all(len(o) == 0 for o in ds.read_objects(ds.object_ids(level=1), level=1))
+    assert zvf.validate(url, level=5).ok

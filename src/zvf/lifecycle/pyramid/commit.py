@@ -127,6 +127,9 @@ async def declare_arrays(writer: PyramidWriter, job: StepJob, src: load.Level,
                 if name not in level.arrays:
                     level.array(name, _link_attrs(name) if name.startswith("links/") else docs[name])
                 level.arrays[name].nonempty.extend(chunks.tolist())
+    if "vertices" not in out_level.arrays:  # no block kept a vertex (say, the objects kept have none): the
+        for name, attrs in docs.items():  # level's arrays are there all the same, with no chunk
+            out_level.array(name, attrs)
     for lw in (out_level, up_level, *low_levels.values()):
         await lw.finish()
 
