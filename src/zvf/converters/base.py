@@ -29,7 +29,7 @@ import anyio
 import numpy as np
 
 from ..config import tuning
-from ..errors import InvalidArgumentError, UnknownArgumentError
+from ..errors import InputFileError, InvalidArgumentError, UnknownArgumentError
 
 if TYPE_CHECKING:
     from ..io.options import StorageOptions
@@ -219,6 +219,15 @@ def _row_bytes(positions: np.ndarray, attributes: dict[str, Any]) -> int:
         arr = np.asarray(arr)
         total += arr.dtype.itemsize * int(np.prod(arr.shape[1:]))
     return int(total)
+
+
+def exact_cast(col: np.ndarray, dtype: np.dtype[Any], src: str, what: str) -> np.ndarray:
+    """``col`` in the store dtype a file recorded for it; refuses values that dtype does not hold exactly
+    (a file edited after zvf wrote it)."""
+    out = col.astype(dtype)
+    if not np.array_equal(out, col):
+        raise InputFileError(f"{src}: {what} holds values its recorded dtype {dtype.name} cannot")
+    return out
 
 
 def stamp(store: StoreOptions, record: dict[str, Any]) -> None:

@@ -29,7 +29,17 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ..errors import InputFileError, InvalidArgumentError
-from .base import AXES, Converted, StoreOptions, Written, object_attributes, source_record, stamp, take_options
+from .base import (
+    AXES,
+    Converted,
+    StoreOptions,
+    Written,
+    exact_cast,
+    object_attributes,
+    source_record,
+    stamp,
+    take_options,
+)
 from .parsing import need, reading
 
 if TYPE_CHECKING:
@@ -144,10 +154,8 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
     columns = _columns_record(g.graph.get(COLUMNS_KEY), src)
     vertex = columns.get("vertex", {})
     pos_dtype = np.dtype(vertex["positions"][1]) if "positions" in vertex else np.dtype(np.float64)
-    pos = np.column_stack([ndata.pop(a).astype(np.float64) for a in axes])
-    if not np.array_equal(pos.astype(pos_dtype), pos):
-        raise InputFileError(f"{src}: node positions hold values {COLUMNS_KEY}'s dtype {pos_dtype} cannot")
-    pos = pos.astype(pos_dtype)
+    pos = exact_cast(np.column_stack([ndata.pop(a).astype(np.float64) for a in axes]), pos_dtype, src,
+                     "node positions")
     oids = ndata.pop("object_id", None)
     edges_list = list(g.edges(data=True))
     edata = _decoded(_table([d for _, _, d in edges_list], "edge", types, src), columns.get("edge", {}), "edge", src)

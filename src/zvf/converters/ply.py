@@ -31,6 +31,7 @@ from .base import (
     Converted,
     StoreOptions,
     Written,
+    exact_cast,
     object_attributes,
     source_record,
     stamp,
@@ -220,12 +221,7 @@ def _stored_dtypes(comments: list[str], src: str) -> tuple[list[str], dict[tuple
 def _restored(col: np.ndarray, dtype: np.dtype[Any] | None, src: str, name: str) -> np.ndarray:
     """``col`` in the dtype its ``zvf dtype`` comment names (unchanged without one); refuses values
     that dtype does not hold exactly (a file edited after zvf wrote it)."""
-    if dtype is None:
-        return col
-    out = col.astype(dtype)
-    if not np.array_equal(out, col):
-        raise InputFileError(f"{src}: property {name!r} holds values its comment's dtype {dtype.name} cannot")
-    return out
+    return col if dtype is None else exact_cast(col, dtype, src, f"property {name!r}")
 
 
 def _objects(ply: Any, attrs: dict[str, np.ndarray], src: str) -> tuple[np.ndarray | None, dict[str, Any] | None]:
