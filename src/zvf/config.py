@@ -95,6 +95,8 @@ class Tuning:
     deferred_link_records: int = 1 << 16  # link records a streamed object write queues before placing them
     rows_per_task: int = 4_000_000  # rows a distributed cell task gathers at once (bounds a worker's memory)
     fragment_shard_chunks: int = 64  # chunks per shard of an object level's fragment index (zvf's layout)
+    shard_auto_bytes: int = 64 << 20  # raw vertex bytes per shard shard_shape="auto" aims at (a writer holds a shard)
+    shard_auto_cells: int = 1024  # cells per shard shard_shape="auto" stays within (16 B of shard index each)
     manifest_inner_rows: int = 64  # manifests per zstd frame of the sharded object index (one ranged read)
     manifest_shard_rows: int = 65536  # manifests per shard of the sharded object index
     layout_target_points: int = 65536  # vertices per occupied chunk chunk_shape="auto" aims at

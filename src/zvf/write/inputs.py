@@ -161,6 +161,9 @@ def write_config(chunk_shape: Shape, options: Mapping[str, Any]) -> WriteConfig:
     if not isinstance(overwrite, (bool, np.bool_)):
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
     checked: dict[str, Any] = {**options, "dtype": checked_dtype(options.get("dtype")), "overwrite": bool(overwrite)}
+    chosen = isinstance(chunk_shape, str) and checked.get("object_index_layout") != "reference"
+    if chosen and "shard_shape" not in options:
+        checked["shard_shape"] = "auto"  # a layout zvf chooses shards where it pays (shard_shape=None: never)
     return WriteConfig(chunk_shape=chunk_shape, **checked)
 
 

@@ -89,6 +89,9 @@ def new_job(url: str, storage_options: StorageOptions | Mapping[str, Any] | None
     if isinstance(chunk_shape, str):
         raise InvalidArgumentError("chunk_shape: a distributed write needs numbers per axis ('auto' looks at "
                                    "all the data first)")
+    if isinstance(shard_shape, str) and shard_shape == "auto":
+        raise InvalidArgumentError("shard_shape: a distributed write needs cells per shard ('auto' is sized from "
+                                   "the whole level's grid, which the tasks only learn together)")
     ndim = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=False).ndim
     shard = shard_tuple(shard_shape, ndim)
     CellCodec.for_writing(compression, shard)

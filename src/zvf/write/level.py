@@ -10,8 +10,9 @@ earlier chunks upload, through one ``LevelWriter`` per level.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -26,13 +27,17 @@ from ..format.vlen import encode_vlen_rows
 from .partition import Partition, partition_codes
 from .store_writer import SpatialArrayOut, StoreWriter, empty_group, ordered_map
 
-ShardShape: TypeAlias = "int | Sequence[int] | None"
-"""Cells per shard as a caller gives them: one int for every axis, one per axis, or None (unsharded)."""
+ShardShape: TypeAlias = "int | Sequence[int] | Literal['auto'] | None"
+"""Cells per shard as a caller gives them: one int for every axis, one per axis, ``"auto"`` (see
+:func:`auto_shard_shape`), or None (unsharded)."""
 
 
 def shard_tuple(shard_shape: ShardShape, ndim: int) -> tuple[int, ...] | None:
-    if shard_shape is None:
+    """The shard shape a caller gave, checked; ``"auto"`` gives None until :func:`resolve_shards` sees the grid."""
+    if shard_shape is None or (isinstance(shard_shape, str) and shard_shape == "auto"):
         return None
+    if isinstance(shard_shape, str):
+        raise InvalidArgumentError(f"shard_shape must be an int, {ndim} ints, 'auto' or None, got {shard_shape!r}")
     if isinstance(shard_shape, (int, np.integer)):
         if shard_shape < 1:
             raise InvalidArgumentError(f"shard_shape must be >= 1, got {shard_shape}")
@@ -41,6 +46,35 @@ def shard_tuple(shard_shape: ShardShape, ndim: int) -> tuple[int, ...] | None:
     if len(shard) != ndim or any(s < 1 for s in shard):
         raise InvalidArgumentError(f"shard_shape must be an int or {ndim} ints >= 1, got {shard_shape!r}")
     return shard
+
+
+def auto_shard_shape(grid_shape: Sequence[int], level_bytes: int) -> tuple[int, ...] | None:
+    """Cells per shard for ``shard_shape="auto"`` (None: one cell, no shard worth having).
+
+    A whole-level read then fetches one object per shard and array instead of
+    one per chunk, and a box reads the shard index (16 bytes a cell) and its
+    cells by range.  The whole grid while the level's raw vertex bytes
+    (``level_bytes``) stay within ``shard_auto_bytes`` -- a writer holds a
+    shard until it is complete -- else a block of about the grid's share of
+    that, never more than ``shard_auto_cells`` cells (the index a box reads).
+    """
+    settings = tuning()
+    grid = [max(1, int(g)) for g in grid_shape]
+    cells = math.prod(grid)
+    shards = max(1, math.ceil(level_bytes / settings.shard_auto_bytes))
+    budget = min(settings.shard_auto_cells, max(1, cells // shards))
+    block = list(grid)
+    while math.prod(block) > budget:  # halve the longest side until the block fits the budget
+        longest = max(range(len(block)), key=lambda a: block[a])
+        block[longest] = (block[longest] + 1) // 2
+    return None if math.prod(block) == 1 else tuple(block)
+
+
+def resolve_shards(codec: CellCodec, shard_shape: ShardShape, grid_shape: Sequence[int], level_bytes: int) -> CellCodec:
+    """``codec`` with ``shard_shape="auto"`` replaced by :func:`auto_shard_shape` of the level's grid."""
+    if not (isinstance(shard_shape, str) and shard_shape == "auto"):
+        return codec
+    return dataclasses.replace(codec, shard=auto_shard_shape(grid_shape, level_bytes))
 
 
 def fragment_shard(codec: CellCodec, object_index_layout: str, grid_shape: Sequence[int]) -> tuple[int, ...] | None:

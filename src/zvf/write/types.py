@@ -44,7 +44,9 @@ class WriteOptions(TypedDict, total=False):
     * ``bounds``: declared extent ``(lo, hi)`` (default None: the data's)
     * ``object_attributes``, ``groups``, ``group_attributes``: object and group tables (default None)
     * ``compression``: ``"zstd"``, ``"blosc"``... (default None: uncompressed cells)
-    * ``shard_shape``: chunks per shard, one int or one per axis (default None: unsharded)
+    * ``shard_shape``: chunks per shard, one int or one per axis, or ``"auto"`` (the whole grid up to a
+      size, see :func:`zvf.write.level.auto_shard_shape`; default: ``"auto"`` with ``chunk_shape="auto"``
+      outside the reference layout, else None: unsharded)
     * ``dtype``: stored position dtype, float16/32/64 (default None: the input's own float
       dtype, integers as float32; pass ``"float32"`` for zarr-vectors 0.9.2's bytes from float64)
     * ``overwrite``: replace a store already at the target (default False)
@@ -60,7 +62,7 @@ class WriteOptions(TypedDict, total=False):
     groups: Groups | None
     group_attributes: Columns | None
     compression: str | None
-    shard_shape: int | Sequence[int] | None
+    shard_shape: int | Sequence[int] | Literal["auto"] | None
     dtype: DTypeLike
     overwrite: bool
     object_index_layout: str

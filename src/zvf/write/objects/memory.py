@@ -48,7 +48,7 @@ from ...io.executor import Executor
 from ...io.store import open_store
 from .. import inputs, layout, quirks
 from ..fragment_attributes import FragmentAttributes
-from ..level import Layout, LevelWriter, fragment_shard, level0, put_rows, run_starts
+from ..level import Layout, LevelWriter, fragment_shard, level0, put_rows, resolve_shards, run_starts
 from ..links import place_records, put_links
 from ..object_index import (
     put_groups,
@@ -122,6 +122,7 @@ class _Setup:
                 sample = layout.ObjectSample.of_ids(pos, object_ids)
         chunk_shape, bin_shape = layout.resolve(cfg.chunk_shape, cfg.bin_shape, lo, hi, len(pos), objects=sample)
         level_layout, codec = layout_and_codec(cfg.compression, cfg.shard_shape, ndim, chunk_shape, bin_shape)
+        codec = resolve_shards(codec, cfg.shard_shape, level_layout.extent(lo, hi)[1], pos.nbytes)
         return cls(cfg, level_layout, codec, bounds, as_given(chunk_shape, "chunk_shape"),
                    None if bin_shape is None else as_given(bin_shape, "bin_shape"))
 

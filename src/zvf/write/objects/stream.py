@@ -37,7 +37,7 @@ from ...format.grid import extremes
 from ...format.layout import LevelLayout
 from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
-from ..level import fragment_shard, level0, run_starts
+from ..level import fragment_shard, level0, resolve_shards, run_starts
 from ..spill import ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
 from ..store_writer import StoreWriter, add_level0_documents
 from ..types import WriteSummary
@@ -318,6 +318,7 @@ async def write_paths_stream(target: Target, batches: ObjectBatches, *, geometry
             coords = sp.chunks.coords()
             layout.check_cells(n, len(coords), chunk_given, lo, hi)
             origin, grid_shape = level_layout.extent(lo, hi)
+            codec = resolve_shards(codec, cfg.shard_shape, grid_shape, n * len(grid_shape) * dt.stored().itemsize)
             visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
 
             runs = PathRuns.build(np.concatenate(sp.run_gid), np.concatenate(sp.run_count),
@@ -486,6 +487,7 @@ async def write_connected_stream(target: Target, batches: ObjectBatches, *, geom
             coords = sp.chunks.coords()
             layout.check_cells(n, len(coords), chunk_given, lo, hi)
             origin, grid_shape = level_layout.extent(lo, hi)
+            codec = resolve_shards(codec, cfg.shard_shape, grid_shape, n * len(grid_shape) * dt.stored().itemsize)
             visit, rank, shard_of = sp.chunks.visit_order(origin, codec.shard)
             attr_schema = sp.state.get("attributes", {})
             uniq = sp.ids.result()

@@ -19,7 +19,7 @@ from ...io.executor import Executor
 from ...io.store import open_store
 from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
-from ..level import level0, put_rows, shard_tuple
+from ..level import level0, put_rows, resolve_shards, shard_tuple
 from ..partition import partition_codes
 from ..store_writer import StoreWriter
 from ..types import WriteSummary
@@ -102,6 +102,7 @@ async def write_points(
         assert oids is not None  # a category axis gives every row an id
         part = axis.partition(cells, oids)
         origin, grid_shape = axis.grid(origin, grid_shape)
+    codec = resolve_shards(codec, cfg.shard_shape, grid_shape, pos.nbytes)
     layout.check_cells(n, len(part.chunks), chunk_shape, lo, hi)
 
     handle = open_store(target, mode="w", storage_options=cfg.storage_options)

@@ -38,7 +38,7 @@ from ...format.grid import extremes
 from ...format.layout import LevelLayout
 from .. import inputs, layout
 from ..fragment_attributes import FragmentAttributes
-from ..level import level0, put_rows, shard_tuple
+from ..level import level0, put_rows, resolve_shards, shard_tuple
 from ..partition import Partition, partition
 from ..spill import ChunkIds, DistinctIds, RunSpill, batches_of, describe, open_new, shard_done
 from ..store_writer import StoreWriter
@@ -219,6 +219,7 @@ async def write_points_stream(target: Target, batches: PointBatches, *, chunk_sh
             layout.check_cells(n, len(spill.chunks), chunk_shape, lo, hi)  # after the spill, before any upload
             level_layout = spill.layout
             origin, grid_shape = level_layout.extent(lo, hi)
+            codec = resolve_shards(codec, cfg.shard_shape, grid_shape, n * ndim * np.dtype(spill.dtype).itemsize)
             attr_schema = spill.attr_schema or {}
             uniq = spill.object_ids() if spill.with_ids else None
             extras = PointExtras.check(uniq, cfg.object_attributes, groups, cfg.group_attributes,
