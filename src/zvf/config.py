@@ -55,6 +55,7 @@ class Tuning:
     fragment_index_cache_bytes: int = 64 << 20  # decoded fragment indexes an executor's cache keeps
     manifest_cache_bytes: int = 32 << 20  # decoded object manifests an executor's cache keeps
     shard_cache_bytes: int = 64 << 20  # whole shards an executor's cache keeps
+    cell_cache_bytes: int = 64 << 20  # decoded compressed cells an executor's cache keeps (box queries)
     other_cache_bytes: int = 16 << 20  # each other cache namespace of an executor
     remote_concurrency: int = 32  # requests in flight on a remote store (storage option concurrency: per store)
     local_concurrency: int = 8  # requests in flight on local files and memory (same)

@@ -34,7 +34,7 @@ def default_cache_bytes() -> dict[str, int]:
     t = tuning()
     return {"meta": t.meta_cache_bytes, "shard_index": t.shard_index_cache_bytes,
             "fragment_index": t.fragment_index_cache_bytes, "manifest": t.manifest_cache_bytes,
-            "shard": t.shard_cache_bytes}
+            "shard": t.shard_cache_bytes, "cell": t.cell_cache_bytes}
 
 
 class ByteLRU:

@@ -35,6 +35,8 @@ MAX_CELL_BYTES = (1 << 32) - 1
 UNDECLARED_CHANNELS = 256
 # Executor cache of whole shards a level sweep goes on reading (see ``payloads(keep_shards=True)``).
 SHARD_CACHE = "shard"
+# Executor cache of decoded cells: concurrent and repeated box queries of a service decode each once.
+DECODED_CACHE = "cell"
 
 #: An absolute (or grid) chunk coordinate: a tuple, a list or a row of a coordinate array.
 ChunkCoords: TypeAlias = Sequence[int] | NDArray[np.integer[Any]]
@@ -147,6 +149,22 @@ class CellArray:
         ``keep_shards``: the caller will go on to read the rest of these shards (a sweep of the level), so
         each comes whole in one GET and stays cached for the next calls.
         """
+        if keep_shards or not self.codec.compressors:  # a sweep reads each cell once; raw cells decode for free
+            return await self._fetch(chunks, keep_shards)
+        # (namespace, the object holding the cell, the cell): the executor's own puts invalidate by object key
+        per = self.codec.shard
+        grid = [self.cell_coords(c) for c in chunks]
+        wanted = [(DECODED_CACHE, self.key_of(g if per is None else tuple(a // b for a, b in zip(g, per))), g)
+                  for g in grid]
+
+        async def fetch(missing: list[tuple[str, str, tuple[int, ...]]]) -> list[bytes | memoryview | None]:
+            got = await self._fetch([np.asarray(m[2], dtype=np.int64) + self.origin for m in missing], False)
+            return [p if p is None or isinstance(p, bytes) or p.readonly else p.toreadonly() for p in got]
+
+        return await self.executor.cached_many(DECODED_CACHE, wanted, fetch, _payload_bytes)
+
+    async def _fetch(self, chunks: ChunkList, keep_shards: bool) -> list[bytes | memoryview | None]:
+        """:meth:`payloads` read and decoded, without the decoded-cell cache."""
         if self.codec.shard is None:
             keys = self.keys_of(chunks)
             raws = await self.executor.get_many(keys)
@@ -340,6 +358,11 @@ class CellArray:
         absent = starts == EMPTY
         return (np.where(absent, -1, starts.astype(np.int64)).tolist(),
                 np.where(absent, 0, nbytes[slot].astype(np.int64)).tolist())
+
+
+def _payload_bytes(payload: bytes | memoryview | None) -> int:
+    """What a decoded cell costs the cache (nothing when absent: absent cells are not kept)."""
+    return 0 if payload is None else len(payload)
 
 
 def group_by_shard(cells: ChunkList, per: Sequence[int]) -> dict[tuple[int, ...], list[int]]:

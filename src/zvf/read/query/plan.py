@@ -141,8 +141,8 @@ def _cell_reads(arr: CellArray, chunks: Sequence[tuple[int, ...]], what: str,
     ex = arr.executor
     est = int(est_rows * row_nbytes(arr)) if arr.meta.attributes.get("zv_array") in ("vertices", None) or \
         "vertex_attributes" in arr.path else None
+    reads: list[PlannedRead] = []
     if arr.codec.shard is None:
-        reads: list[PlannedRead] = []
         for j, c in enumerate(chunks):
             key = arr.key_of(arr.cell_coords(c))
             if j in spans:
