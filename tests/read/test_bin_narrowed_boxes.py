@@ -53,3 +53,24 @@ def test_a_small_box_reads_the_fragment_indexes_beside_the_cells(store):
     assert len(got) == len(_truth(pos, np.asarray(lo), np.asarray(hi)))
     wave = [line for line in plan.splitlines() if "wave 1" in line]
     assert wave and "vertex_fragments" in wave[0], plan  # in the cells' wave, not a round trip before it
+
+
+@pytest.mark.asyncio
+async def test_repeated_queries_decode_each_cell_once(store):
+    import zvf.aio as za
+    from zvf.config import tuned
+
+    url, pos, _ = store
+    boxes = [([30.0 + i % 5, 30.0, 30.0], [45.0 + i % 5, 45.0, 45.0]) for i in range(10)]
+
+    async def hits(budget: int) -> int:
+        with tuned(cell_cache_bytes=budget):
+            async with await za.open(url) as ds:
+                for b in boxes:
+                    sel = await ds.query(b)
+                    want = _truth(pos, np.asarray(b[0]), np.asarray(b[1]))
+                    assert sorted(sel.attributes["row"].tolist()) == want.tolist()
+                return ds.stats.cache_hits
+
+    # the same cells each time: with a budget, queries 2..10 find every one decoded
+    assert await hits(64 << 20) >= await hits(1) + 9
