@@ -97,14 +97,16 @@ def shape(text: str | None) -> Literal["auto"] | list[float] | None:
     return sizes
 
 
-def cells(text: str) -> list[int]:
-    """``--shard-shape``: cells per shard per axis, whole numbers >= 1 (``4,4,4``)."""
+def cells(text: str) -> list[int] | Literal["auto"]:
+    """``--shard-shape``: cells per shard per axis, whole numbers >= 1 (``4,4,4``), or ``auto``."""
+    if text == "auto":
+        return "auto"
     try:
         counts = [int(v) for v in text.split(",")]
     except ValueError:
         counts = []
     if not counts or min(counts) < 1:
-        raise SystemExit(f"zvf: --shard-shape must be whole numbers >= 1 like 4,4,4, got {text!r}")
+        raise SystemExit(f"zvf: --shard-shape must be whole numbers >= 1 like 4,4,4 or auto, got {text!r}")
     return counts
 
 

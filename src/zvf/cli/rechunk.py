@@ -36,7 +36,7 @@ def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p.add_argument("--chunk-shape", help="'auto' or numbers per axis, e.g. 10,10,10 (default: the source's)")
     p.add_argument("--bin-shape", help="'auto', 'none' or numbers per axis (default: the source's)")
     p.add_argument("--compression", help="none, zstd, blosc or gzip (default: the source's)")
-    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, or none (default: the source's)")
+    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, auto, or none (default: the source's)")
     p.add_argument("--by-attribute", metavar="NAME",
                    help="chunk a point cloud by this integer vertex attribute first (a leading category axis)")
     p.add_argument("--dst-option", action="append", metavar="KEY=VALUE", help="storage option of DST")
