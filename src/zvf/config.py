@@ -73,6 +73,8 @@ class Tuning:
 
     # --- read --------------------------------------------------------------------------------------
     offload_bytes: int = 4 << 20  # payload bytes above which a read decodes and assembles rows in a worker thread
+    decode_threads: int = 2  # worker threads one read decodes its cells in at once (zstd runs without the GIL)
+    thread_decode_bytes: int = 1 << 20  # stored bytes of a read's cells past which they decode in those threads
     prealloc_rows: int = 1 << 26  # rows a whole-level read allocates up front from the (untrusted) vertex_count
     prefault_rows: int = 1 << 21  # rows of those whose pages a worker thread touches before the rows arrive
     manifest_prefetch_bytes: int = 1 << 20  # object ids / shard indexes an open prefetches; a manifest suffix read

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeAlias, cast
 
+import anyio
 import numpy as np
 from numpy.typing import NDArray
 
+from ..config import tuning
 from ..errors import FormatError, MissingDataError, SizeLimitError
 from ..format.codecs import CellCodec, decoded_limit
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
@@ -168,11 +170,15 @@ class CellArray:
         if self.codec.shard is None:
             keys = self.keys_of(chunks)
             raws = await self.executor.get_many(keys)
-            decode = self._decoder()
             for k, raw, c in zip(keys, raws, chunks):
                 if raw is None:
                     await self._absent(k, c)
-            return [None if raw is None else decode(raw, k) for raw, k in zip(raws, keys)]
+            present = [j for j, raw in enumerate(raws) if raw is not None]
+            decoded = await self._decode_all([(cast("bytes | memoryview", raws[j]), keys[j]) for j in present])
+            out: list[bytes | memoryview | None] = [None] * len(raws)
+            for j, payload in zip(present, decoded):
+                out[j] = payload
+            return out
         return await self._sharded([self.cell_coords(c) for c in chunks], keep_shards)
 
     @cached_property
@@ -301,7 +307,7 @@ class CellArray:
         (coalesced)."""
         by_shard = group_by_shard(grid, self._inner_per_shard())
         out: list[bytes | memoryview | None] = [None] * len(grid)
-        decode = self._decoder()
+        todo: list[tuple[int, bytes | memoryview, str]] = []  # (slot, stored bytes, name) decoded together at the end
         shard_keys = {s: self.key_of(s) for s in by_shard}
         whole = [s for s, members in by_shard.items() if keep or 4 * len(members) >= 3 * self._stored_in(s)]
         whole_set = set(whole)
@@ -321,7 +327,7 @@ class CellArray:
             members = by_shard[shard]
             for i, start, n in zip(members, *self._spans(grid, members, shard, offsets, nbytes)):
                 if start >= 0:
-                    out[i] = decode(view[start:start + n], f"{shard_keys[shard]}[{grid[i]}]")
+                    todo.append((i, view[start:start + n], f"{shard_keys[shard]}[{grid[i]}]"))
                 else:
                     await self._shard_absent(shard_keys[shard], [grid[i]])
         for shard, index in zip(ranged, indexes):
@@ -339,7 +345,35 @@ class CellArray:
         for i, part, r in zip(slots, raws, ranges):
             if part is None:
                 raise FormatError(f"{r.key}: shard shrank while reading inner chunk {grid[i]}")
-            out[i] = decode(part, f"{r.key}[{grid[i]}]")
+            todo.append((i, part, f"{r.key}[{grid[i]}]"))
+        for (i, _, _), payload in zip(todo, await self._decode_all([(raw, name) for _, raw, name in todo])):
+            out[i] = payload
+        return out
+
+    async def _decode_all(self, items: list[tuple[bytes | memoryview, str]]) -> list[memoryview]:
+        """Decode stored cells: on the event loop while they are few or small, else in ``decode_threads``
+        worker threads at once (zstd lets go of the GIL: a bulk read decodes on every core).  Each thread's
+        decoder has the array's whole :attr:`max_payload` budget, and the sum is checked after, so a lying
+        store inflates at most ``decode_threads`` times what its level declares before it is refused."""
+        settings = tuning()
+        threads = min(settings.decode_threads, len(items))
+        if threads < 2 or sum(len(raw) for raw, _ in items) < settings.thread_decode_bytes:
+            decode = self._decoder()
+            return [decode(raw, name) for raw, name in items]
+        groups = [items[g::threads] for g in range(threads)]
+
+        def run(group: list[tuple[bytes | memoryview, str]]) -> list[memoryview]:
+            decode = self._decoder()
+            return [decode(raw, name) for raw, name in group]
+
+        done = await self.executor.gather([anyio.to_thread.run_sync(run, g) for g in groups])
+        out: list[memoryview] = [memoryview(b"")] * len(items)
+        for g, decoded in enumerate(done):
+            out[g::threads] = decoded
+        if self.max_payload is not None and sum(len(p) for p in out) > self.max_payload:
+            level = self.path.split("/", 1)[0]
+            raise SizeLimitError(f"{self.path}: its cells decode to more than {level}/zarr.json's vertex_count "
+                                 f"of {self.rows} rows allows ({self.max_payload} bytes)")
         return out
 
     async def _shard_absent(self, shard_key: str, cells: list[tuple[int, ...]]) -> None:
