@@ -1,4 +1,4 @@
-"""Bulk export: iter_chunks / iter_objects with bounded prefetch, and `zvf export` to npz/csv/parquet."""
+"""Bulk reads and export: iter_chunks / iter_objects with bounded prefetch, and `zvf export` to npz/csv/parquet."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import zvf
 from zvf.cli.main import main
 from zvf.config import DEFAULTS, tuned
 from zvf.errors import InvalidArgumentError
+from zvf.read import bulk
 from zvf.read import export as export_mod
+from zvf.read.batches import BatchStream
 from zvf.read.writers import companion
 
 
@@ -37,14 +39,14 @@ def store(tmp_path_factory):
 def counted(monkeypatch):
     """Counts batch fetches started by iter_chunks (and lets a test slow them down)."""
     state = {"started": 0, "delay": 0.0}
-    real = export_mod.read_chunks
+    real = bulk.read_chunks
 
     async def fetch(*args, **kwargs):
         state["started"] += 1
         await anyio.sleep(state["delay"])
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(export_mod, "read_chunks", fetch)
+    monkeypatch.setattr(bulk, "read_chunks", fetch)
     return state
 
 
@@ -89,14 +91,14 @@ async def test_plain_async_for_can_break(store):
 
 async def test_fetch_error_reaches_the_consumer(store, counted, monkeypatch):
     ds = await zvf.aio.open(store)
-    real = export_mod.read_chunks
+    real = bulk.read_chunks
 
     async def failing(ds_, lvl, chunks, names, box=None, sweep=False):
         if counted["started"] >= 3:
             raise InvalidArgumentError("boom at batch 3")
         return await real(ds_, lvl, chunks, names, box, sweep)
 
-    monkeypatch.setattr(export_mod, "read_chunks", failing)
+    monkeypatch.setattr(bulk, "read_chunks", failing)
     got = 0
     with pytest.raises(InvalidArgumentError, match="boom"):
         async for _ in ds.iter_chunks(batch_chunks=1):
@@ -180,14 +182,14 @@ def test_cli_export_errors(store, tmp_path, capsys):
 
 async def test_failed_export_removes_the_partial_file(store, tmp_path, counted, monkeypatch):
     ds = await zvf.aio.open(store)
-    real = export_mod.read_chunks
+    real = bulk.read_chunks
 
     async def failing(ds_, lvl, chunks, names, box=None, sweep=False):
         if len(chunks) and counted["started"] >= 4:
             raise InvalidArgumentError("boom")
         return await real(ds_, lvl, chunks, names, box, sweep)
 
-    monkeypatch.setattr(export_mod, "read_chunks", failing)
+    monkeypatch.setattr(bulk, "read_chunks", failing)
     out = tmp_path / "x.csv"
     with pytest.raises(InvalidArgumentError):
         await export_mod.export(ds, str(out), batch_chunks=2)
@@ -504,9 +506,9 @@ async def test_object_export_reads_each_cell_about_once(crossing_store, tmp_path
             pass
 
     async def sweep(ds, cache_bytes=None):
-        sw = export_mod.ObjectSweep(ds, level=0, attributes=None, window=8, per_batch=50, cache_bytes=cache_bytes)
+        sw = bulk.ObjectSweep(ds, level=0, attributes=None, window=8, per_batch=50, cache_bytes=cache_bytes)
         n = 0
-        async for sel in export_mod.BatchStream(sw.setup, sw.fetch, prefetch=3, flatten=True):
+        async for sel in BatchStream(sw.setup, sw.fetch, prefetch=3, flatten=True):
             assert len(sel.objects) <= 50
             n += len(sel.objects)
         assert n == len(lines)

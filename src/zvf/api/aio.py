@@ -9,7 +9,6 @@ from ..io.store import Target
 from ..read.dataset import Refresh
 from ..read.query import AsyncQuery
 from ..read.selection import Selection
-from ..validation import validate
 from .dataset import AsyncDataset
 
 if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checkers see the real functions
@@ -17,11 +16,13 @@ if TYPE_CHECKING:  # resolved lazily at run time (see __getattr__); type checker
     from ..lifecycle.gc import gc
     from ..lifecycle.pyramid import build_pyramid
     from ..lifecycle.rechunk import rechunk
+    from ..validation import validate
     from ..write.objects.memory import write_graph, write_lines, write_mesh, write_polylines
     from ..write.points.memory import write_points
 
-# Writers load on first use: a reader (a serverless cold start) never pays for them.
-_WRITERS = {"write_points": "..write.points.memory", "write_polylines": "..write.objects.memory",
+# Writers and the validator load on first use: a reader (a serverless cold start) never pays for them.
+_LAZY = {"validate": "..validation",
+         "write_points": "..write.points.memory", "write_polylines": "..write.objects.memory",
             "write_lines": "..write.objects.memory", "write_graph": "..write.objects.memory",
             "write_mesh": "..write.objects.memory",
             "build_pyramid": "..lifecycle.pyramid", "rechunk": "..lifecycle.rechunk", "convert": "..converters",
@@ -29,10 +30,10 @@ _WRITERS = {"write_points": "..write.points.memory", "write_polylines": "..write
 
 
 def __getattr__(name: str) -> Any:
-    if name in _WRITERS:
+    if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_WRITERS[name], __package__), name)
+        return getattr(importlib.import_module(_LAZY[name], __package__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [

@@ -44,7 +44,7 @@ from .dataset import AsyncDataset
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
 
-    from ..read.export import Batches
+    from ..read.batches import Batches
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -358,9 +358,9 @@ class Dataset(RootFacts):
 
 
 open = _opening(aio.open)
-validate = _blocking(aio.validate)
 
-if TYPE_CHECKING:  # made on first use at run time (importing writers costs a reader's cold start)
+if TYPE_CHECKING:  # made on first use at run time (importing writers or the validator costs a reader's cold start)
+    validate = _blocking(aio.validate)
     write_points = _blocking(aio.write_points)
     write_polylines = _blocking(aio.write_polylines)
     write_lines = _blocking(aio.write_lines)
@@ -373,8 +373,8 @@ if TYPE_CHECKING:  # made on first use at run time (importing writers costs a re
 
 
 def __getattr__(name: str) -> Any:
-    """Blocking writers, made on first use."""
-    if name in aio._WRITERS:
+    """Blocking writers and validate, made on first use."""
+    if name in aio._LAZY:
         fn = _blocking(getattr(aio, name))
         globals()[name] = fn
         return fn

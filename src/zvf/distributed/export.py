@@ -73,8 +73,7 @@ async def _plan(url: str, opts: StorageOptions | None, level: int, bbox: BBox | 
                 batch_chunks: int, batch_objects: int | None) -> _ExportPlan:
     """Batches (chunk coords or object ids), attribute names and an empty Selection of the right shape."""
     from ..format.grid import check_bbox
-    from ..read.load import LINKED
-    from ..read.objects import SEQUENTIAL
+    from ..read.load import LINKED, SEQUENTIAL
     from ..read.points import pick_attributes, read_chunks
     from ..read.writers import link_table
 
@@ -114,7 +113,7 @@ def object_parts(oids: np.ndarray, table: ManifestTable, chunks: np.ndarray, bat
     whole level: ids in ``object_ids`` order are rarely near each other in space, and partitions cut
     from that order would each fetch most cells of the level.
     """
-    from ..read.export import last_chunks
+    from ..read.bulk import last_chunks
 
     window_of = last_chunks(chunks, table, len(oids))[1] // batch_chunks
     order = np.argsort(window_of, kind="stable")

@@ -3,7 +3,7 @@
 Polylines/streamlines answer with whole (or clipped) objects that have a
 vertex inside; graphs, skeletons and meshes with the vertices inside and the
 edges/faces among them.  Attribute-chunked and Draco levels read their rows
-through a ``ChunkSet`` (see :func:`needs_chunkset`).
+through a ``ChunkSet`` (see ``Level.needs_chunkset``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..format.grid import inside
-from .chunkset import is_draco
 from .objects import category_blocks, combined_selection, prepare, read_grouped
 from .rowops import map_rows, match_rows, segments
 from .selection import Selection
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from .chunkset import ChunkSet
     from .context import ReadContext
     from .dataset import AttributeNames, Categories
-    from .load import Level
 
 
 async def query_sequential(rc: ReadContext, lo: NDArray[np.float64], hi: NDArray[np.float64], *, level: int,
@@ -120,11 +118,6 @@ def linked_rows_by_object(cs: ChunkSet, sel: np.ndarray, owner: np.ndarray, geom
         faces=conn if geometry == "mesh" else None,
         offsets=offsets, objects=objects, link_attributes=link_attrs,
     )
-
-
-def needs_chunkset(lvl: Level) -> bool:
-    """Levels the plain chunk reader does not lay out: a category axis, or Draco cells."""
-    return lvl.categories is not None or is_draco(lvl)
 
 
 async def read_rows(rc: ReadContext, level: int, attributes: AttributeNames, *,

@@ -13,7 +13,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import FormatError, MissingDataError
-from ..format.draco import ENCODING as DRACO
 from ..format.draco import decode_cell
 from ..format.fragments import FragmentIndex, decode_fragment_index
 from ..format.links import decode_intra_links, decode_ragged_links, unpermute
@@ -43,26 +42,6 @@ LINK_CACHE = "link_cells"  # executor cache of decoded link cells, shared by the
 EMPTY_FI = FragmentIndex(np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def required_array(level: Level, name: str, why: str = "") -> CellArray:
-    """``level.array(name)``, or a FormatError naming it: the read cannot go on without it."""
-    arr = level.array(name)
-    if arr is None:
-        raise FormatError(f"{level.index}/{name}: missing{why}")
-    return arr
-
-
-def is_draco(lvl: Level) -> bool:
-    """Whether the level's vertex cells are Draco bitstreams (3-D meshes only)."""
-    vert = lvl.array("vertices")
-    enc = "raw" if vert is None else vert.meta.attributes.get("encoding", "raw")
-    if enc == "raw":
-        return False
-    if enc != DRACO or lvl.layout.ndim != 3:
-        raise FormatError(f"{lvl.index}/vertices/zarr.json: vertex encoding {enc!r} is not supported "
-                          f"(only 'raw', and 'draco' in 3-D)")
-    return True
-
-
 class ChunkSet:
     """Decoded chunks of one level for one read: each chunk is fetched once.
 
@@ -76,9 +55,9 @@ class ChunkSet:
         self.level = level
         self.names = names
         self.links = links
-        self.vert = required_array(level, "vertices")
+        self.vert = level.need("vertices")
         self.frag = level.array("vertex_fragments")
-        self.draco = is_draco(level)
+        self.draco = level.is_draco()
         self.dtype = np.dtype(self.vert.meta.attributes.get("dtype", "float32"))
         self.ndim = rc.ndim
         self.kdim = level.key_ndim  # chunk coordinate rank (a leading category axis adds one)

@@ -14,12 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
 from ..config import tuning
-from ..errors import DatasetClosedError, FormatError, StaleDatasetError
+from ..errors import DatasetClosedError, FormatError, InvalidArgumentError, StaleDatasetError
 from ..format.grid import dense_ids
 from ..format.manifest import ManifestTable, decode_manifests
 from . import load
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Owners = dict[tuple[int, ...], np.ndarray]
 """chunk -> object id of each fragment of that chunk (-1 where no manifest names it)."""
+Manifests: TypeAlias = tuple[np.ndarray, ManifestTable]
+"""A level's object ids and their manifests (row k of the table's ``object_row`` is ``ids[k]``)."""
 
 
 class _HasRoot(Protocol):
@@ -74,7 +76,7 @@ class ReadContext(RootFacts):
     root: RootMeta
     levels: dict[int, load.Level]
     closed: bool = False
-    manifest_cache: dict[int, tuple[np.ndarray, ManifestTable]] = field(default_factory=dict)
+    manifest_cache: dict[int, Manifests] = field(default_factory=dict)
     owner_cache: dict[int, Owners] = field(default_factory=dict)
     object_cache: dict[tuple[str, int], Any] = field(default_factory=dict)
     """Per-level tables the object reads derive (parsed link arrays, id order), keyed (kind, level)."""
@@ -178,14 +180,14 @@ class ReadContext(RootFacts):
         """Whether the whole manifest table of level ``index`` is decoded already."""
         return index in self.manifest_cache
 
-    async def manifests(self, index: int = 0) -> tuple[np.ndarray, ManifestTable]:
+    async def manifests(self, index: int = 0) -> Manifests:
         """(object ids, ManifestTable) of a level, decoded once and cached."""
         got = self.manifest_cache.get(index)
         if got is None:
             got = await self.ex.once(("manifests", id(self), id(self.root), index), partial(self._manifests, index))
         return got
 
-    async def _manifests(self, index: int) -> tuple[np.ndarray, ManifestTable]:
+    async def _manifests(self, index: int) -> Manifests:
         root = self.root
         level = await self.family(index, "object_index")
         arr = level.array("object_index/manifests")
@@ -213,6 +215,42 @@ class ReadContext(RootFacts):
             if level.object_index is not None:
                 return await level.object_index.ids()
         return (await self.manifests(index))[0]
+
+    async def object_table(self, lvl: load.Level, ids: np.ndarray) -> Manifests:
+        """(ids, their manifests) -- only the manifests asked for when the level's index allows."""
+        if not self.has_objects(lvl.index):
+            raise InvalidArgumentError(f"level {lvl.index} has no objects (a point cloud without object ids)")
+        oindex = lvl.object_index
+        if oindex is not None and not self.has_manifests(lvl.index):
+            oids = await oindex.ids()
+            rows = self._id_rows(lvl.index, oids, ids)
+            return oids[rows], await oindex.table(rows)
+        oids, table = await self.manifests(lvl.index)
+        rows = self._id_rows(lvl.index, oids, ids)
+        return oids[rows], table.take_objects(rows)
+
+    def _id_rows(self, level: int, oids: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """Manifest row of each requested id; InvalidArgumentError naming an unknown one and the valid ids."""
+        hit = self.object_cache.get(("id_order", level))
+        if hit is None or hit[0] is not oids:  # sort the level's ids once
+            order = (np.arange(len(oids)) if np.all(oids[1:] > oids[:-1])
+                     else np.argsort(oids, kind="stable")).astype(np.int64)
+            hit = self.object_cache[("id_order", level)] = (oids, order, oids[order])
+        _, order, so = hit
+        at = np.searchsorted(so, req)
+        at_c = np.minimum(at, max(len(so) - 1, 0))
+        found = (at < len(so)) & (so[at_c] == req) if len(so) else np.zeros(len(req), bool)
+        if not found.all():
+            bad = int(req[np.flatnonzero(~found)[0]])
+            if len(oids) == 0:
+                valid = "the level has no objects"
+            elif int(so[-1]) - int(so[0]) + 1 == len(so):
+                valid = f"valid ids are {int(so[0])}..{int(so[-1])} ({len(so)} objects)"
+            else:
+                valid = f"valid ids are {len(so)} ids between {int(so[0])} and {int(so[-1])}"
+            raise InvalidArgumentError(f"object id {bad} is not in level {level}: {valid}")
+        result: np.ndarray = order[at_c]
+        return result
 
     async def fragment_owners(self, index: int) -> Owners:
         """chunk -> object id of each fragment (-1 for fragments no manifest names)."""

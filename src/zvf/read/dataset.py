@@ -2,6 +2,8 @@
 
 ``zvf.aio.AsyncDataset`` (api/dataset.py) is this reader with the appends of ``zvf.lifecycle``;
 the lifecycle operations open stores through the reader itself (lower layers never import api/).
+A point query loads the point readers only: the object readers, box reads through a ``ChunkSet`` and the
+bulk reads are imported by the methods that use them (serverless cold starts pay for every import).
 
 All requests of one dataset run through its ``Executor`` -- one
 concurrency limit, one set of caches -- so concurrent queries from one
@@ -25,10 +27,9 @@ from ..io.executor import Executor
 from ..io.options import StorageOptions
 from ..io.stats import Stats
 from ..io.store import Target, open_store
-from . import box, export, load, objects
+from . import load
 from .context import Owners, ReadContext, RootFacts
 from .dense import dense_attribute, read_groups
-from .objects import fragment_attribute as fragment_rows
 from .points import attribute_layout, pick_attributes, read_chunks
 from .query import AsyncQuery, BBox, SelectArgs
 from .selection import FragmentRows, Selection
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from ..format.manifest import ManifestTable
     from ..format.metadata import RootMeta
     from ..io.store import StoreHandle
-    from .export import BatchStream
+    from .batches import BatchStream
 
 AttributeNames = str | Sequence[str] | None
 """Vertex attributes to read: None for all, a name, or names."""
@@ -218,18 +219,15 @@ class DatasetReader(RootFacts):
         lo, hi = check_bbox(bbox, self.ndim)
         if categories is None:
             return await self.select(bbox=(lo, hi), level=level, attributes=attributes, clip=clip).read()
-        if self.geometry_type in objects.SEQUENTIAL:
+        from . import box  # here: only a read by category goes through a ChunkSet
+
+        if self.geometry_type in load.SEQUENTIAL:
             return await box.query_sequential(self._ctx, lo, hi, level=level, attributes=attributes, clip=clip,
-                                                  categories=categories)
+                                              categories=categories)
         if self.geometry_type in load.LINKED:
             return await box.query_linked(self._ctx, lo, hi, level=level, attributes=attributes,
-                                              categories=categories)
-        lvl = await self.level(level)
-        if categories is not None or box.needs_chunkset(lvl):
-            return await box.read_rows(self._ctx, level, attributes, box=(lo, hi), categories=categories)
-        names = pick_attributes(lvl, attributes)
-        chunks = lvl.chunks_in(lo, hi)
-        return await read_chunks(self._ctx, lvl, chunks, names, box=(lo, hi))
+                                          categories=categories)
+        return await box.read_rows(self._ctx, level, attributes, box=(lo, hi), categories=categories)
 
     @_refreshing
     async def read_all(self, *, level: int = 0, attributes: AttributeNames = None,
@@ -238,28 +236,34 @@ class DatasetReader(RootFacts):
         with its object.  On a level whose polylines share vertices (a pyramid's coarse levels), each
         object's vertices, a shared one once per object through it: what ``select(level=).read()`` returns."""
         lvl = await self.level(level)
-        if categories is None and lvl.meta.shared_fragments and self.geometry_type in objects.SEQUENTIAL:
+        if categories is None and lvl.meta.shared_fragments and self.geometry_type in load.SEQUENTIAL:
             return await self.select(level=level, attributes=attributes).read()
-        if categories is not None or box.needs_chunkset(lvl):
-            return await box.read_rows(self._ctx, level, attributes, categories=categories)
+        if categories is not None or lvl.needs_chunkset():
+            from .box import read_rows
+
+            return await read_rows(self._ctx, level, attributes, categories=categories)
         names = pick_attributes(lvl, attributes)
         return await read_chunks(self._ctx, lvl, lvl.nonempty_chunks, names)
 
     def iter_chunks(self, *, level: int = 0, attributes: AttributeNames = None, prefetch: int = 4,
                     batch_chunks: int = 16) -> BatchStream[Selection]:
         """Every stored chunk as Selections of ``batch_chunks`` chunks, at most ``prefetch`` batches
-        fetched ahead (``async for``; ``async with`` to stop early); see ``zvf.read.export``."""
+        fetched ahead (``async for``; ``async with`` to stop early); see ``zvf.read.bulk``."""
+        from .bulk import iter_chunks
+
         self._ctx.check_open()
-        return export.iter_chunks(self, level=level, attributes=attributes, prefetch=prefetch,
+        return iter_chunks(self, level=level, attributes=attributes, prefetch=prefetch,
                                   batch_chunks=batch_chunks)
 
     def iter_objects(self, ids: ArrayLike | None = None, *, level: int = 0, attributes: AttributeNames = None,
                      batch: int = 256, prefetch: int = 4) -> BatchStream[Selection]:
         """One Selection per object (``ids`` order; default every object), at most ``prefetch``
         batches ahead: every cell read about once where the level fits the sweep's cache, else
-        ``batch`` objects at a time with ``read_objects``; see ``zvf.read.export.iter_objects``."""
+        ``batch`` objects at a time with ``read_objects``; see ``zvf.read.bulk.iter_objects``."""
+        from .bulk import iter_objects
+
         self._ctx.check_open()
-        return export.iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
+        return iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)
 
     # ------------------------------------------------------------- per-object data
     @_refreshing
@@ -273,8 +277,9 @@ class DatasetReader(RootFacts):
         ``link_attributes`` holds the link attributes of its edges/faces, and
         ``categories`` keeps only its parts in those categories (attribute-chunked levels).
         """
-        found = await objects.read_objects(self._ctx, [oid], level=level, attributes=attributes,
-                                           categories=categories)
+        from .objects import read_objects
+
+        found = await read_objects(self._ctx, [oid], level=level, attributes=attributes, categories=categories)
         assert isinstance(found, list)  # not combined: one Selection per id asked
         return found[0]
 
@@ -294,7 +299,9 @@ class DatasetReader(RootFacts):
         or with ``combined=True`` one Selection whose ``offsets``/``objects``
         delimit the objects and whose connectivity indexes the combined rows.
         """
-        return await self._ctx.retrying(lambda: objects.read_objects(
+        from .objects import read_objects
+
+        return await self._ctx.retrying(lambda: read_objects(
             self._ctx, ids, level=level, attributes=attributes, combined=combined, categories=categories))
 
     @_refreshing
@@ -306,7 +313,9 @@ class DatasetReader(RootFacts):
     async def fragment_attribute(self, name: str, *, level: int = 0, objects: ArrayLike | None = None) -> FragmentRows:
         """A per-fragment attribute as ``FragmentRows`` (chunks, fragments, values[, object_ids]):
         every stored row, or with ``objects`` one row per fragment their manifests name."""
-        return await fragment_rows(self._ctx, name, level=level, objects=objects)
+        from .objects import fragment_attribute
+
+        return await fragment_attribute(self._ctx, name, level=level, objects=objects)
 
     @_refreshing
     async def groups(self, *, level: int = 0) -> list[np.ndarray]:

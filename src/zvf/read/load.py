@@ -34,15 +34,17 @@ from ..errors import (
 )
 from ..format import metadata as md
 from ..format import parse
+from ..format.draco import ENCODING as DRACO
 from ..format.layout import LevelLayout
 from ..format.versions import Record
 from ..io.executor import Executor
 from .cells import CellArray
 from .levels import LevelNodes
-from .object_index import ObjectIndex
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+
+    from .object_index import ObjectIndex
 
 #: A parsed JSON document (a node's zarr.json).
 Doc: TypeAlias = dict[str, Any]
@@ -118,6 +120,23 @@ class Level(LevelNodes[CellArray]):
     def key_ndim(self) -> int:
         """Rank of chunk coordinates (cell keys, manifests): ndim, plus one for a categorical axis."""
         return self.layout.key_ndim
+
+    def is_draco(self) -> bool:
+        """Whether the vertex cells are Draco bitstreams (3-D meshes only); FormatError for an encoding
+        zvf does not read."""
+        vert = self.arrays.get("vertices")
+        enc = "raw" if vert is None else vert.meta.attributes.get("encoding", "raw")
+        if enc == "raw":
+            return False
+        if enc != DRACO or self.layout.ndim != 3:
+            raise FormatError(f"{self.index}/vertices/zarr.json: vertex encoding {enc!r} is not supported "
+                              f"(only 'raw', and 'draco' in 3-D)")
+        return True
+
+    def needs_chunkset(self) -> bool:
+        """Whether the plain chunk reader cannot lay the level out (a category axis, or Draco cells): its
+        rows are read through a ``zvf.read.chunkset.ChunkSet``."""
+        return self.categories is not None or self.is_draco()
 
     def category_index(self, categories: Any) -> np.ndarray:
         """Positions on the category axis of the given category values (InvalidArgumentError if unknown).
@@ -269,8 +288,9 @@ async def _list_tree(ex: Executor, prefix: str, depth: int) -> list[str]:
 # (their members' documents arrive in the second wave).
 OPEN_FIXED = ("core", "object_index", "link_fragments")
 OPEN_LISTED = ("vertex_attributes", "links", "links/0")
-# Geometries whose reads need their link arrays (polylines and lines are implicitly sequential).
+# Geometries whose reads need their link arrays, and those whose objects are implicitly sequential paths.
 LINKED = frozenset({"graph", "skeleton", "mesh"})
+SEQUENTIAL = md.SEQUENTIAL_GEOMETRIES
 
 
 async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[Doc | None, LevelParts]:
@@ -312,6 +332,8 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc: D
     deltas = listed["links"] if root.geometry_type in LINKED else []
     paths = listed["vertex_attributes"] + (["links", *deltas, *listed["links/0"]] if deltas else [])
     if level.array("object_index/manifests") is not None:
+        from .object_index import ObjectIndex  # here: a level without objects never loads the object index
+
         level.object_index = ObjectIndex(ex, level, level.key_ndim)
         frag = level.array("vertex_fragments")
         # fragment-index shards beside the object index's (zvf's layout shards them apart, ~64 chunks a shard:

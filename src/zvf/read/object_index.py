@@ -30,7 +30,6 @@ from ..errors import FormatError, MissingDataError
 from ..format.manifest import ManifestTable, decode_manifests_packed
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
-from .chunkset import required_array
 from .dense import read_dense
 from .points import off_loop
 
@@ -55,7 +54,7 @@ class ObjectIndex:
         self.ex = executor
         self.level_index = level.index  # not the level: it holds this index, and a cycle outlives its dataset
         self.ndim = ndim
-        self.manifests = required_array(level, "object_index/manifests", " although the level has objects")
+        self.manifests = level.need("object_index/manifests")
         self.ids_array = level.array("object_index/object_ids")
         self.count = int(self.manifests.meta.shape[0])
         self._ids: NDArray[np.int64] | None = None

@@ -32,57 +32,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import FormatError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..format.manifest import ManifestTable
-from ..format.metadata import SEQUENTIAL_GEOMETRIES
 from .cells import rows_from_payload
-from .chunkset import ChunkSet, is_draco
+from .chunkset import ChunkSet
 from .links import Links, level_links
-from .load import LINKED
-from .points import attribute_layout, pick_attributes
+from .load import LINKED, SEQUENTIAL
+from .points import attribute_layout, level_attributes
 from .rowops import expand_ranges, map_rows, segments, sequential_edges, unique_rows
 from .selection import FragmentRows, Selection
 
 if TYPE_CHECKING:
-    from .context import ReadContext
+    from .context import Manifests, ReadContext
     from .load import Level
-
-SEQUENTIAL = SEQUENTIAL_GEOMETRIES
-#: A level's object ids and their manifests (row k of the table's ``object_row`` is ``ids[k]``).
-Manifests: TypeAlias = tuple[np.ndarray, ManifestTable]
-
-
-# --------------------------------------------------------------------------
-# object id lookup
-# --------------------------------------------------------------------------
-
-
-def _id_rows(rc: ReadContext, level: int, oids: np.ndarray, req: np.ndarray) -> np.ndarray:
-    """Manifest row of each requested id; InvalidArgumentError naming an unknown one and the valid ids."""
-    hit = rc.object_cache.get(("id_order", level))
-    if hit is None or hit[0] is not oids:  # sort the level's ids once
-        order = (np.arange(len(oids)) if np.all(oids[1:] > oids[:-1])
-                 else np.argsort(oids, kind="stable")).astype(np.int64)
-        hit = rc.object_cache[("id_order", level)] = (oids, order, oids[order])
-    _, order, so = hit
-    at = np.searchsorted(so, req)
-    at_c = np.minimum(at, max(len(so) - 1, 0))
-    found = (at < len(so)) & (so[at_c] == req) if len(so) else np.zeros(len(req), bool)
-    if not found.all():
-        bad = int(req[np.flatnonzero(~found)[0]])
-        if len(oids) == 0:
-            valid = "the level has no objects"
-        elif int(so[-1]) - int(so[0]) + 1 == len(so):
-            valid = f"valid ids are {int(so[0])}..{int(so[-1])} ({len(so)} objects)"
-        else:
-            valid = f"valid ids are {len(so)} ids between {int(so[0])} and {int(so[-1])}"
-        raise InvalidArgumentError(f"object id {bad} is not in level {level}: {valid}")
-    return order[at_c]
 
 
 # --------------------------------------------------------------------------
@@ -102,26 +69,6 @@ class Grouped:
     faces: np.ndarray | None
     grows: np.ndarray  # global chunk-set row of each result row
     link_attributes: dict[str, np.ndarray] = field(default_factory=dict)  # aligned with edges / faces
-
-
-def level_attributes(lvl: Level, attributes: str | Sequence[str] | None) -> tuple[list[str], bool]:
-    """(stored vertex attribute names to read, whether to add the chunking attribute's values).
-
-    An attribute-chunked level keeps its chunking attribute only as the
-    category axis; it is read back as a per-row attribute like the others.
-    Draco chunks reorder vertices, so their stored attributes (kept in the
-    input order) cannot be aligned: none by default, an error when asked for.
-    """
-    cat = lvl.category_name
-    asked = [attributes] if isinstance(attributes, str) else attributes
-    with_cat = cat is not None and (asked is None or cat in asked)
-    rest = None if asked is None else [a for a in asked if a != cat]
-    if is_draco(lvl):
-        if rest:
-            raise FormatError(f"{lvl.index}/vertex_attributes/{rest[0]}: attributes of Draco-encoded vertices "
-                              "were stored in the pre-Draco vertex order and cannot be aligned with them")
-        return [], with_cat
-    return pick_attributes(lvl, rest), with_cat
 
 
 def category_blocks(lvl: Level, table: ManifestTable, categories: Sequence[Any] | None) -> ManifestTable:
@@ -162,20 +109,6 @@ async def prepare(rc: ReadContext, level: int, attributes: str | Sequence[str] |
     manifests: Manifests | tuple[None, None] = cast("Manifests", got[0]) if table else (None, None)
     lk = cast("Links", got[-1]) if want_links else None
     return lvl, names, manifests, ChunkSet(rc, lvl, names, lk, incoming, category=with_cat)
-
-
-async def object_table(rc: ReadContext, lvl: Level, ids: np.ndarray) -> Manifests:
-    """(ids, their manifests) -- only the manifests asked for when the level's index allows."""
-    if not rc.has_objects(lvl.index):
-        raise InvalidArgumentError(f"level {lvl.index} has no objects (a point cloud without object ids)")
-    oindex = getattr(lvl, "object_index", None)
-    if oindex is not None and not rc.has_manifests(lvl.index):
-        oids = await oindex.ids()
-        rows = _id_rows(rc, lvl.index, oids, ids)
-        return oids[rows], await oindex.table(rows)
-    oids, table = await rc.manifests(lvl.index)
-    rows = _id_rows(rc, lvl.index, oids, ids)
-    return oids[rows], table.take_objects(rows)
 
 
 async def read_grouped(rc: ReadContext, cs: ChunkSet, ids: np.ndarray, sub: ManifestTable, *,
@@ -287,7 +220,7 @@ async def read_objects(rc: ReadContext, ids: ArrayLike, *, level: int = 0,
     req = as_ids(ids)
     uniq, inverse = np.unique(req, return_inverse=True)
     lvl, _, _, cs = await prepare(rc, level, attributes, links=True, table=False)
-    got_ids, sub = await object_table(rc, lvl, uniq)
+    got_ids, sub = await rc.object_table(lvl, uniq)
     g = await read_grouped(rc, cs, got_ids, category_blocks(lvl, sub, categories))
     inverse = inverse.reshape(-1)
     if combined:
@@ -369,7 +302,7 @@ async def fragment_attribute(rc: ReadContext, name: str, *, level: int = 0,
         return FragmentRows(np.repeat(chunks, counts, axis=0).reshape(-1, lvl.key_ndim), frags,
                             _stack_rows(vals, dtype, rshape), None)
     req = as_ids(objects)
-    got_ids, sub = await object_table(rc, lvl, req)
+    got_ids, sub = await rc.object_table(lvl, req)
     chunks, which = np.unique(sub.coords, axis=0, return_inverse=True)
     payloads = await arr.payloads(list(map(tuple, chunks.tolist())))
     vals = [rows_from_payload(p, dtype, rshape, key=arr.key_of(arr.cell_coords(c)))

@@ -94,6 +94,26 @@ def pick_attributes(level: Level, attributes: str | Sequence[str] | None) -> lis
     return list(attributes)
 
 
+def level_attributes(lvl: Level, attributes: str | Sequence[str] | None) -> tuple[list[str], bool]:
+    """(stored vertex attribute names to read, whether to add the chunking attribute's values).
+
+    An attribute-chunked level keeps its chunking attribute only as the
+    category axis; it is read back as a per-row attribute like the others.
+    Draco chunks reorder vertices, so their stored attributes (kept in the
+    input order) cannot be aligned: none by default, an error when asked for.
+    """
+    cat = lvl.category_name
+    asked = [attributes] if isinstance(attributes, str) else attributes
+    with_cat = cat is not None and (asked is None or cat in asked)
+    rest = None if asked is None else [a for a in asked if a != cat]
+    if lvl.is_draco():
+        if rest:
+            raise FormatError(f"{lvl.index}/vertex_attributes/{rest[0]}: attributes of Draco-encoded vertices "
+                              "were stored in the pre-Draco vertex order and cannot be aligned with them")
+        return [], with_cat
+    return pick_attributes(lvl, rest), with_cat
+
+
 async def off_loop(nbytes: int, fn: Callable[[], T], limit: int | None = None) -> T:
     """``fn()``, in a worker thread when it decodes more than ``limit`` bytes (default: the ``offload_bytes``
     setting): the event loop keeps issuing requests meanwhile (zstd and numpy's copies run without the GIL)."""

@@ -28,19 +28,21 @@ object index, groups, object attributes) but no cell of a spatial array.
 
 from __future__ import annotations
 
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..context import ReadContext
-from ..export import Batches
 from ..selection import Selection
 from .count import count, iterate, matching_object_ids
-from .plan import QueryPlan, build_plan
 from .resolve import resolve
 from .run import run
 from .spec import SelectArgs, Spec
+
+if TYPE_CHECKING:
+    from ..batches import Batches
+    from .plan import QueryPlan
 
 __all__ = ["AsyncQuery"]
 
@@ -105,6 +107,8 @@ class AsyncQuery:
 
     async def plan(self) -> QueryPlan:
         """The cell requests ``read()`` would make on a cold cache, in waves, with estimates."""
+        from .plan import build_plan  # here: planning in words is for people, not for a cold read
+
         ctx = await resolve(self._rc, self._spec)
         return await build_plan(self._rc, ctx)
 

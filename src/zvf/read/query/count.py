@@ -9,11 +9,9 @@ from dataclasses import replace
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ..box import needs_chunkset
+from ..batches import Batches, BatchStream
 from ..context import ReadContext
-from ..export import Batches, BatchStream
-from ..load import LINKED
-from ..objects import SEQUENTIAL, object_table
+from ..load import LINKED, SEQUENTIAL
 from ..points import fragment_indexes
 from ..selection import Selection
 from .points import point_job, read_points, take
@@ -46,7 +44,7 @@ async def count_without_vertices(rc: ReadContext, ctx: Resolved) -> int | None:
         return None
     if spec.bbox is None and g in (*SEQUENTIAL, "point_cloud"):  # objects only: fragment lengths
         assert ctx.allowed is not None  # no objects and no box returned above
-        got_ids, sub = await object_table(rc, lvl, ctx.allowed)
+        got_ids, sub = await rc.object_table(lvl, ctx.allowed)
         if g in SEQUENTIAL and limit is not None:
             nonempty = np.flatnonzero(np.bincount(sub.object_row, minlength=len(got_ids)) > 0)[:limit]
             sub = sub.take_objects(nonempty)
@@ -56,7 +54,7 @@ async def count_without_vertices(rc: ReadContext, ctx: Resolved) -> int | None:
                   for c, f in zip(sub.coords.tolist(), sub.fragment.tolist())]
         return cap(int(sum(counts)))
     layout = lvl.layout
-    if g != "point_cloud" or ctx.allowed is not None or not layout.fragments_are_bins or needs_chunkset(lvl):
+    if g != "point_cloud" or ctx.allowed is not None or not layout.fragments_are_bins or lvl.needs_chunkset():
         return None
     box = spec.box()
     if box is None:

@@ -10,7 +10,7 @@ from ..box import clip_objects, linked_rows_by_object
 from ..chunkset import ChunkSet
 from ..context import ReadContext
 from ..links import level_links
-from ..objects import combined_selection, object_table, read_grouped
+from ..objects import combined_selection, read_grouped
 from ..rowops import match_rows
 from ..selection import Selection
 from .resolve import Resolved
@@ -24,7 +24,7 @@ async def read_sequential(rc: ReadContext, ctx: Resolved) -> Selection:
     limit = ctx.spec.limit
     if not ctx.vertex_predicates:
         ids = ctx.allowed if ctx.allowed is not None else np.unique(await rc.object_ids(lvl.index))
-        got_ids, sub = await object_table(rc, lvl, ids)
+        got_ids, sub = await rc.object_table(lvl, ids)
         nonempty = np.bincount(sub.object_row, minlength=len(got_ids)) > 0
         rows = np.flatnonzero(nonempty)[:limit]
         return ctx.strip(combined_selection(await read_grouped(rc, cs, got_ids[rows], sub.take_objects(rows))))
@@ -72,7 +72,7 @@ async def linked_chunks(rc: ReadContext, ctx: Resolved) -> np.ndarray:
     """Candidate chunks of a linked geometry: the box's, within the id set's chunks."""
     sub_coords = None
     if ctx.allowed is not None:
-        _, sub = await object_table(rc, ctx.level, ctx.allowed)
+        _, sub = await rc.object_table(ctx.level, ctx.allowed)
         sub_coords = sub.coords
     return ctx.candidates(sub_coords)
 

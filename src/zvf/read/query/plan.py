@@ -21,13 +21,10 @@ import numpy as np
 from ...format.shard import index_nbytes
 from ...io.plan import ByteRange, coalesce
 from .. import load
-from ..box import needs_chunkset
 from ..cells import VLEN_HEADER
-from ..chunkset import is_draco
 from ..context import ReadContext
 from ..links import level_links
-from ..load import LINKED
-from ..objects import SEQUENTIAL, object_table
+from ..load import LINKED, SEQUENTIAL
 from ..points import row_nbytes
 from ..rowops import match_rows
 from .objects import linked_chunks
@@ -188,7 +185,7 @@ async def build_plan(rc: ReadContext, ctx: Resolved) -> QueryPlan:
     n_cand = 0
     if empty:
         notes.append("the narrowings exclude everything: no request")
-    elif g == "point_cloud" and not needs_chunkset(lvl):
+    elif g == "point_cloud" and not lvl.needs_chunkset():
         job = await point_job(rc, ctx)
         n_cand = len(job.chunks)
         chunks = [tuple(int(x) for x in c) for c in job.chunks.tolist()]
@@ -241,7 +238,7 @@ async def build_plan(rc: ReadContext, ctx: Resolved) -> QueryPlan:
 def _chunkset_parts(lvl: load.Level, chunks: Sequence[tuple[int, ...]], names: list[str], per_chunk: float,
                     attributes: bool = True) -> list[Reads]:
     parts = [_cell_reads(lvl.need("vertices"), chunks, "vertices", est_rows=per_chunk)]
-    if lvl.array("vertex_fragments") is not None and not is_draco(lvl):
+    if lvl.array("vertex_fragments") is not None and not lvl.is_draco():
         parts.append(_cell_reads(lvl.need("vertex_fragments"), chunks, "vertex_fragments"))
     if attributes:
         parts += [_cell_reads(lvl.need(f"vertex_attributes/{n}"), chunks, f"vertex_attributes/{n}",
@@ -254,7 +251,7 @@ async def _plan_sequential(rc: ReadContext, ctx: Resolved, per_chunk: float) -> 
     names = ctx.names_with_where()
     if not ctx.vertex_predicates:
         ids = ctx.allowed if ctx.allowed is not None else np.unique(await rc.object_ids(lvl.index))
-        got_ids, sub = await object_table(rc, lvl, ids)
+        got_ids, sub = await rc.object_table(lvl, ids)
         if ctx.spec.limit is not None:
             rows = np.flatnonzero(np.bincount(sub.object_row, minlength=len(got_ids)) > 0)[: ctx.spec.limit]
             sub = sub.take_objects(rows)

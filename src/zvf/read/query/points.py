@@ -15,9 +15,7 @@ from ...format.fragments import FragmentIndex, decode_fragment_index
 from ...io.plan import choose_fetch
 from .. import load
 from ..cells import rows_from_payload
-from ..chunkset import ChunkSet
 from ..context import Owners, ReadContext
-from ..objects import object_table
 from ..points import (
     Pick,
     RowPicks,
@@ -61,7 +59,7 @@ async def point_job(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None = 
         cand = cand[match_rows(subset, cand) >= 0]
     obj_frags: dict[tuple[int, ...], list[int]] | None = None
     if ctx.allowed is not None:
-        _, sub = await object_table(rc, lvl, ctx.allowed)
+        _, sub = await rc.object_table(lvl, ctx.allowed)
         obj_frags = {}
         for c, f in zip(map(tuple, sub.coords.tolist()), sub.fragment.tolist()):
             obj_frags.setdefault(c, []).append(f)
@@ -373,28 +371,3 @@ def take(sel: Selection, rows: np.ndarray) -> Selection:
     """The given rows of a point selection."""
     return Selection(sel.positions[rows], {n: v[rows] for n, v in sel.attributes.items()},
                      None if sel.object_ids is None else sel.object_ids[rows])
-
-
-
-async def read_chunkset_points(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None) -> Selection:
-    """Points of attribute-chunked or Draco levels, through a ChunkSet (whole cells)."""
-    lvl = ctx.level
-    cs = ChunkSet(rc, lvl, ctx.names_with_where(), category=ctx.with_cat)
-    sub_coords = None
-    if ctx.allowed is not None:
-        _, sub = await object_table(rc, lvl, ctx.allowed)
-        sub_coords = sub.coords
-    cand = ctx.candidates(sub_coords)
-    if subset is not None:
-        cand = cand[match_rows(subset, cand) >= 0]
-    owners = await rc.fragment_owners(lvl.index) if rc.has_objects(lvl.index) else None
-    await cs.load(cand)
-    _, _, pos, attrs = cs.concat()
-    ok = ctx.vertex_pass(pos, attrs)
-    oids = None if owners is None else cs.row_owners(owners)
-    if ctx.allowed is not None:
-        assert oids is not None  # resolve refuses an id narrowing on a level without object ids
-        ok &= np.isin(oids, ctx.allowed)
-    rows = np.flatnonzero(ok)[: ctx.spec.limit]
-    positions, attrs = cs.rows(rows)
-    return ctx.strip(Selection(positions, attrs, None if oids is None else oids[rows]))

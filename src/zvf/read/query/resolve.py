@@ -15,8 +15,7 @@ from ...errors import InvalidArgumentError
 from .. import load
 from ..context import ReadContext
 from ..dense import dense_attribute, read_groups
-from ..objects import level_attributes
-from ..points import attribute_layout
+from ..points import attribute_layout, level_attributes
 from ..rowops import match_rows
 from ..selection import Selection
 from .spec import Spec, Term

@@ -1,16 +1,16 @@
-"""Reading a resolved query: the reader its geometry needs, or nothing when nothing can match."""
+"""Reading a resolved query: the reader its geometry needs, or nothing when nothing can match.
+
+The readers of object geometries and of levels read through a ``ChunkSet`` are imported by the query that
+needs them: a point query never loads them (serverless cold starts pay for every import)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..box import needs_chunkset
 from ..context import ReadContext
-from ..load import LINKED
-from ..objects import SEQUENTIAL
+from ..load import LINKED, SEQUENTIAL
 from ..selection import Selection
-from .objects import read_linked, read_sequential
-from .points import read_chunkset_points, read_points
+from .points import read_points
 from .resolve import Resolved, no_rows
 
 
@@ -36,10 +36,16 @@ async def run(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None = None) 
         return empty_result(rc, ctx)
     g = rc.geometry_type
     if g in SEQUENTIAL:
+        from .objects import read_sequential
+
         return await read_sequential(rc, ctx)
     if g in LINKED:
+        from .objects import read_linked
+
         return await read_linked(rc, ctx)
-    if needs_chunkset(ctx.level):
+    if ctx.level.needs_chunkset():
+        from .chunked import read_chunkset_points
+
         return await read_chunkset_points(rc, ctx, subset)
     return await read_points(rc, ctx, subset)
 
