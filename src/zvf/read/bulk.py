@@ -1,10 +1,11 @@
 """Bulk reads: every chunk (or object) of a level as a :class:`~zvf.read.batches.BatchStream` of Selections.
 
 ``iter_chunks`` reads a level ``batch_chunks`` chunks at a time, in chunk
-order; ``iter_objects`` and :func:`object_batches` (the input of the
-streaming writers, converters, appends and file export) read every object of
-a level by one :class:`ObjectSweep` over its chunks, each cell fetched about
-once (a by-id batching would fetch the cells an object spans once per batch).
+order.  ``iter_objects``, :func:`object_batches` (the input of the streaming
+writers, converters and appends) and the file export (:mod:`zvf.read.export`)
+read every object of a level by one :class:`ObjectSweep` over its chunks, each
+cell fetched about once (a by-id batching would fetch the cells an object spans
+once per batch).
 """
 
 from __future__ import annotations
