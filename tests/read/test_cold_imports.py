@@ -17,7 +17,7 @@ from tests.support.processes import zvf_env
 BOX = ([100.0, 100.0, 100.0], [150.0, 150.0, 150.0])
 # modules (and packages, with everything under them) a point query never needs
 NOT_IMPORTED = ("zvf.read.objects", "zvf.read.box", "zvf.read.chunkset", "zvf.read.links", "zvf.read.bulk",
-                "zvf.read.export", "zvf.read.writers", "zvf.read.npz", "zvf.read.query.objects",
+                "zvf.read.sweep", "zvf.read.export", "zvf.read.writers", "zvf.read.npz", "zvf.read.query.objects",
                 "zvf.read.query.chunked", "zvf.read.query.plan", "zvf.validation", "zvf.write", "zvf.lifecycle",
                 "zvf.converters", "zvf.distributed", "zvf.neuroglancer", "zvf.cli", "zvf.testing")
 BLOCKING = """
@@ -25,6 +25,12 @@ import json, sys, zvf
 with zvf.open({url!r}) as ds:
     sel = ds.query({box!r})
 print(json.dumps([len(sel), sel.object_ids is not None, sorted(m for m in sys.modules if m.startswith("zvf"))]))
+"""
+CHUNKS = """
+import json, sys, zvf
+with zvf.open({url!r}) as ds:
+    n = sum(len(sel) for sel in ds.iter_chunks(batch_chunks=4))
+print(json.dumps([n, sorted(m for m in sys.modules if m.startswith("zvf"))]))
 """
 ASYNC = """
 import asyncio, json, sys, zvf.aio
@@ -60,3 +66,15 @@ def test_a_point_query_imports_only_the_point_readers(point_store, code):
     assert not loaded, loaded
     # the object index only where the level has one (its owners label the points)
     assert ("zvf.read.object_index" in modules) == with_ids
+
+
+def test_a_point_clouds_bulk_read_leaves_the_object_readers_alone(point_store):
+    url, _, _ = point_store
+    done = subprocess.run([sys.executable, "-c", CHUNKS.format(url=url)], capture_output=True, text=True,
+                          env=zvf_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, modules = json.loads(done.stdout)
+    assert count == 20_000
+    assert "zvf.read.bulk" in modules
+    loaded = [m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_IMPORTED if n != "zvf.read.bulk")]
+    assert not loaded, loaded

@@ -20,6 +20,7 @@ from zvf.errors import InvalidArgumentError
 from zvf.read import bulk
 from zvf.read import export as export_mod
 from zvf.read.batches import BatchStream
+from zvf.read.sweep import ObjectSweep
 from zvf.read.writers import companion
 
 
@@ -506,7 +507,7 @@ async def test_object_export_reads_each_cell_about_once(crossing_store, tmp_path
             pass
 
     async def sweep(ds, cache_bytes=None):
-        sw = bulk.ObjectSweep(ds, level=0, attributes=None, window=8, per_batch=50, cache_bytes=cache_bytes)
+        sw = ObjectSweep(ds, level=0, attributes=None, window=8, per_batch=50, cache_bytes=cache_bytes)
         n = 0
         async for sel in BatchStream(sw.setup, sw.fetch, prefetch=3, flatten=True):
             assert len(sel.objects) <= 50

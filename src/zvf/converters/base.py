@@ -307,9 +307,9 @@ async def object_batches(ds: Any, level: int, written: Written,
                          step: int | None = None) -> AsyncGenerator[tuple[int, Selection], None]:
     """(index of the first object, one combined Selection) for every ``step`` objects (default: the
     ``convert_object_batch`` setting) in id order
-    (:func:`zvf.read.bulk.object_batches`: each cell read about once where the level fits its cache),
+    (:func:`zvf.read.sweep.object_batches`: each cell read about once where the level fits its cache),
     counted by ``written``."""
-    from ..read.bulk import object_batches as batches
+    from ..read.sweep import object_batches as batches
 
     lo = 0
     step = tuning().convert_object_batch if step is None else step

@@ -113,7 +113,7 @@ def object_parts(oids: np.ndarray, table: ManifestTable, chunks: np.ndarray, bat
     whole level: ids in ``object_ids`` order are rarely near each other in space, and partitions cut
     from that order would each fetch most cells of the level.
     """
-    from ..read.bulk import last_chunks
+    from ..read.sweep import last_chunks
 
     window_of = last_chunks(chunks, table, len(oids))[1] // batch_chunks
     order = np.argsort(window_of, kind="stable")

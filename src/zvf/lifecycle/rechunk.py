@@ -22,8 +22,8 @@ from ..errors import InvalidArgumentError, StoreExistsError
 from ..io.executor import Executor
 from ..io.options import StorageOptions
 from ..io.store import Target, open_store
-from ..read.bulk import object_batches as object_selections
 from ..read.dataset import DatasetReader
+from ..read.sweep import object_batches as object_selections
 from ..write import layout
 from ..write.lock import StoreLock
 from ..write.objects.memory import write_graph, write_lines, write_mesh, write_polylines
@@ -81,7 +81,7 @@ async def level_tables(ds: DatasetReader) -> dict[str, Any]:
 
 async def object_batches(ds: DatasetReader, batch: int) -> AsyncIterator[Batch]:
     """Level 0 of an object store as batches of its streaming writer's input, ``batch`` objects each,
-    in id order (:func:`zvf.read.bulk.object_batches`)."""
+    in id order (:func:`zvf.read.sweep.object_batches`)."""
     geometry = ds.geometry_type
     async for sel in object_selections(ds, batch=batch):
         assert sel.offsets is not None  # an object selection has its objects' row offsets

@@ -14,7 +14,7 @@ any task; ``async with`` stops the prefetching at once::
             ...
 
 What the batches hold is the caller's: :mod:`zvf.read.bulk` streams a level's
-chunks and objects, :mod:`zvf.read.query.count` a query's result.
+chunks, :mod:`zvf.read.sweep` its objects, :mod:`zvf.read.query.count` a query's result.
 """
 
 from __future__ import annotations

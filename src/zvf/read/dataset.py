@@ -259,8 +259,8 @@ class DatasetReader(RootFacts):
                      batch: int = 256, prefetch: int = 4) -> BatchStream[Selection]:
         """One Selection per object (``ids`` order; default every object), at most ``prefetch``
         batches ahead: every cell read about once where the level fits the sweep's cache, else
-        ``batch`` objects at a time with ``read_objects``; see ``zvf.read.bulk.iter_objects``."""
-        from .bulk import iter_objects
+        ``batch`` objects at a time with ``read_objects``; see ``zvf.read.sweep.iter_objects``."""
+        from .sweep import iter_objects
 
         self._ctx.check_open()
         return iter_objects(self, ids, level=level, attributes=attributes, batch=batch, prefetch=prefetch)

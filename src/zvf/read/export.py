@@ -1,4 +1,4 @@
-"""Export to files: a level written batch by batch (the bulk reads of :mod:`zvf.read.bulk`) through the
+"""Export to files: a level written batch by batch (:mod:`zvf.read.bulk`, :mod:`zvf.read.sweep`) through the
 writers of ``zvf.read.writers`` (shared with ``zvf query --out``), so no format holds the level in memory."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import numpy as np
 from ..config import tuning
 from ..errors import InvalidArgumentError
 from .batches import BatchStream
-from .bulk import ObjectSweep, iter_chunks
+from .bulk import iter_chunks
 from .load import LINKED, SEQUENTIAL
 from .points import pick_attributes, read_chunks
 from .selection import Selection
+from .sweep import ObjectSweep
 from .writers import check_out, format_of, link_table, open_writer
 
 if TYPE_CHECKING:
