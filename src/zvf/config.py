@@ -108,10 +108,11 @@ class Tuning:
     layout_sparse_points: int = 16  # mean vertices per cell under which those cells count as nearly empty
     layout_max_sparse_cells: int = 1 << 20  # nearly empty cells past which a write is refused (hours of PUTs)
     layout_object_read_bytes: int = 1 << 20  # bytes beyond its own rows reading one typical object may fetch
-    layout_min_chunk_points: int = 4096  # vertices per chunk the object chooser never goes under
+    layout_min_chunk_points: int = 4096  # mean vertices per chunk the choosers never go under
     layout_sample_objects: int = 1024  # objects the chooser samples to size a typical one
+    layout_sample_points: int = 65536  # vertices the chooser samples to see where points are (a few ms an edge)
     layout_object_bins: int = 32  # bins across a typical object (bin_shape="auto" for objects)
-    layout_object_steps: int = 10  # 1-2-5 steps the object chooser goes down at most (three decades)
+    layout_chooser_steps: int = 10  # 1-2-5 steps a chooser goes down from the extent's edge at most (three decades)
     layout_max_object_bins: int = 1 << 18  # bins per chunk the object default stays within (readers refuse past 2**20)
 
     # --- lifecycle ---------------------------------------------------------------------------------

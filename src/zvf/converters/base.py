@@ -137,15 +137,17 @@ async def threaded(items: Iterable[Any]) -> AsyncIterator[Any]:
 async def write_batches(dst: str, batches: Callable[[], Iterable[dict[str, Any]]], store: StoreOptions,
                         write: Any = None, *,
                         main: str = "positions", extent: tuple[Any, Any, int] | None = None,
-                        total: int | None = None, **kw: Any) -> Any:
+                        positions: np.ndarray | None = None, total: int | None = None, **kw: Any) -> Any:
     """Stream batches into ``dst`` through a spilling writer (``write_points`` unless ``write`` is given).
 
     ``batches`` makes a fresh iterator each call.  An ``"auto"`` chunk or bin shape is resolved before
     the write (:mod:`zvf.write.layout`) from ``extent`` (lo, hi, n) when known up front (a file
-    header) and the ``main`` field holds points; otherwise a first pass over the source measures the
-    ``main`` field (an array, or a list of arrays such as polylines: then also a sample of them, which
-    the chooser sizes object reads and bins on).  Memory stays one batch plus the writer's spill
-    buffer.  ``store.progress`` hears of the vertices read after each batch, out of ``total`` (or the
+    header; ``positions``: the points themselves when in memory, sampled for where they are) and the
+    ``main`` field holds points; otherwise a first pass over the source measures the ``main`` field
+    (an array: then also a sample of the points, which the chooser sizes chunks on where they are; or
+    a list of arrays such as polylines: then a sample of them, which the chooser sizes object reads
+    and bins on).  Memory stays one batch plus the writer's spill buffer (and the samples).
+    ``store.progress`` hears of the vertices read after each batch, out of ``total`` (or the
     extent's count) when known.
     """
     from ..write import layout
@@ -156,13 +158,15 @@ async def write_batches(dst: str, batches: Callable[[], Iterable[dict[str, Any]]
     if isinstance(chunk_shape, str) or isinstance(bin_shape, str):
         layout.check_words(chunk_shape, bin_shape)  # before a pass over the source
         sample = row_bytes = None
+        points = None if positions is None or not len(positions) else layout.PointSample.of(positions)
         if extent is None or main != "positions":
-            lo_seen, hi_seen, n_seen, sample, row_bytes = await anyio.to_thread.run_sync(_measure, batches, main)
+            lo_seen, hi_seen, n_seen, sample, points, row_bytes = await anyio.to_thread.run_sync(
+                _measure, batches, main)
             extent = (lo_seen, hi_seen, n_seen)
         lo, hi, n = extent
         if n == 0:
             raise InvalidArgumentError(f"{dst}: the source holds no {'points' if main == 'positions' else main}")
-        chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, lo, hi, n, objects=sample,
+        chunk_shape, bin_shape = layout.resolve(chunk_shape, bin_shape, lo, hi, n, points=points, objects=sample,
                                                 row_bytes=row_bytes)
     if total is None and extent is not None:
         total = int(extent[2])
@@ -183,15 +187,17 @@ def _reporting(batches: Iterable[dict[str, Any]], main: str, total: int | None,
 
 
 def _measure(batches: Callable[[], Iterable[dict[str, Any]]],
-             main: str) -> tuple[list[float], list[float], int, Any, int | None]:
-    """Bounds, row count, a sample of the objects (when ``main`` is a list of arrays, else None) and the
-    bytes of a row with its attributes, of a batch source (one pass, one batch held at a time)."""
-    from ..write.layout import ObjectSampler
+             main: str) -> tuple[list[float], list[float], int, Any, Any, int | None]:
+    """Bounds, row count, a sample of the objects (when ``main`` is a list of arrays, else None), a sample of
+    the points (when it is an array, else None) and the bytes of a row with its attributes, of a batch
+    source (one pass, one batch held at a time)."""
+    from ..write.layout import ObjectSampler, PointSampler
 
     lo: np.ndarray | None = None
     hi: np.ndarray | None = None
     n = 0
     sampler = ObjectSampler()
+    point_sampler = PointSampler()
     row_bytes = None
     for batch in batches():
         rows = batch[main]
@@ -200,6 +206,8 @@ def _measure(batches: Callable[[], Iterable[dict[str, Any]]],
         pos = np.concatenate(rows) if isinstance(rows, list) and rows else np.asarray(rows, dtype=np.float64)
         if not len(pos):
             continue
+        if not isinstance(rows, list):
+            point_sampler.add(pos)
         if row_bytes is None:
             row_bytes = _row_bytes(pos, batch.get("attributes") or {})
         blo, bhi = pos.min(axis=0).astype(np.float64), pos.max(axis=0).astype(np.float64)
@@ -207,8 +215,8 @@ def _measure(batches: Callable[[], Iterable[dict[str, Any]]],
         hi = bhi if hi is None else np.maximum(hi, bhi)
         n += len(pos)
     if lo is None or hi is None:
-        return [0.0], [0.0], 0, None, None
-    return lo.tolist(), hi.tolist(), n, sampler.sample(), row_bytes
+        return [0.0], [0.0], 0, None, None, None
+    return lo.tolist(), hi.tolist(), n, sampler.sample(), point_sampler.sample(), row_bytes
 
 
 def _row_bytes(positions: np.ndarray, attributes: dict[str, Any]) -> int:

@@ -107,7 +107,7 @@ async def to_store(fmt: str, src: str, dst: str, store: StoreOptions, **options:
 
         extent = (pos.min(axis=0).tolist(), pos.max(axis=0).tolist(), len(pos)) if len(pos) else None
         s = await write_batches(dst, numbered(batches) if opts["keep_order"] else batches, store, extent=extent,
-                                dtype=pos.dtype)
+                                positions=pos, dtype=pos.dtype)
         out: Converted = {"vertices": s.vertex_count}
     else:
         if opts["keep_order"]:

@@ -9,6 +9,13 @@ byte, ~50-100 MB/s per stream) and small enough that a box query reads
 little outside its box.  Bins aim at ``layout_target_bin_points`` vertices, the
 granularity at which a ranged read beats fetching the whole cell.
 
+Points are rarely spread evenly over their bounding box.  Given a sample of
+them (:class:`PointSample`), the chooser sizes chunks by where the points
+are: the chunk a typical vertex lies in should hold about the target, as
+long as the occupied chunks keep ``layout_min_chunk_points`` vertices on
+average (clustered data in a mostly empty box would otherwise buy small
+query reads with a full read of many thousand near-empty chunks).
+
 Objects are read whole chunk by chunk: an object read fetches every chunk
 the object passes through, whole, other objects' rows included.  Given a
 sample of the objects (:class:`ObjectSample`), the chooser makes chunks
@@ -78,16 +85,8 @@ class ObjectSample:
         m = len(self.positions)
         if not len(self):
             return 0.0
-        cells = np.floor(self.positions / edge)
-        cells -= cells.min(axis=0)
-        spans = cells.max(axis=0) + 1
-        if np.prod(spans) < 2**52:  # each row's chunk as one number, exact in float64: a 1-D unique
-            key = np.zeros(m)
-            for axis in range(cells.shape[1]):
-                key = key * spans[axis] + cells[:, axis]
-            _, cell, count = np.unique(key, return_inverse=True, return_counts=True)
-        else:
-            _, cell, count = np.unique(cells, axis=0, return_inverse=True, return_counts=True)
+        keys = _chunk_keys(self.positions, edge)
+        _, cell, count = np.unique(keys, axis=_unique_axis(keys), return_inverse=True, return_counts=True)
         span = len(count)
         pairs, own = np.unique(self._owner() * span + cell.reshape(-1), return_counts=True)
         others = count[pairs % span] - own
@@ -131,6 +130,102 @@ class ObjectSampler:
                             np.concatenate([[0], np.cumsum([len(o) for o in self.kept])]).astype(np.int64))
 
 
+def _chunk_keys(positions: np.ndarray, shape: float | np.ndarray,
+                bounds: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Each row's chunk of ``shape`` (grid anchored at 0) as one number (exact in float64) or, on grids too
+    large for that, as a row of cell coordinates: for ``np.unique`` (:func:`_unique_axis`).  ``bounds``:
+    the rows' (min, max) per axis when known."""
+    lo, hi = (positions.min(axis=0), positions.max(axis=0)) if bounds is None else bounds
+    first = np.floor(lo / shape)
+    spans = np.floor(hi / shape) - first + 1
+    cells = np.floor(positions / shape) - first
+    if np.prod(spans) >= 2**52:
+        return cells
+    key = cells[:, 0].copy()
+    for axis in range(1, cells.shape[1]):
+        key = key * spans[axis] + cells[:, axis]
+    return key
+
+
+def _unique_axis(keys: np.ndarray) -> int | None:
+    return None if keys.ndim == 1 else 0
+
+
+@dataclass(frozen=True)
+class PointSample:
+    """Vertices drawn at random from ``n``: where the chooser measures chunk populations (a fixed seed, so
+    the same input gets the same layout)."""
+
+    positions: np.ndarray  # (m, ndim) float64
+    n: int
+    bounds: tuple[np.ndarray, np.ndarray]  # the sample's min and max per axis
+
+    @classmethod
+    def of(cls, positions: ArrayLike, n: int | None = None, limit: int | None = None) -> PointSample:
+        """Up to ``limit`` rows (default: the ``layout_sample_points`` setting) drawn without replacement from
+        ``positions``: every vertex, or an even sample of ``n`` of them."""
+        limit = tuning().layout_sample_points if limit is None else limit
+        pos = np.asarray(positions)
+        if pos.ndim != 2:
+            raise InvalidArgumentError(f"a point sample needs (rows, ndim) positions, got shape {pos.shape}")
+        n = len(pos) if n is None else n
+        if len(pos) > limit:
+            pos = pos[np.sort(np.random.default_rng(0).choice(len(pos), limit, replace=False, shuffle=False))]
+        pos = pos.astype(np.float64)
+        bounds = (pos.min(axis=0), pos.max(axis=0)) if len(pos) else (np.zeros(pos.shape[1]),) * 2
+        return cls(pos, max(n, len(pos)), bounds)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def census(self, shape: float | np.ndarray) -> tuple[float, float]:
+        """(vertices in the chunk of ``shape`` the median vertex lies in, occupied chunks), for all ``n`` vertices.
+
+        A sampled row whose chunk holds ``c`` sampled rows stands for ``1 + (c - 1) (n - 1) / (m - 1)``
+        vertices there (itself and the others, scaled up: unbiased).  Chunks the sample missed are
+        estimated from those it saw once and twice (Chao1, with the term for sampling without
+        replacement that makes it exact when the sample is everything)."""
+        m = len(self)
+        if m == 0:
+            return 0.0, 0.0
+        keys = _chunk_keys(self.positions, shape, self.bounds)
+        count = np.sort(np.unique(keys, axis=_unique_axis(keys), return_counts=True)[1])
+        rows = np.cumsum(count)  # sampled rows in chunks at most as full as each
+        c = float(count[np.searchsorted(rows, m / 2)])
+        typical = 1 + (c - 1) * ((self.n - 1) / (m - 1) if m > 1 else 0.0)
+        once, twice = int((count == 1).sum()), int((count == 2).sum())
+        fraction = m / self.n
+        unseen = 0.0
+        if once and fraction < 1:
+            unseen = once * (once - 1 if twice == 0 else once) / (
+                2 * max(twice, 1) * m / max(m - 1, 1) + fraction / (1 - fraction) * once)
+        return typical, min(float(len(count)) + unseen, float(self.n))
+
+
+class PointSampler:
+    """A :class:`PointSample` of a stream of batches: each row kept with probability ``rate`` (seeded), the rate
+    halved and the kept rows thinned alike whenever more than twice ``limit`` are kept; memory: the sample."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = tuning().layout_sample_points if limit is None else limit
+        self.rate = 1.0
+        self.seen = 0
+        self.kept: list[np.ndarray] = []
+        self._rng = np.random.default_rng(0)
+
+    def add(self, positions: np.ndarray) -> None:
+        self.seen += len(positions)
+        self.kept.append(np.asarray(positions, dtype=np.float64)[self._rng.random(len(positions)) < self.rate])
+        while sum(map(len, self.kept)) > 2 * self.limit:
+            self.rate /= 2
+            self.kept = [rows[self._rng.random(len(rows)) < 0.5] for rows in self.kept]
+
+    def sample(self) -> PointSample | None:
+        if not self.seen:
+            return None
+        return PointSample.of(np.concatenate(self.kept), self.seen, self.limit)
+
+
 def _nice(x: float) -> float:
     """The 1-2-5 series value closest to ``x`` on a log scale (readable, and stable across runs)."""
     e = math.floor(math.log10(x))
@@ -150,14 +245,21 @@ def _made(lo: np.ndarray, hi: np.ndarray, edge: float) -> float:
 
 
 def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int | None = None,
-                       objects: ObjectSample | None = None, row_bytes: int | None = None) -> list[float]:
+                       points: PointSample | None = None, objects: ObjectSample | None = None,
+                       row_bytes: int | None = None) -> list[float]:
     """A cubic chunk edge for ``n`` vertices spread over the box ``[lo, hi]``.
 
-    Assumes a uniform spread: the chunk count is ``n / target`` and the edge
-    is ``(volume / count) ** (1 / d)`` over the axes wider than one chunk (a
-    flat or degenerate axis gets one chunk and is left out of the volume),
-    rounded to the 1-2-5 series.  Clustered data fills fewer chunks, each
-    fuller; the guard in :func:`check_cells` catches the opposite extreme.
+    From the extent alone it assumes a uniform spread: the chunk count is
+    ``n / target`` and the edge is ``(volume / count) ** (1 / d)`` over the
+    axes wider than one chunk (a flat or degenerate axis gets one chunk and
+    is left out of the volume), rounded to the 1-2-5 series.  Clustered data
+    fills fewer chunks, each fuller; the guard in :func:`check_cells` catches
+    the opposite extreme.
+
+    With ``points`` (a sample of the vertices), the edge then steps down the
+    series to where the chunk the median vertex lies in holds closest to
+    ``target`` vertices, never to occupied chunks averaging under
+    ``layout_min_chunk_points`` vertices (:func:`_for_point_density`).
 
     With ``objects`` (a sample of the objects), the edge then steps down the
     series while reading a sampled object fetches more than
@@ -192,19 +294,42 @@ def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int | No
 
     nice = min((_nice(edge * f) for f in (0.3, 0.5, 1.0, 2.0, 3.0)),
                key=lambda c: (misfit(c), abs(math.log(c / edge)), -c))
+    if points is not None and len(points):
+        nice = _for_point_density(nice, points, target)
     if objects is not None and len(objects):
         nice = _for_object_reads(nice, lo64, hi64, n, objects, 4 * extent.size if row_bytes is None else row_bytes)
     return [float(nice)] * extent.size
 
 
+def _for_point_density(edge: float, points: PointSample, target: int) -> float:
+    """The edge of the 1-2-5 series from ``edge`` down at which the chunk the median sampled vertex lies in
+    holds closest to ``target`` vertices (log scale; the larger of equals).  It goes down while that chunk
+    holds more than ``target``, at most ``layout_chooser_steps`` steps, and never to an edge whose occupied
+    chunks average under ``layout_min_chunk_points`` vertices: each chunk is a request of a full read and a
+    PUT, and a dense cluster in a sparse background would otherwise ask for thousands of near-empty ones."""
+    settings = tuning()
+    best, least = edge, math.inf
+    for step in range(settings.layout_chooser_steps):
+        typical, occupied = points.census(edge)
+        if step and points.n / occupied < settings.layout_min_chunk_points:
+            break
+        misfit = abs(math.log(max(typical, 1.0) / target))
+        if misfit < least:
+            best, least = edge, misfit
+        if typical <= target:
+            break
+        edge = _below(edge)
+    return best
+
+
 def _for_object_reads(edge: float, lo: np.ndarray, hi: np.ndarray, n: int, objects: ObjectSample,
                       row_bytes: int) -> float:
-    """The largest edge of the 1-2-5 series from ``edge`` down (at most ``layout_object_steps`` steps,
+    """The largest edge of the 1-2-5 series from ``edge`` down (at most ``layout_chooser_steps`` steps,
     chunks of at least ``layout_min_chunk_points`` vertices) at which reading a sampled object fetches at
     most ``layout_object_read_bytes`` of other rows; else the one fetching least (the largest of equals)."""
     best, least = edge, math.inf
     settings = tuning()
-    for _ in range(settings.layout_object_steps):
+    for _ in range(settings.layout_chooser_steps):
         cost = objects.read_overhead(edge, n) * row_bytes
         if cost <= settings.layout_object_read_bytes:
             return edge
@@ -257,19 +382,22 @@ def check_words(chunk_shape: object, bin_shape: object) -> None:
 
 
 def resolve(chunk_shape: Sequence[float] | str, bin_shape: Sequence[float] | str | None, lo: ArrayLike,
-            hi: ArrayLike, n: int, *, objects: ObjectSample | None = None,
+            hi: ArrayLike, n: int, *, points: PointSample | None = None, objects: ObjectSample | None = None,
             row_bytes: int | None = None) -> tuple[Sequence[float], Sequence[float] | None]:
-    """Concrete (chunk_shape, bin_shape) for a writer: ``"auto"`` replaced from the data's extent and count
-    (and, for objects, from ``objects``: see :func:`choose_chunk_shape`, :func:`object_bin_shape`).
+    """Concrete (chunk_shape, bin_shape) for a writer: ``"auto"`` replaced from the data's extent and count,
+    and where the points are (``points``) or, for objects, from ``objects`` (see :func:`choose_chunk_shape`;
+    bins: :func:`choose_bin_shape` on the vertices of a typical chunk, :func:`object_bin_shape`).
 
     Shapes given explicitly come back unchanged (ints stay ints, as 0.9.2 records them).
     """
     check_words(chunk_shape, bin_shape)
     if isinstance(chunk_shape, str):
-        chunk_shape = choose_chunk_shape(lo, hi, n, objects=objects, row_bytes=row_bytes)
+        chunk_shape = choose_chunk_shape(lo, hi, n, points=points, objects=objects, row_bytes=row_bytes)
     if isinstance(bin_shape, str):
         if objects is not None and len(objects):
             bin_shape = object_bin_shape(chunk_shape, objects)
+        elif points is not None and len(points):
+            bin_shape = choose_bin_shape(chunk_shape, points.census(np.asarray(chunk_shape, float))[0])
         else:
             grid = np.floor(np.asarray(hi, float) / np.asarray(chunk_shape, float)) - np.floor(
                 np.asarray(lo, float) / np.asarray(chunk_shape, float)) + 1
