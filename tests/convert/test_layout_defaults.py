@@ -1,6 +1,7 @@
 """Issue 27, layout guards and defaults of conversions: an absurd chunk_shape is said (or refused) before the
 upload, converted stores get bins a pyramid can coarsen by, chunk_shape="auto" bounds what an object read
-fetches, store -> file convert draws a percent, and query --out writes the objects/groups tables."""
+fetches and (issue 26) follows where streamed points are, store -> file convert draws a percent, and query
+--out writes the objects/groups tables."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import numpy as np
 import pytest
 
 import zvf
+from tests.support.clouds import point_clusters
 from tests.support.processes import run_zvf_in_pty
 from tests.support.walks import streamline_walks
 from zvf.cli.main import main
 from zvf.config import tuned
 from zvf.errors import InvalidArgumentError, LayoutWarning
-from zvf.write.layout import choose_chunk_shape
+from zvf.write.layout import PointSample, choose_chunk_shape
 
 laspy = pytest.importorskip("laspy")
 
@@ -135,6 +137,20 @@ def test_auto_layout_bounds_what_an_object_read_fetches(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- store -> file
+
+
+def test_auto_layout_of_streamed_points_follows_where_they_are(tmp_path):
+    """A CSV is measured in a first pass; that pass samples the points (a few batches, thinned past the sample
+    size), and clustered points get the finer chunks the extent alone would miss (issue 26)."""
+    pos = point_clusters(16_000)  # the ratios of 1 M points to the default settings
+    src = tmp_path / "p.csv"
+    np.savetxt(src, pos, delimiter=",", header="x,y,z", comments="", fmt="%.17g")
+    with tuned(layout_target_points=1024, layout_min_chunk_points=64, layout_sample_points=4000):
+        zvf.convert(str(src), tmp_path / "p.zvf", chunk_shape="auto", batch_rows=3000)
+        by_extent = choose_chunk_shape(pos.min(0), pos.max(0), len(pos))[0]
+        in_memory = choose_chunk_shape(pos.min(0), pos.max(0), len(pos), points=PointSample.of(pos))[0]
+    ds = zvf.open(tmp_path / "p.zvf")
+    assert ds.chunk_shape == (in_memory,) * 3 and in_memory < by_extent
 
 
 def test_store_to_file_reports_a_percent(tmp_path):

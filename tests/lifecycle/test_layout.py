@@ -1,5 +1,6 @@
 """chunk_shape="auto": the chooser on 1 k, 1 M and 100 M-point extents, writers using it, the sparse-layout warning
-(and refusal); for objects, chunks sized by what an object read fetches and bins by the objects' size."""
+(and refusal); for points, chunks sized by where the points are (clusters, a surface, an even spread); for objects,
+chunks sized by what an object read fetches and bins by the objects' size."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import numpy as np
 import pytest
 
 import zvf.aio as za
+from tests.support.clouds import point_clusters, point_spread, point_surface
 from tests.support.walks import streamline_walks
-from zvf.config import tuning
+from zvf.config import tuned, tuning
 from zvf.errors import InvalidArgumentError, LayoutWarning
 from zvf.write.layout import (
     ObjectSample,
     ObjectSampler,
+    PointSample,
+    PointSampler,
     check_cells,
     choose_bin_shape,
     choose_chunk_shape,
@@ -61,7 +65,7 @@ async def test_writers_take_auto(tmp_path):
     pos = rng.uniform(0, 50, (5000, 3)).astype(np.float32)
     await za.write_points(str(tmp_path / "p"), pos, chunk_shape="auto", bin_shape="auto")
     ds = await za.open(str(tmp_path / "p"))
-    assert ds.chunk_shape == tuple(choose_chunk_shape(pos.min(0), pos.max(0), 5000))
+    assert ds.chunk_shape == tuple(choose_chunk_shape(pos.min(0), pos.max(0), 5000, points=PointSample.of(pos)))
     assert len(await ds.read_all()) == 5000
     lines = [rng.uniform(0, 50, (20, 3)) for _ in range(10)]
     await za.write_polylines(str(tmp_path / "l"), lines, chunk_shape="auto")
@@ -81,6 +85,105 @@ async def test_writer_warns_on_absurd_chunk_shape(memory_url):
     pos = np.random.default_rng(1).random((5000, 3)).astype(np.float32)
     with pytest.warns(LayoutWarning, match="5,000 vertices in 5,000 chunks"):
         await za.write_points(memory_url, pos, chunk_shape=[1e-3] * 3)
+
+
+# ------------------------------------------------------------------------------------------- where points are
+
+
+def _census(pos: np.ndarray, edge: float) -> tuple[float, int]:
+    """Exactly: (vertices in the chunk the median vertex lies in, occupied chunks)."""
+    cells = np.floor(pos / edge).astype(np.int64)
+    cells -= cells.min(axis=0)
+    _, count = np.unique((cells[:, 0] << 42) + (cells[:, 1] << 21) + cells[:, 2], return_counts=True)
+    return float(np.median(np.repeat(count, count))), len(count)
+
+
+def _misfit(pos: np.ndarray, edge: float) -> float:
+    return abs(np.log(_census(pos, edge)[0] / tuning().layout_target_points))
+
+
+def test_clustered_points_get_chunks_their_density_asks_for():
+    """Issue 26: 60 clusters in a 1 km cube got 500 m chunks from the extent, a typical vertex in a chunk of
+    ~245 k (one held 742 k of 2 M); from a sample of where the points are, 200 m chunks of ~70 k."""
+    pos = point_clusters(1_000_000)
+    lo, hi, n = pos.min(0), pos.max(0), len(pos)
+    by_extent = choose_chunk_shape(lo, hi, n)[0]
+    sample = PointSample.of(pos)
+    by_points = choose_chunk_shape(lo, hi, n, points=sample)[0]
+    assert by_points < by_extent
+    assert _misfit(pos, by_points) < np.log(2) < _misfit(pos, by_extent)  # within 2x of the target, from 3.7x
+    assert n / _census(pos, by_points)[1] >= tuning().layout_min_chunk_points
+    assert choose_chunk_shape(lo, hi, n, points=PointSample.of(pos)) == [by_points] * 3  # the same every time
+    chunk, bins = resolve("auto", "auto", lo, hi, n, points=sample)  # bins from the typical chunk's count
+    assert chunk == [by_points] * 3 and bins == choose_bin_shape(chunk, _census(pos, by_points)[0])
+    assert bins is not None and bins[0] < resolve("auto", "auto", lo, hi, n)[1][0]
+
+
+def test_a_sparse_background_keeps_chunks_from_going_near_empty():
+    """Clusters under a metre wide want chunks of a few metres, but 5 % of the points spread over the whole
+    cube would then fill ~10**5 chunks of a vertex or two: the edge stops where occupied chunks still
+    average layout_min_chunk_points vertices, though a typical chunk stays above the target."""
+    pos = point_clusters(1_000_000, sigma=(0.2, 1.0), k=10)
+    lo, hi, n = pos.min(0), pos.max(0), len(pos)
+    edge = choose_chunk_shape(lo, hi, n, points=PointSample.of(pos))[0]
+    typical, occupied = _census(pos, edge)
+    assert typical > 2 * tuning().layout_target_points
+    assert n / occupied >= tuning().layout_min_chunk_points
+    assert n / _census(pos, edge / 2)[1] < tuning().layout_min_chunk_points  # one step smaller: too sparse
+
+
+@pytest.mark.parametrize("make", [point_surface, point_spread], ids=["surface", "even"])
+@pytest.mark.parametrize("n", [200_000, 1_000_000])
+def test_surfaces_and_even_spreads_get_no_worse(make, n):
+    pos = make(n)
+    lo, hi = pos.min(0), pos.max(0)
+    by_extent = choose_chunk_shape(lo, hi, n)[0]
+    by_points = choose_chunk_shape(lo, hi, n, points=PointSample.of(pos))[0]
+    assert _misfit(pos, by_points) <= _misfit(pos, by_extent)
+    assert n / _census(pos, by_points)[1] >= tuning().layout_min_chunk_points
+
+
+def test_point_sample_estimates_the_whole():
+    pos = point_clusters(400_000)
+    every = PointSample.of(pos, limit=len(pos))
+    some = PointSample.of(pos, limit=20_000)
+    assert len(some) == 20_000 and some.n == len(pos)
+    assert np.array_equal(some.positions, PointSample.of(pos, limit=20_000).positions)  # seeded
+    for edge in (20.0, 100.0, 500.0):
+        typical, occupied = _census(pos, edge)
+        assert every.census(edge) == (typical, occupied)  # the whole is its own sample: exact
+        guess_typical, guess_occupied = some.census(edge)
+        assert guess_typical == pytest.approx(typical, rel=0.1)
+        if occupied < len(pos) / 100:  # chunks of hundreds of vertices: the sample saw nearly all
+            assert guess_occupied == pytest.approx(occupied, rel=0.1)
+        else:  # ~20 k chunks of a vertex or two, 1 in 20 sampled: most unseen, yet clearly too many
+            assert guess_occupied > 10 * len(pos) / tuning().layout_min_chunk_points
+
+
+def test_point_sampler_samples_a_stream_evenly():
+    pos = point_clusters(300_000)
+    sampler = PointSampler(limit=10_000)
+    for i in range(0, len(pos), 7_000):
+        sampler.add(pos[i:i + 7_000])
+        assert sum(map(len, sampler.kept)) <= 20_000  # memory: the sample
+    sample = sampler.sample()
+    assert sample is not None and len(sample) == 10_000 and sample.n == len(pos)
+    assert sample.census(100.0)[0] == pytest.approx(_census(pos, 100.0)[0], rel=0.15)
+    assert PointSampler().sample() is None
+
+
+async def test_write_points_chunks_by_where_the_points_are(tmp_path):
+    """The writer samples its input: clustered points get the finer chunks and bins the extent alone missed."""
+    pos = point_clusters(16_000).astype(np.float32)  # the ratios of 1 M points to the default settings
+    lo, hi = pos.min(0), pos.max(0)
+    with tuned(layout_target_points=1024, layout_min_chunk_points=64):
+        by_extent = choose_chunk_shape(lo, hi, len(pos))
+        await za.write_points(str(tmp_path / "p"), pos, chunk_shape="auto", bin_shape="auto")
+        expected = resolve("auto", "auto", lo, hi, len(pos), points=PointSample.of(pos))
+    ds = await za.open(str(tmp_path / "p"))
+    assert list(ds.chunk_shape) == expected[0] and ds.chunk_shape[0] < by_extent[0]
+    assert (await ds.info())["bin_shape"] == expected[1]
+    assert len(await ds.read_all()) == len(pos)
 
 
 # ------------------------------------------------------------------------------------------- object reads
