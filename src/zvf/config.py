@@ -111,6 +111,7 @@ class Tuning:
     layout_min_chunk_points: int = 4096  # mean vertices per chunk the choosers never go under
     layout_sample_objects: int = 1024  # objects the chooser samples to size a typical one
     layout_sample_points: int = 65536  # vertices the chooser samples to see where points are (a few ms an edge)
+    layout_density_gain: float = 2.0  # a smaller auto edge must divide the typical point's chunk by this much
     layout_object_bins: int = 32  # bins across a typical object (bin_shape="auto" for objects)
     layout_chooser_steps: int = 10  # 1-2-5 steps a chooser goes down from the extent's edge at most (three decades)
     layout_max_object_bins: int = 1 << 18  # bins per chunk the object default stays within (readers refuse past 2**20)

@@ -103,8 +103,8 @@ def _misfit(pos: np.ndarray, edge: float) -> float:
 
 
 def test_clustered_points_get_chunks_their_density_asks_for():
-    """Issue 26: 60 clusters in a 1 km cube got 500 m chunks from the extent, a typical vertex in a chunk of
-    ~245 k (one held 742 k of 2 M); from a sample of where the points are, 200 m chunks of ~70 k."""
+    """Issue 26: clusters in a 1 km cube got chunks from the extent, as if spread evenly: 500 m, the chunk a
+    typical vertex lies in holding ~245 k; from a sample of where the points are, 200 m chunks of ~70 k."""
     pos = point_clusters(1_000_000)
     lo, hi, n = pos.min(0), pos.max(0), len(pos)
     by_extent = choose_chunk_shape(lo, hi, n)[0]
@@ -119,17 +119,33 @@ def test_clustered_points_get_chunks_their_density_asks_for():
     assert bins is not None and bins[0] < resolve("auto", "auto", lo, hi, n)[1][0]
 
 
-def test_a_sparse_background_keeps_chunks_from_going_near_empty():
-    """Clusters under a metre wide want chunks of a few metres, but 5 % of the points spread over the whole
-    cube would then fill ~10**5 chunks of a vertex or two: the edge stops where occupied chunks still
-    average layout_min_chunk_points vertices, though a typical chunk stays above the target."""
+def test_clusters_too_dense_for_any_grid_keep_their_chunks_and_get_finer_bins():
+    """Clusters under a metre wide (issue 26's benchmark has some a few metres wide) fill the chunk a typical
+    vertex lies in at every edge a grid can afford: 200 m chunks instead of 500 m would make 15 times as
+    many for 1.6 times fewer vertices in that chunk, so the edge stays; the bins follow that chunk's count."""
     pos = point_clusters(1_000_000, sigma=(0.2, 1.0), k=10)
     lo, hi, n = pos.min(0), pos.max(0), len(pos)
+    by_extent = choose_chunk_shape(lo, hi, n)
+    sample = PointSample.of(pos)
+    assert choose_chunk_shape(lo, hi, n, points=sample) == by_extent
+    assert _census(pos, by_extent[0])[0] / _census(pos, by_extent[0] * 0.4)[0] < tuning().layout_density_gain
+    assert resolve("auto", "auto", lo, hi, n, points=sample)[1] == choose_bin_shape(
+        by_extent, _census(pos, by_extent[0])[0])
+
+
+def test_a_sparse_background_keeps_chunks_from_going_near_empty():
+    """20 % of the points spread over the whole cube: the 100 m chunks the clusters ask for (a typical vertex's
+    chunk near the target) would be 1 000 chunks of ~1 000 vertices on average, under
+    layout_min_chunk_points: the chooser does not go there (and does with a lower floor)."""
+    pos = point_clusters(1_000_000, sigma=(20.0, 60.0), k=5, background=0.2)
+    lo, hi, n = pos.min(0), pos.max(0), len(pos)
+    wanted = 100.0
+    assert _misfit(pos, wanted) < np.log(2)
+    assert n / _census(pos, wanted)[1] < tuning().layout_min_chunk_points
     edge = choose_chunk_shape(lo, hi, n, points=PointSample.of(pos))[0]
-    typical, occupied = _census(pos, edge)
-    assert typical > 2 * tuning().layout_target_points
-    assert n / occupied >= tuning().layout_min_chunk_points
-    assert n / _census(pos, edge / 2)[1] < tuning().layout_min_chunk_points  # one step smaller: too sparse
+    assert edge > wanted and n / _census(pos, edge)[1] >= tuning().layout_min_chunk_points
+    with tuned(layout_min_chunk_points=512):
+        assert choose_chunk_shape(lo, hi, n, points=PointSample.of(pos))[0] == wanted
 
 
 @pytest.mark.parametrize("make", [point_surface, point_spread], ids=["surface", "even"])

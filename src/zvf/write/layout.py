@@ -12,9 +12,10 @@ granularity at which a ranged read beats fetching the whole cell.
 Points are rarely spread evenly over their bounding box.  Given a sample of
 them (:class:`PointSample`), the chooser sizes chunks by where the points
 are: the chunk a typical vertex lies in should hold about the target, as
-long as the occupied chunks keep ``layout_min_chunk_points`` vertices on
-average (clustered data in a mostly empty box would otherwise buy small
-query reads with a full read of many thousand near-empty chunks).
+long as each smaller edge at least halves that chunk and the occupied
+chunks keep ``layout_min_chunk_points`` vertices on average (clustered data
+in a mostly empty box would otherwise buy small query reads with a full
+read of many thousand near-empty chunks).
 
 Objects are read whole chunk by chunk: an object read fetches every chunk
 the object passes through, whole, other objects' rows included.  Given a
@@ -258,8 +259,9 @@ def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int | No
 
     With ``points`` (a sample of the vertices), the edge then steps down the
     series to where the chunk the median vertex lies in holds closest to
-    ``target`` vertices, never to occupied chunks averaging under
-    ``layout_min_chunk_points`` vertices (:func:`_for_point_density`).
+    ``target`` vertices, where each step kept at least halves that chunk and
+    occupied chunks keep ``layout_min_chunk_points`` vertices on average
+    (:func:`_for_point_density`).
 
     With ``objects`` (a sample of the objects), the edge then steps down the
     series while reading a sampled object fetches more than
@@ -303,19 +305,22 @@ def choose_chunk_shape(lo: ArrayLike, hi: ArrayLike, n: int, *, target: int | No
 
 def _for_point_density(edge: float, points: PointSample, target: int) -> float:
     """The edge of the 1-2-5 series from ``edge`` down at which the chunk the median sampled vertex lies in
-    holds closest to ``target`` vertices (log scale; the larger of equals).  It goes down while that chunk
-    holds more than ``target``, at most ``layout_chooser_steps`` steps, and never to an edge whose occupied
-    chunks average under ``layout_min_chunk_points`` vertices: each chunk is a request of a full read and a
-    PUT, and a dense cluster in a sparse background would otherwise ask for thousands of near-empty ones."""
+    holds closest to ``target`` vertices (log scale), moving only to an edge that divides the vertices of
+    that chunk by ``layout_density_gain`` or more.  It goes down while that chunk holds more than
+    ``target``, at most ``layout_chooser_steps`` steps, and never to an edge whose occupied chunks average
+    under ``layout_min_chunk_points`` vertices.  Why: each step makes up to 15 times as many chunks, each a
+    PUT and a request of a full read; a cluster too dense for any grid (a few metres across) would
+    otherwise buy a few percent off a small read with that, and a dense cluster in a sparse background
+    would ask for thousands of near-empty chunks."""
     settings = tuning()
-    best, least = edge, math.inf
+    best, least, kept = edge, math.inf, math.inf
     for step in range(settings.layout_chooser_steps):
         typical, occupied = points.census(edge)
         if step and points.n / occupied < settings.layout_min_chunk_points:
             break
         misfit = abs(math.log(max(typical, 1.0) / target))
-        if misfit < least:
-            best, least = edge, misfit
+        if misfit < least and typical * settings.layout_density_gain <= kept:
+            best, least, kept = edge, misfit, typical
         if typical <= target:
             break
         edge = _below(edge)
