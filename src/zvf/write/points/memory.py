@@ -80,7 +80,9 @@ async def write_points(
     pos = inputs.positions_array(cast("ArrayLike", positions), cfg.dtype)
     n, ndim = pos.shape
     lo, hi = inputs.bounds_for(pos, cfg.bounds, ndim)
-    chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n, points=layout.PointSample.of(pos))
+    auto = isinstance(chunk_shape, str) or isinstance(cfg.bin_shape, str)  # sampled for where the points are
+    chunk_shape, bin_shape = layout.resolve(chunk_shape, cfg.bin_shape, lo, hi, n,
+                                            points=layout.PointSample.of(pos) if auto else None)
     level_layout = LevelLayout.for_writing(chunk_shape, bin_shape, with_ids=object_ids is not None, ndim=ndim)
     frag_attrs = FragmentAttributes(fragment_attributes, ndim)
     attrs = inputs.row_attributes(attributes, n, "attributes")
