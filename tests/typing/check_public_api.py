@@ -60,7 +60,7 @@ def blocking() -> None:
     reveal_type(zvf.open)  # R: mode: str =, storage_options: TypedDict(zvf.io.options.StorageOptions
     reveal_type(zvf.Dataset.query)  # R: *, level: int =, attributes: str | typing.Sequence[str] | None =
     reveal_type(zvf.write_points)  # R: chunk_shape: typing.Sequence[float] | Literal['auto'], attributes:
-    reveal_type(zvf.write_mesh)  # R: compression: str | None =, shard_shape: int | typing.Sequence[int] | Literal['auto'] | None =
+    reveal_type(zvf.write_mesh)  # R: shard_shape: int | typing.Sequence[int] | Literal['auto'] | None =
     reveal_type(zvf.aio.write_graph)  # R: **options: **TypedDict(zvf.write.types.ObjectWriteOptions, {'bin_shape'?:
     wopts: zvf.WriteOptions = {"compression": "zstd", "dtype": "float64", "overwrite": True}
     assert_type(zvf.write_lines("l", np.zeros((2, 2, 3)), chunk_shape=(5, 5, 5), **wopts), zvf.WriteSummary)
