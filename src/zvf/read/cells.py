@@ -351,13 +351,14 @@ class CellArray:
         return out
 
     async def _decode_all(self, items: list[tuple[bytes | memoryview, str]]) -> list[memoryview]:
-        """Decode stored cells: on the event loop while they are few or small, else in ``decode_threads``
+        """Decode stored cells: on the event loop while they are few, small or uncompressed, else in ``decode_threads``
         worker threads at once (zstd lets go of the GIL: a bulk read decodes on every core).  Each thread's
         decoder has the array's whole :attr:`max_payload` budget, and the sum is checked after, so a lying
         store inflates at most ``decode_threads`` times what its level declares before it is refused."""
         settings = tuning()
         threads = min(settings.decode_threads, len(items))
-        if threads < 2 or sum(len(raw) for raw, _ in items) < settings.thread_decode_bytes:
+        stored = sum(len(raw) for raw, _ in items)
+        if threads < 2 or not self.codec.compressors or stored < settings.thread_decode_bytes:
             decode = self._decoder()
             return [decode(raw, name) for raw, name in items]
         groups = [items[g::threads] for g in range(threads)]
