@@ -93,6 +93,7 @@ class Tuning:
     spill_bytes: int = 32 << 20  # rows a streamed write or routing task buffers before a chunk-sorted run goes to disk
     upload_bytes: int = 32 << 20  # encoded cells a streamed write queues for upload at once (its spill_bytes twin)
     put_batch: int = 64  # blobs one uploader stores per worker-thread call where the executor batches puts
+    seek_frame_bytes: int = 4096  # raw bytes a zstd frame of a seekable point cell holds at least (runs of bins)
     piece_rows: int = 8192  # rows of a sharded vlen array (manifests) framed and compressed per work item
     link_cells_per_task: int = 64  # link cells encoded per worker task (amortizes the hand-off, overlaps uploads)
     deferred_link_records: int = 1 << 16  # link records a streamed object write queues before placing them

@@ -188,10 +188,25 @@ def test_byte_identical_to_reference(written):
     assert not differ, f"{len(differ)} files differ, e.g. {differ[:5]}"
 
 
+def _not_same_payloads(mine_path, ref_path, keys: list[str]) -> list[str]:
+    """Of cells (or shards) whose bytes differ, those plain zarr-python does not read as the same payloads."""
+    import zarr
+
+    arrays = sorted({k.split("/c/")[0] for k in keys if "/c/" in k})
+    bad = [k for k in keys if "/c/" not in k]
+    for name in arrays:
+        a, b = (zarr.open_group(str(p), mode="r")[name][...] for p in (mine_path, ref_path))
+        if [unwrap_cell(x) for x in a.reshape(-1)] != [unwrap_cell(x) for x in b.reshape(-1)]:
+            bad.append(name)
+    return bad
+
+
 def test_default_layout_differs_only_in_manifests(written):
+    """... and in zstd point cells of several bins, written seekable: the same payload in frames (plain zarr's
+    zstd decodes them to the reference's bytes)."""
     mine, ref = without_section(store_files(written.zvf_path)), store_files(written.ref_path)
     if written.variant.object_ids is None:
-        assert not _differing(mine, ref)
+        assert not _not_same_payloads(written.zvf_path, written.ref_path, _differing(mine, ref))
         return
     mine = {k: b for k, b in mine.items() if not k.startswith("0/object_index/manifests/")}
     ref = {k: b for k, b in ref.items() if not k.startswith("0/object_index/manifests/")}

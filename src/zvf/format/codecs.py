@@ -880,10 +880,12 @@ class CellCodec:
 
     # -- bytes ----------------------------------------------------------------
 
-    def _compress(self, raw: bytes) -> bytes:
+    def compress(self, raw: BytesLike) -> bytes:
+        """Raw bytes through the bytes-to-bytes codecs (what every encode ends with)."""
+        out = bytes(byte_view(raw)) if not isinstance(raw, bytes) else raw
         for name, cfg in self.compressors:
-            raw = _encode_one(name, cfg, raw)
-        return raw
+            out = _encode_one(name, cfg, out)
+        return out
 
     def _decompress(self, raw: BytesLike, key: str, max_size: int | None) -> memoryview:
         """Undo the codecs in reverse order; each stage's output is bounded by ``max_size``."""
@@ -900,7 +902,7 @@ class CellCodec:
         """Items -> stored bytes of one chunk (one inner chunk when sharded)."""
         if self.serializer != "vlen-bytes":
             raise InvalidArgumentError("encode_items: this array uses the bytes serializer; use encode()")
-        return self._compress(encode_vlen(items))
+        return self.compress(encode_vlen(items))
 
     def decode_items(
         self, raw: BytesLike, *, key: str = "?", expected: int | None = None, max_size: int | None = None
@@ -946,8 +948,8 @@ class CellCodec:
     def encode(self, payload: BytesLike) -> bytes:
         """One payload -> stored bytes (vlen frame of one item, or raw bytes for ``bytes``)."""
         if self.serializer == "vlen-bytes":
-            return self._compress(encode_vlen([payload]))
-        return self._compress(bytes(byte_view(payload)))
+            return self.compress(encode_vlen([payload]))
+        return self.compress(bytes(byte_view(payload)))
 
     def decode(self, raw: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes:
         """Stored bytes -> the single payload as ``bytes`` (see :meth:`decode_view` to avoid the copy)."""

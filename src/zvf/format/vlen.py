@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .types import BytesLike
 
 __all__ = [
+    "VLEN_HEADER",
     "as_u8",
     "byte_view",
     "decode_vlen",
@@ -37,6 +38,8 @@ __all__ = [
 
 _U32 = struct.Struct("<I")
 _ONE_ITEM = struct.Struct("<II")  # count, then the length of item 0
+#: Bytes of a one-item frame before its item (u32 count, u32 length): where a cell's rows begin.
+VLEN_HEADER = _ONE_ITEM.size
 _MAX_ITEM = 0xFFFFFFFF
 
 

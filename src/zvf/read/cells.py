@@ -10,6 +10,7 @@ Uncompressed plain cells can also be read partially, by row span.
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,12 +25,12 @@ from ..errors import FormatError, MissingDataError, SizeLimitError
 from ..format.codecs import CellCodec, decoded_limit
 from ..format.keys import ChunkKeyEncoding, format_chunk_id
 from ..format.metadata import ArrayMeta
+from ..format.seekable import SeekTable, decode_frames, seekable_codec
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
+from ..format.vlen import VLEN_HEADER
 from ..io.executor import Executor
-from ..io.plan import ByteRange
+from ..io.plan import ByteRange, choose_fetch
 
-# Payload header of a one-item vlen frame: u32 count, u32 length.
-VLEN_HEADER = 8
 # A cell's payload is one vlen item, whose length prefix is a u32: no cell holds more bytes.
 MAX_CELL_BYTES = (1 << 32) - 1
 # Channels assumed, to bound its cells, for a vertex attribute that declares none (0.9.2 writes the
@@ -37,8 +38,11 @@ MAX_CELL_BYTES = (1 << 32) - 1
 UNDECLARED_CHANNELS = 256
 # Executor cache of whole shards a level sweep goes on reading (see ``payloads(keep_shards=True)``).
 SHARD_CACHE = "shard"
-# Executor cache of decoded cells: concurrent and repeated box queries of a service decode each once.
+# Executor cache of decoded cells: concurrent and repeated box queries of a service decode each once
+# (and of the decoded frames of seekable cells, one entry per frame).
 DECODED_CACHE = "cell"
+# Executor cache of seekable cells' seek tables (an empty table: the cell has none).
+SEEK_CACHE = "seek_table"
 
 #: An absolute (or grid) chunk coordinate: a tuple, a list or a row of a coordinate array.
 ChunkCoords: TypeAlias = Sequence[int] | NDArray[np.integer[Any]]
@@ -154,10 +158,7 @@ class CellArray:
         if keep_shards or not self.codec.compressors:  # a sweep reads each cell once; raw cells decode for free
             return await self._fetch(chunks, keep_shards)
         # (namespace, the object holding the cell, the cell): the executor's own puts invalidate by object key
-        per = self.codec.shard
-        grid = [self.cell_coords(c) for c in chunks]
-        wanted = [(DECODED_CACHE, self.key_of(g if per is None else tuple(a // b for a, b in zip(g, per))), g)
-                  for g in grid]
+        wanted = [(DECODED_CACHE, self.object_key(g), g) for g in (self.cell_coords(c) for c in chunks)]
 
         async def fetch(missing: list[tuple[str, str, tuple[int, ...]]]) -> list[bytes | memoryview | None]:
             got = await self._fetch([np.asarray(m[2], dtype=np.int64) + self.origin for m in missing], False)
@@ -223,6 +224,154 @@ class CellArray:
         if raw is None:
             return None
         return self.codec.decode_items(raw, key=key)
+
+    @property
+    def seekable(self) -> bool:
+        """Cells may be seekable zstd (:mod:`zvf.format.seekable`): an array holding a row per vertex whose
+        codecs are vlen-bytes then zstd alone."""
+        return self._row_bytes() is not None and seekable_codec(self.codec)
+
+    def object_key(self, grid: tuple[int, ...]) -> str:
+        """Key of the object holding cell ``grid`` (its shard, when sharded)."""
+        per = self.codec.shard
+        return self.key_of(grid if per is None else tuple(a // b for a, b in zip(grid, per)))
+
+    def decoded_cached(self, chunk: ChunkCoords) -> bool:
+        """Whether ``chunk``'s decoded cell is in the executor's cache (:meth:`payloads` makes no request)."""
+        g = self.cell_coords(chunk)
+        return (DECODED_CACHE, self.object_key(g), g) in self.executor.cache(DECODED_CACHE)
+
+    def seek_cached(self, chunk: ChunkCoords) -> bool:
+        """Whether the seek table of ``chunk``'s cell is in the executor's cache."""
+        g = self.cell_coords(chunk)
+        return ("seek", self.object_key(g), g) in self.executor.cache(SEEK_CACHE)
+
+    async def seek_tables(self, chunks: ChunkList, guess: int, max_frames: int) -> list[SeekTable]:
+        """Seek table of each absolute chunk's cell, through the executor's cache: one read of the cell's last
+        ``guess`` bytes (a suffix of a plain cell; of a sharded inner chunk, the range ending where the shard
+        index says it ends), a second for a table longer than that.  A cell without one (written before
+        seekable cells, or by another writer) or absent gets an empty table: it is read whole.  ``max_frames``:
+        the most frames a cell may have (its bins: a frame holds whole bins)."""
+        grid = [self.cell_coords(c) for c in chunks]
+
+        async def fetch(missing: list[tuple[int, ...]]) -> list[SeekTable]:
+            return await self._read_seek_tables(missing, guess, max_frames)
+
+        return await self.executor.cached_many(SEEK_CACHE, [("seek", self.object_key(g), g) for g in grid],
+                                               lambda keys: fetch([k[2] for k in keys]),
+                                               lambda t: 64 + 16 * t.num_frames)
+
+    async def _read_seek_tables(self, grid: list[tuple[int, ...]], guess: int, max_frames: int) -> list[SeekTable]:
+        ends: list[tuple[str, int | None, int | None]] = []  # (object key, cell start, cell end): None plain
+        if self.codec.shard is None:
+            ends = [(self.key_of(g), None, None) for g in grid]
+        else:
+            by_shard = group_by_shard(grid, self._inner_per_shard())
+            keys = {s: self.key_of(s) for s in by_shard}
+            indexes = await self.executor.gather([self._shard_index(keys[s]) for s in by_shard])
+            ends = [("", None, None)] * len(grid)
+            for (shard, members), index in zip(by_shard.items(), indexes):
+                if index is None:
+                    ends = [("", -1, -1) if i in members else e for i, e in enumerate(ends)]
+                    continue
+                for i, start, n in zip(members, *self._spans(grid, members, shard, *index)):
+                    ends[i] = (keys[shard], start, start + n) if start >= 0 else ("", -1, -1)
+        empty = SeekTable(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+        async def one(key: str, start: int | None, end: int | None, size: int) -> SeekTable:
+            if start is not None and start < 0:
+                return empty  # absent inner chunk: the whole-cell read reports it
+            if start is None:
+                tail = await self.executor.get_suffix(key, size)
+            else:
+                assert end is not None
+                tail = await self.executor.get_range(key, max(start, end - size), end)
+            if tail is None:
+                return empty
+            where = key if start is None else f"{key}[{start}:{end}]"
+            whole = len(tail) < size if start is None or end is None else end - start <= size  # all of the cell
+            got = SeekTable.parse(tail, key=where, max_frames=max_frames)
+            if isinstance(got, int):
+                if whole:
+                    raise FormatError(f"{where}: seek table needs {got} bytes, the cell holds {len(tail)}")
+                return await one(key, start, end, got)
+            if got is None:
+                return empty
+            if whole and got.frames_nbytes + got.nbytes != len(tail):
+                raise FormatError(f"{where}: seek table lists {got.frames_nbytes} bytes of frames, the cell holds "
+                                  f"{len(tail) - got.nbytes} before its table")
+            return got
+
+        return list(await self.executor.gather([one(k, s, e, guess) for k, s, e in ends]))
+
+    async def frame_rows(self, chunk: ChunkCoords, spans: np.ndarray, row_bytes: int, n_rows: int,
+                         guess: int, max_frames: int) -> bytes | None:
+        """Concatenated bytes of row spans [(start, stop), ...] of a cell of ``n_rows`` rows (by its fragment
+        index), from the frames of a seekable cell holding them -- each decoded frame cached -- or from the
+        whole cell where it has no seek table or the cost model prefers it whole.  The table is checked
+        against the rows (sizes, whole rows per frame, the vlen header), every frame against the table."""
+        g = self.cell_coords(chunk)
+        objkey = self.object_key(g)
+        one = np.asarray(chunk, dtype=np.int64).reshape(1, -1)
+        table = (await self.seek_tables(one, guess, max_frames))[0]
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        if table.num_frames == 0:
+            return _span_bytes((await self.payloads(one))[0], spans, row_bytes, objkey)
+        where = f"{objkey}[{list(g)}]" if self.codec.shard is not None else objkey
+        out_ends = table.out_ends
+        rows_end = (out_ends - VLEN_HEADER) // row_bytes
+        if int(out_ends[-1]) != VLEN_HEADER + n_rows * row_bytes or out_ends[0] < VLEN_HEADER or \
+                ((out_ends - VLEN_HEADER) % row_bytes).any():
+            raise FormatError(f"{where}: seek table frames decode to {table.decompressed.tolist()} bytes, not "
+                              f"whole {row_bytes}-byte rows of the {n_rows} rows its fragment index lists")
+        spans = spans[spans[:, 1] > spans[:, 0]]
+        if not len(spans):
+            return b""
+        first = np.searchsorted(rows_end, spans[:, 0], side="right")
+        last = np.searchsorted(rows_end, spans[:, 1] - 1, side="right")
+        frames = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
+        starts = table.starts
+        handle = self.executor.handle
+        needed = list(zip(starts[frames].tolist(), (starts + table.compressed)[frames].tolist()))
+        if choose_fetch(table.frames_nbytes, needed, handle.latency_hint, handle.bandwidth_hint) == "whole":
+            return _span_bytes((await self.payloads(one))[0], spans, row_bytes, objkey)
+        base = 0
+        if self.codec.shard is not None:
+            shard = tuple(a // b for a, b in zip(g, self._inner_per_shard()))
+            index = await self._shard_index(objkey)
+            if index is None:
+                raise FormatError(f"{where}: shard vanished while reading its frames")
+            found, _n = self._spans([g], [0], shard, *index)
+            base = found[0]
+
+        async def fetch(missing: list[int]) -> list[memoryview]:
+            runs = np.split(np.asarray(missing, np.int64), np.flatnonzero(np.diff(missing) != 1) + 1)
+            ranges = [ByteRange(objkey, base + int(starts[r[0]]), base + int(starts[r[-1]] + table.compressed[r[-1]]))
+                      for r in runs]
+            parts = await self.executor.read_ranges(ranges)
+            out: list[memoryview] = []
+            for r, part in zip(runs, parts):
+                if part is None:
+                    raise FormatError(f"{where}: cell vanished while reading its frames")
+                data = memoryview(decode_frames(part, table, int(r[0]), int(r[-1]), key=where))
+                cut = np.r_[0, np.cumsum(table.decompressed[r])]
+                out += [data[a:b] for a, b in zip(cut[:-1].tolist(), cut[1:].tolist())]
+            return out
+
+        decoded = await self.executor.cached_many(
+            DECODED_CACHE, [("frame", objkey, g, int(f)) for f in frames],
+            lambda keys: fetch([k[3] for k in keys]), len)
+        got = dict(zip(frames.tolist(), decoded))
+        if 0 in got and bytes(got[0][:VLEN_HEADER]) != struct.pack("<II", 1, n_rows * row_bytes):
+            raise FormatError(f"{where}: first frame's vlen header does not hold one item of {n_rows} rows")
+        out_starts = out_ends - table.decompressed
+        pieces = []
+        for a, b, f0, f1 in zip(spans[:, 0].tolist(), spans[:, 1].tolist(), first.tolist(), last.tolist()):
+            for f in range(f0, f1 + 1):
+                lo = max(VLEN_HEADER + a * row_bytes, int(out_starts[f])) - int(out_starts[f])
+                hi = min(VLEN_HEADER + b * row_bytes, int(out_ends[f])) - int(out_starts[f])
+                pieces.append(got[f][lo:hi])
+        return b"".join(pieces)
 
     async def row_spans(self, chunk: ChunkCoords, spans: np.ndarray, row_bytes: int) -> bytes | None:
         """Concatenated bytes of row spans [(start, stop), ...] of an uncompressed plain cell."""
@@ -393,6 +542,16 @@ class CellArray:
         absent = starts == EMPTY
         return (np.where(absent, -1, starts.astype(np.int64)).tolist(),
                 np.where(absent, 0, nbytes[slot].astype(np.int64)).tolist())
+
+
+def _span_bytes(payload: bytes | memoryview | None, spans: np.ndarray, row_bytes: int, key: str) -> bytes | None:
+    """Row spans [(start, stop), ...] of a decoded cell payload, concatenated (None: absent)."""
+    if payload is None:
+        return None
+    mv = memoryview(payload)
+    if len(spans) and int(spans[:, 1].max()) * row_bytes > mv.nbytes:
+        raise FormatError(f"{key}: cell of {mv.nbytes} bytes ends before the rows its fragment index lists")
+    return b"".join(mv[int(a) * row_bytes:int(b) * row_bytes] for a, b in spans)
 
 
 def _payload_bytes(payload: bytes | memoryview | None) -> int:

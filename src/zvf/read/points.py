@@ -9,7 +9,9 @@ chunk) and the inverted object index.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import numpy as np
@@ -18,6 +20,7 @@ from ..config import tuning
 from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import FragmentIndex, decode_fragment_index, tiling_counts
 from ..format.grid import inside
+from ..format.seekable import seek_table_size
 from ..io.plan import choose_fetch
 from .cells import CellArray, ChunkCoords, ChunkList, group_by_shard, rows_from_payload
 from .selection import Selection
@@ -398,10 +401,30 @@ def chunk_owners(fi: Labelling, per_frag: np.ndarray | None, n_rows: int) -> np.
     return oids
 
 
+@dataclass(frozen=True)
+class Seek:
+    """How to read row spans of seekable cells (:meth:`CellArray.frame_rows`): each chunk's rows by its
+    fragment index, and the seek-table read sized for a level's cells."""
+
+    rows: Mapping[int, int]  # chunk position -> rows its fragment index lists
+    guess: int  # bytes of a cell's end read for its seek table
+    max_frames: int  # the most frames a cell may have (its bins)
+
+    @classmethod
+    def sized(cls, level: Level, arrays: Mapping[str, CellArray], rows: Mapping[int, int]) -> Seek:
+        """The seek-table read for ``level``: twice the frames a typical cell of its widest array holds
+        (``seek_frame_bytes`` raw each), never more than its bins."""
+        bins = level.layout.bins_in_chunk
+        per_chunk = max(1, level.meta.vertex_count or 0) / max(1, len(level.nonempty_chunks))
+        widest = max((row_nbytes(a) for a in arrays.values()), default=1)
+        frames = min(bins, 2 * math.ceil(per_chunk * widest / tuning().seek_frame_bytes) + 2)
+        return cls(rows, seek_table_size(frames), bins)
+
+
 async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list: ChunkList,
-                spans: Mapping[int, np.ndarray] | None, sweep: bool = False) -> Payloads:
+                spans: Mapping[int, np.ndarray] | None, sweep: bool = False, seek: Seek | None = None) -> Payloads:
     """Payloads per array and chunk: whole cells, or only ``spans[i]`` rows of chunk ``i`` (``sweep``: see
-    :func:`read_chunks`)."""
+    :func:`read_chunks`; ``seek``: the spans are read from the frames of seekable cells)."""
     spans = spans or {}
     whole = [i for i in range(len(chunk_list)) if i not in spans]
     jobs: list[Awaitable[list[bytes | memoryview | None]]] = []
@@ -410,7 +433,8 @@ async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list:
         jobs.append(arr.payloads([chunk_list[i] for i in whole], keep_shards=sweep and name == "vertex_fragments"))
         slots.append((name, whole))
         for i, rows in spans.items():
-            jobs.append(_spans(arr, chunk_list[i], rows))
+            jobs.append(_spans(arr, chunk_list[i], rows) if seek is None else
+                        _frames(arr, chunk_list[i], rows, seek, i))
             slots.append((name, [i]))
     results = await executor.gather(jobs)  # raises the first error itself, naming its key
     out: Payloads = {name: [None] * len(chunk_list) for name in arrays}
@@ -423,6 +447,11 @@ async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list:
 async def _spans(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray) -> list[bytes | memoryview | None]:
     row_bytes = row_nbytes(arr)
     return [await arr.row_spans(chunk, rows, row_bytes)]
+
+
+async def _frames(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray, seek: Seek, i: int
+                  ) -> list[bytes | memoryview | None]:
+    return [await arr.frame_rows(chunk, rows, row_nbytes(arr), seek.rows[i], seek.guess, seek.max_frames)]
 
 
 def row_nbytes(arr: CellArray) -> int:

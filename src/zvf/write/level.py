@@ -23,6 +23,7 @@ from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.grid import CellCodes
 from ..format.layout import LevelLayout
+from ..format.seekable import encode_seekable, frame_cuts, seekable_codec
 from ..format.vlen import encode_vlen_rows
 from .partition import Partition, partition_codes
 from .store_writer import SpatialArrayOut, StoreWriter, empty_group, ordered_map
@@ -132,12 +133,16 @@ def row_view(a: np.ndarray) -> np.ndarray:
 
 async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, attributes: dict[str, np.ndarray],
                    fragments_of: Callable[[int], FragmentIndex] | None,
-                   attribute_docs: dict[str, dict[str, Any]] | None = None) -> None:
+                   attribute_docs: dict[str, dict[str, Any]] | None = None, *, seekable: bool = False) -> None:
     """Upload vertices, fragment indexes and attributes of every chunk of a partition.
 
     Each chunk's rows are gathered and its cells encoded in worker threads
     while earlier chunks upload (no sorted copy of the whole input);
     ``attribute_docs`` overrides the document attributes of named vertex attributes.
+    ``seekable``: the fragments are the chunks' bins (points without ids) and zvf's layout is wanted (not
+    the reference's bytes): zstd cells of a chunk of several bins are written seekable
+    (:mod:`zvf.format.seekable`), a frame per run of bins of at least ``seek_frame_bytes`` (a
+    :mod:`zvf.config` setting), so a box reads only the frames of its bins.
     """
     verts = level.array("vertices", builders.vertices_attributes(positions.dtype))
     frags = level.array("vertex_fragments", builders.vertex_fragments_attributes())
@@ -150,18 +155,25 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
     ]
     outs = [frags] + [out for out, _ in columns]
 
-    def cell(codec: CellCodec, col: np.ndarray, rows: np.ndarray) -> bytes | np.ndarray:
+    frame_bytes = tuning().seek_frame_bytes
+
+    def cell(codec: CellCodec, col: np.ndarray, rows: np.ndarray, bins: np.ndarray | None) -> bytes | np.ndarray:
         if codec.serializer == "vlen-bytes" and not codec.compressors and col.ndim == 1:
             frame = encode_vlen_rows(col, rows)  # gathered straight into its frame
             if frame is not None:
                 return frame
-        return codec.encode(np.take(col, rows, axis=0).view(np.uint8))
+        payload = np.take(col, rows, axis=0).view(np.uint8)
+        if bins is not None and col.ndim == 1 and seekable_codec(codec):
+            return encode_seekable(codec, payload, frame_cuts(bins, col.itemsize, frame_bytes), col.itemsize)
+        return codec.encode(payload)
 
     def encode(k: int) -> list[bytes | np.ndarray]:
         assert fragments_of is not None  # None only for a partition without chunks
         rows = part.order[part.chunk_starts[k]:part.chunk_starts[k + 1]]
-        blobs: list[bytes | np.ndarray] = [frags.codec.encode(encode_fragment_index(fragments_of(k)))]
-        return blobs + [cell(out.codec, col, rows) for out, col in columns]
+        fi = fragments_of(k)
+        bins = fi.counts if seekable and fi.num_fragments > 1 and fi.tiles(len(rows)) else None
+        blobs: list[bytes | np.ndarray] = [frags.codec.encode(encode_fragment_index(fi))]
+        return blobs + [cell(out.codec, col, rows, bins) for out, col in columns]
 
     async def store(k: int, blobs: list[bytes | np.ndarray]) -> None:
         chunk = part.chunks[k]

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...format.shard import index_nbytes
+from ...format.vlen import VLEN_HEADER
 from ...io.plan import ByteRange, coalesce
 from .. import load
-from ..cells import VLEN_HEADER
 from ..context import ReadContext
 from ..links import level_links
 from ..load import LINKED, SEQUENTIAL
-from ..points import row_nbytes
+from ..points import Seek, row_nbytes
 from ..rowops import match_rows
 from .objects import linked_chunks
-from .points import fi_key, point_job
+from .points import PointJob, fi_key, point_job
 from .resolve import Resolved
 
 if TYPE_CHECKING:
@@ -195,7 +195,11 @@ async def build_plan(rc: ReadContext, ctx: Resolved) -> QueryPlan:
                          f"enough vertices arrived (the waves below are the most it reads)")
         need = [] if frag is None else [chunks[i] for i in job.first_fi
                                         if fi_key(frag, chunks[i]) not in frag.executor.cache("fragment_index")]
-        if len(job.first_fi) and not job.owner_fi_only:
+        if len(job.first_fi) and not job.owner_fi_only and job.seek:
+            waves += _seek_waves(lvl, job, chunks, need, per_chunk)
+            notes.append(f"{len(job.first_fi)} chunk(s) read by the zstd frames of the bins the box touches "
+                         "(seekable cells; a cell without a seek table comes whole)")
+        elif len(job.first_fi) and not job.owner_fi_only:
             frag = lvl.need("vertex_fragments")
             why = "the id set's fragments" if job.obj_frags is not None else "the bins the box touches"
             waves += _wave(f"fragment indexes (row spans of {why})", [_cell_reads(frag, need, "vertex_fragments")])
@@ -208,9 +212,10 @@ async def build_plan(rc: ReadContext, ctx: Resolved) -> QueryPlan:
             waves += _wave(f"where attributes ({ranged_note})", parts)
             notes.append("vertex where: attribute cells first, then only chunks with passing rows, by row range "
                          "when the cost model favours it (the last wave lists the most it reads)")
-        waves += _wave("vertices and attributes" + (" of chunks with passing rows (at most)" if job.where else ""),
-                       [_cell_reads(a, chunks, n, est_rows=per_chunk) for n, a in job.final.items()],
-                       exact=not job.where and not len(job.first_fi))
+        if not job.seek:
+            waves += _wave("vertices and attributes" + (" of chunks with passing rows (at most)" if job.where else ""),
+                           [_cell_reads(a, chunks, n, est_rows=per_chunk) for n, a in job.final.items()],
+                           exact=not job.where and not len(job.first_fi))
     elif g in SEQUENTIAL:
         waves, n_cand, note = await _plan_sequential(rc, ctx, per_chunk)
         notes.append(note)
@@ -233,6 +238,33 @@ async def build_plan(rc: ReadContext, ctx: Resolved) -> QueryPlan:
                      coalesce_gap=rc.ex.handle.coalesce_gap, coalesce_max=rc.ex.handle.coalesce_max,
                      concurrency=rc.ex.concurrency)
     return plan
+
+
+def _seek_waves(lvl: load.Level, job: PointJob, chunks: list[tuple[int, ...]], need: list[tuple[int, ...]],
+                per_chunk: float) -> list[Wave]:
+    """Waves of a box read from seekable cells: [shard indexes,] the fragment indexes beside each array's seek
+    tables (a cell's last bytes) of the chunks the box cuts, then the frames of the bins it touches in those
+    chunks and the whole cells of the chunks it holds."""
+    arrays = {**job.where, **job.final}
+    seek = Seek.sized(lvl, arrays, {})
+    partial = [chunks[i] for i in job.first_fi]
+    inside = [c for i, c in enumerate(chunks) if i not in set(job.first_fi.tolist())]
+    share = float(job.bins[job.first_fi].mean()) if job.bins is not None and len(job.first_fi) else 1.0
+    parts = [_cell_reads(lvl.need("vertex_fragments"), need, "vertex_fragments")]
+    frames: list[PlannedRead] = []
+    for name, arr in arrays.items():
+        tables = [c for c in partial if not arr.seek_cached(c)]
+        sharded = arr.codec.shard is not None
+        parts.append((_cell_reads(arr, tables, name)[0] if sharded else [],
+                      [PlannedRead(arr.object_key(arr.cell_coords(c)), 0 if sharded else -seek.guess, None,
+                                   f"{name} seek table" + (" (range)" if sharded else ""), seek.guess)
+                       for c in tables]))
+        est = int(per_chunk * share * row_nbytes(arr))
+        frames += [PlannedRead(arr.object_key(arr.cell_coords(c)), 0, None, f"{name} frames (ranges)", est)
+                   for c in partial]
+        frames += _cell_reads(arr, inside, name, est_rows=per_chunk)[1]
+    return [*_wave("fragment indexes and seek tables of the chunks the box cuts", parts),
+            Wave("frames of the bins the box touches, whole cells of the chunks it holds", tuple(frames), False)]
 
 
 def _chunkset_parts(lvl: load.Level, chunks: Sequence[tuple[int, ...]], names: list[str], per_chunk: float,

@@ -5,11 +5,12 @@ model favours them."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ...config import tuning
 from ...errors import InvalidArgumentError
 from ...format.fragments import FragmentIndex, decode_fragment_index
 from ...io.plan import choose_fetch
@@ -19,6 +20,7 @@ from ..context import Owners, ReadContext
 from ..points import (
     Pick,
     RowPicks,
+    Seek,
     attribute_layout,
     attribute_rows,
     axes_inside,
@@ -48,6 +50,7 @@ class PointJob:
     owners: Owners | None  # chunk -> object id per fragment
     ranged: bool  # every array can be read by row range
     owner_fi_only: bool = False  # fragment indexes serve only to name owners (read beside the where cells)
+    seek: bool = False  # the bins' rows come from the frames of seekable cells (seek tables beside the indexes)
 
 
 async def point_job(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None = None) -> PointJob:
@@ -75,31 +78,34 @@ async def point_job(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None = 
     final = {k: lvl.need(k) for k in final_names}
     frag = lvl.array("vertex_fragments")
     ranged = all(a.partial_rows_ok for a in (*final.values(), *where.values()))
+    seek = not ranged and all(a.seekable for a in (*final.values(), *where.values()))
     first = np.zeros(0, dtype=np.int64)
     bins = None
+    # with object ids, fragments are per object, not per bin
+    by_bins = box is not None and frag is not None and owners is None and lvl.layout.fragments_are_bins \
+        and lvl.layout.bins_in_chunk > 1
+    mask = lvl.layout.bins_touching(cand, *box) if by_bins and box is not None else None
+    partial = np.flatnonzero(~mask.all(axis=1)) if mask is not None else np.zeros(0, np.int64)
     if obj_frags is not None and frag is not None:
         first = np.arange(len(cand))
-    elif (box is not None and ranged and frag is not None and owners is None and lvl.layout.fragments_are_bins
-          and lvl.layout.bins_in_chunk > 1):  # with object ids, fragments are per object, not per bin
-        mask = lvl.layout.bins_touching(cand, *box)
-        partial = np.flatnonzero(~mask.all(axis=1))
-        if len(partial) and _narrow_pays(rc, lvl, cand, partial, mask, {**final, **where}):
-            first, bins = partial, mask
-    elif box is not None and not ranged and not where and frag is not None and owners is None \
-            and lvl.layout.fragments_are_bins and lvl.layout.bins_in_chunk > 1:
+    elif mask is not None and (ranged or seek) and len(partial) and \
+            _narrow_pays(rc, lvl, cand, partial, mask, {**final, **where}, seek):
+        first, bins = partial, mask
+    else:
+        seek = False
+    if mask is not None and frag is not None and not len(first) and not ranged and not where and len(cand) \
+            and not mask.all():
         # compressed cells come whole; their bin spans (fetched beside them) narrow the box test to the
         # rows of the bins the box touches, not every row of every chunk it cuts
-        mask = lvl.layout.bins_touching(cand, *box)
-        if len(cand) and not mask.all():
-            bins = mask
-            final["vertex_fragments"] = frag
+        bins = mask
+        final["vertex_fragments"] = frag
     if owners is not None and obj_frags is None:
         if where:  # rows get picked by where: owners come from indexes read beside the where cells
             first = np.arange(len(cand))
         else:
             final["vertex_fragments"] = lvl.need("vertex_fragments")
     return PointJob(cand, final, where, first, bins, obj_frags, owners, ranged,
-                     owners is not None and obj_frags is None and bool(where))
+                    owners is not None and obj_frags is None and bool(where), seek)
 
 
 def fi_key(frag: CellArray, chunk: Sequence[int] | np.ndarray) -> str:
@@ -109,20 +115,32 @@ def fi_key(frag: CellArray, chunk: Sequence[int] | np.ndarray) -> str:
 
 
 def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np.ndarray, mask: np.ndarray,
-                 arrays: dict[str, CellArray]) -> bool:
-    """Bin spans are worth it when the fragment indexes are cached, or by the cost model
-    (one more round trip against the bytes of untouched bins)."""
+                 arrays: dict[str, CellArray], seek: bool) -> bool:
+    """Bin spans are worth it when the fragment indexes (and, for seekable cells, the seek tables) are
+    cached, or by the cost model: one more round trip against the bytes of untouched bins -- for seekable
+    cells, of untouched frames (``seek_frame_bytes`` each at least), and never when the cells are decoded in
+    the cache already."""
     frag = lvl.need("vertex_fragments")
     cache = frag.executor.cache("fragment_index")
-    if all(fi_key(frag, cand[i]) in cache for i in partial):
+    indexed = all(fi_key(frag, cand[i]) in cache for i in partial)
+    if seek:
+        if all(a.decoded_cached(cand[i]) for a in arrays.values() for i in partial):
+            return False
+        indexed = indexed and all(a.seek_cached(cand[i]) for a in arrays.values() for i in partial)
+        if indexed:
+            return True
+    elif indexed:
         return True
     handle = frag.executor.handle
     row_bytes = sum(row_nbytes(a) for a in arrays.values())
     per_chunk = row_bytes * max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks))
     whole = int(per_chunk * len(partial))
     needed = int(whole * mask[partial].mean())
+    if seek:  # every touched run of bins rounds up to whole frames, in each array
+        runs = int((np.diff(mask[partial].astype(np.int8), axis=1) == 1).sum() + mask[partial, 0].sum())
+        needed = min(whole, needed + runs * tuning().seek_frame_bytes * len(arrays))
     return choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
-                        ranged_round_trips=2) == "ranges"
+                        ranged_round_trips=1 if indexed else 2) == "ranges"
 
 
 def _runs(rows: np.ndarray) -> np.ndarray:
@@ -164,8 +182,18 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
     first = set(job.first_fi.tolist())
     need_fi = [k for k, i in enumerate(idx) if int(i) in first]
     fis: dict[int, FragmentIndex] = {}
+    seek = None
     if need_fi and not job.owner_fi_only:
-        fis = dict(zip(need_fi, await fragment_indexes(lvl.need("vertex_fragments"), [chunks[k] for k in need_fi])))
+        fi_chunks = [chunks[k] for k in need_fi]
+        indexes: Awaitable[list[FragmentIndex]] = fragment_indexes(lvl.need("vertex_fragments"), fi_chunks)
+        if job.seek:  # the seek tables in the indexes' wave
+            seek = Seek.sized(lvl, {**job.final, **job.where}, {})
+            got_fi, *_ = await rc.ex.gather([indexes, *(a.seek_tables(fi_chunks, seek.guess, seek.max_frames)
+                                                         for a in (*job.final.values(), *job.where.values()))])
+            fis = dict(zip(need_fi, cast("list[FragmentIndex]", got_fi)))
+        else:
+            fis = dict(zip(need_fi, await indexes))
+    cell_rows: dict[int, int] = {}  # k -> rows of a seekable chunk, by its fragment index
     spans: dict[int, np.ndarray] = {}  # k -> row spans to read (absent = whole cell)
     for k, fi in ({} if job.owner_fi_only else fis).items():
         frags: list[int] | np.ndarray
@@ -176,9 +204,14 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
                 continue  # fragments do not line up with bins: whole cell
             assert job.bins is not None  # a chunk's index is read first for its ids or for its bins
             frags = np.flatnonzero(job.bins[idx[k]])
+            if job.seek:
+                n_rows = int(fi.counts.sum())
+                if not fi.tiles(n_rows):
+                    continue  # not rows sorted by bin: whole cell
+                cell_rows[k] = n_rows
         s, e = fi.spans(np.asarray(frags, dtype=np.int64))
         spans[k] = np.stack((s, e), axis=1)
-    if not job.ranged:  # spans still say which rows are wanted; the cells come whole
+    if not job.ranged and not job.seek:  # spans still say which rows are wanted; the cells come whole
         wanted = {k: _span_rows(v) for k, v in spans.items()}
         spans = {}
     else:
@@ -187,8 +220,10 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
     where_vals: dict[str, dict[int, np.ndarray]] = {}  # array name -> chunk -> passing rows
     fetched: dict[int, np.ndarray | None] = {k: (_span_rows(spans[k]) if k in spans else None) for k in live}
     if job.where:
+        if seek is not None:
+            seek = replace(seek, rows={j: cell_rows[k] for j, k in enumerate(live) if k in cell_rows})
         jobs: list[Awaitable[object]] = [fetch(lvl.need("vertices").executor, job.where, [chunks[k] for k in live],
-                                                {j: spans[k] for j, k in enumerate(live) if k in spans})]
+                                                {j: spans[k] for j, k in enumerate(live) if k in spans}, seek=seek)]
         if job.owner_fi_only:  # owners' fragment indexes in the same wave as the where cells
             jobs.append(fragment_indexes(lvl.need("vertex_fragments"), [chunks[k] for k in live]))
         first_got, *more = await rc.ex.gather(jobs)
@@ -228,10 +263,12 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
         live = keep_live
         spans = new_spans
         fetched = {k: (_span_rows(spans[k]) if k in spans else None) for k in live}
+    if seek is not None:
+        seek = replace(seek, rows={j: cell_rows[k] for j, k in enumerate(live) if k in cell_rows})
     payloads = await fetch(lvl.need("vertices").executor, job.final, [chunks[k] for k in live],
-                           {j: spans[k] for j, k in enumerate(live) if k in spans})
+                           {j: spans[k] for j, k in enumerate(live) if k in spans}, seek=seek)
     runs = {}
-    if job.bins is not None and not job.ranged and job.owners is None:  # bin spans of whole compressed cells
+    if job.bins is not None and not job.ranged and not job.seek and job.owners is None:  # bins of whole cells
         runs = _touched_runs(ctx, job, chunks, idx, live, payloads)
     return _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_vals, fis, runs)
 

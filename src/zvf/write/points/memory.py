@@ -116,7 +116,8 @@ async def write_points(
             s = part.chunk_fragments(k)
             return FragmentIndex.from_ranges(part.frag_starts[s], part.frag_counts[s])
 
-        await put_rows(level, part, pos, attrs, fragments_of)
+        await put_rows(level, part, pos, attrs, fragments_of,
+                       seekable=oids is None and cfg.object_index_layout != "reference")
         await frag_attrs.put_partition(level, part)
         await level.finish()
 
