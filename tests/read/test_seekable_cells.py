@@ -187,3 +187,27 @@ def test_damaged_table_or_frame_is_an_error_naming_the_cell(store, tmp_path, wha
     bad = _damaged_copy(url, tmp_path / "bad.zarrvectors", damage)
     with tuned(**FRAMES), zvf.open(bad) as ds, pytest.raises(FormatError, match="0/vertices/c/"):
         ds.query((lo, hi))
+
+
+def test_small_box_bytes_within_three_times_its_answer(tmp_path):
+    """1 M uniform points, 50-unit chunks (125 k points each) of 5-unit bins (1000 bins, ~125 points each), zstd:
+    a box of 0.8 % of the points on bin boundaries reads at most 3x its answer's bytes (rows x (12 + 1 + 4)) --
+    fragment index, seek tables and frames together -- where the whole cell is 8x that.  (The same box
+    cutting every bin it touches reads ~3.3x: the bins it touches hold ~2x its points.)"""
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    pos = rng.uniform(0, 100, (n, 3)).astype(np.float32)
+    cls = rng.integers(0, 5, n).astype(np.uint8)
+    inten = rng.random(n).astype(np.float32)
+    url = str(tmp_path / "m.zarrvectors")
+    zvf.write_points(url, pos, attributes={"class": cls, "intensity": inten}, chunk_shape=[50.0] * 3,
+                     bin_shape=[5.0] * 3, compression="zstd", shard_shape=None)
+    lo, hi = [10.0, 10.0, 10.0], [29.9, 29.9, 29.9]
+    with zvf.open(url) as ds:
+        start = ds.stats.bytes
+        got = ds.query((lo, hi))
+        read = ds.stats.bytes - start
+    want = _truth(pos, np.asarray(lo), np.asarray(hi))
+    assert len(got) == len(want) > 7_000
+    answer = len(want) * (12 + 1 + 4)
+    assert read <= 3 * answer, (read, answer)

@@ -361,17 +361,15 @@ class CellArray:
         decoded = await self.executor.cached_many(
             DECODED_CACHE, [("frame", objkey, g, int(f)) for f in frames],
             lambda keys: fetch([k[3] for k in keys]), len)
-        got = dict(zip(frames.tolist(), decoded))
-        if 0 in got and bytes(got[0][:VLEN_HEADER]) != struct.pack("<II", 1, n_rows * row_bytes):
+        if frames[0] == 0 and bytes(decoded[0][:VLEN_HEADER]) != struct.pack("<II", 1, n_rows * row_bytes):
             raise FormatError(f"{where}: first frame's vlen header does not hold one item of {n_rows} rows")
-        out_starts = out_ends - table.decompressed
-        pieces = []
-        for a, b, f0, f1 in zip(spans[:, 0].tolist(), spans[:, 1].tolist(), first.tolist(), last.tolist()):
-            for f in range(f0, f1 + 1):
-                lo = max(VLEN_HEADER + a * row_bytes, int(out_starts[f])) - int(out_starts[f])
-                hi = min(VLEN_HEADER + b * row_bytes, int(out_ends[f])) - int(out_starts[f])
-                pieces.append(got[f][lo:hi])
-        return b"".join(pieces)
+        buf = memoryview(b"".join(decoded))
+        at = np.zeros(table.num_frames, np.int64)  # where each frame read starts in ``buf``
+        at[frames] = np.cumsum(table.decompressed[frames]) - table.decompressed[frames]
+        skip = out_ends - table.decompressed - at  # payload offset -> ``buf`` offset, per frame
+        lo = VLEN_HEADER + spans[:, 0] * row_bytes - skip[first]  # a span's frames lie back to back in ``buf``
+        hi = VLEN_HEADER + spans[:, 1] * row_bytes - skip[last]
+        return b"".join(buf[a:b] for a, b in zip(lo.tolist(), hi.tolist()))
 
     async def row_spans(self, chunk: ChunkCoords, spans: np.ndarray, row_bytes: int) -> bytes | None:
         """Concatenated bytes of row spans [(start, stop), ...] of an uncompressed plain cell."""

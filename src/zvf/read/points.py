@@ -407,18 +407,19 @@ class Seek:
     fragment index, and the seek-table read sized for a level's cells."""
 
     rows: Mapping[int, int]  # chunk position -> rows its fragment index lists
-    guess: int  # bytes of a cell's end read for its seek table
-    max_frames: int  # the most frames a cell may have (its bins)
+    per_chunk: float  # rows of a typical cell
+    max_frames: int  # the most frames a cell may have (its bins: a frame holds whole bins)
 
     @classmethod
-    def sized(cls, level: Level, arrays: Mapping[str, CellArray], rows: Mapping[int, int]) -> Seek:
-        """The seek-table read for ``level``: twice the frames a typical cell of its widest array holds
-        (``seek_frame_bytes`` raw each), never more than its bins."""
-        bins = level.layout.bins_in_chunk
+    def of(cls, level: Level) -> Seek:
         per_chunk = max(1, level.meta.vertex_count or 0) / max(1, len(level.nonempty_chunks))
-        widest = max((row_nbytes(a) for a in arrays.values()), default=1)
-        frames = min(bins, 2 * math.ceil(per_chunk * widest / tuning().seek_frame_bytes) + 2)
-        return cls(rows, seek_table_size(frames), bins)
+        return cls({}, per_chunk, level.layout.bins_in_chunk)
+
+    def guess(self, arr: CellArray) -> int:
+        """Bytes of a cell's end read for its seek table: the table of twice the frames a typical cell of
+        ``arr`` holds (``seek_frame_bytes`` raw each), never more than a cell's bins."""
+        frames = 2 * math.ceil(self.per_chunk * row_nbytes(arr) / tuning().seek_frame_bytes) + 2
+        return seek_table_size(min(self.max_frames, frames))
 
 
 async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list: ChunkList,
@@ -451,7 +452,7 @@ async def _spans(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray) -> list[b
 
 async def _frames(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray, seek: Seek, i: int
                   ) -> list[bytes | memoryview | None]:
-    return [await arr.frame_rows(chunk, rows, row_nbytes(arr), seek.rows[i], seek.guess, seek.max_frames)]
+    return [await arr.frame_rows(chunk, rows, row_nbytes(arr), seek.rows[i], seek.guess(arr), seek.max_frames)]
 
 
 def row_nbytes(arr: CellArray) -> int:

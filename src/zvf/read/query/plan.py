@@ -246,7 +246,7 @@ def _seek_waves(lvl: load.Level, job: PointJob, chunks: list[tuple[int, ...]], n
     tables (a cell's last bytes) of the chunks the box cuts, then the frames of the bins it touches in those
     chunks and the whole cells of the chunks it holds."""
     arrays = {**job.where, **job.final}
-    seek = Seek.sized(lvl, arrays, {})
+    seek = Seek.of(lvl)
     partial = [chunks[i] for i in job.first_fi]
     inside = [c for i, c in enumerate(chunks) if i not in set(job.first_fi.tolist())]
     share = float(job.bins[job.first_fi].mean()) if job.bins is not None and len(job.first_fi) else 1.0
@@ -256,8 +256,8 @@ def _seek_waves(lvl: load.Level, job: PointJob, chunks: list[tuple[int, ...]], n
         tables = [c for c in partial if not arr.seek_cached(c)]
         sharded = arr.codec.shard is not None
         parts.append((_cell_reads(arr, tables, name)[0] if sharded else [],
-                      [PlannedRead(arr.object_key(arr.cell_coords(c)), 0 if sharded else -seek.guess, None,
-                                   f"{name} seek table" + (" (range)" if sharded else ""), seek.guess)
+                      [PlannedRead(arr.object_key(arr.cell_coords(c)), 0 if sharded else -seek.guess(arr), None,
+                                   f"{name} seek table" + (" (range)" if sharded else ""), seek.guess(arr))
                        for c in tables]))
         est = int(per_chunk * share * row_nbytes(arr))
         frames += [PlannedRead(arr.object_key(arr.cell_coords(c)), 0, None, f"{name} frames (ranges)", est)

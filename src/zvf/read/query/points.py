@@ -187,8 +187,8 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
         fi_chunks = [chunks[k] for k in need_fi]
         indexes: Awaitable[list[FragmentIndex]] = fragment_indexes(lvl.need("vertex_fragments"), fi_chunks)
         if job.seek:  # the seek tables in the indexes' wave
-            seek = Seek.sized(lvl, {**job.final, **job.where}, {})
-            got_fi, *_ = await rc.ex.gather([indexes, *(a.seek_tables(fi_chunks, seek.guess, seek.max_frames)
+            seek = Seek.of(lvl)
+            got_fi, *_ = await rc.ex.gather([indexes, *(a.seek_tables(fi_chunks, seek.guess(a), seek.max_frames)
                                                          for a in (*job.final.values(), *job.where.values()))])
             fis = dict(zip(need_fi, cast("list[FragmentIndex]", got_fi)))
         else:
