@@ -195,12 +195,13 @@ def zstd_bound(data: BytesLike, *, key: str = "?") -> list[tuple[int, int, int |
     return frames
 
 
-def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes:
+def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int | None = None) -> bytes | memoryview:
     """Decompress zstd frame(s) with the output bounded by ``max_size`` before allocation.
 
     Frames that declare their content size are refused past ``max_size`` before any byte is inflated; a
     frame that does not (streaming writers) gets an output buffer of what is left of ``max_size`` at most
-    (its blocks may bound it more tightly), and is refused if it needs more.
+    (its blocks may bound it more tightly), and is refused if it needs more.  Several frames that all
+    declare their sizes (seekable cells) are decoded in one pass, skippable frames between them skipped.
     """
     max_size = decoded_limit(max_size)
     frames = zstd_bound(data, key=key)
@@ -212,6 +213,10 @@ def zstd_decompress(data: BytesLike, *, key: str = "?", max_size: int | None = N
 
     dctx = _decompressor()
     mv = byte_view(data)
+    if len(frames) > 1 and all(f[2] is not None for f in frames):
+        run, _s, _e = _zstd_run(as_u8(mv[frames[0][0]:frames[-1][1]]),
+                                np.asarray([f[2] for f in frames], dtype=np.int64), key)
+        return memoryview(run)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ only on Python >= 3.12
     out = []
     left = max_size - declared  # for the frames of undeclared size
     for start, end, content, bound in frames:

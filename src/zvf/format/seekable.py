@@ -30,8 +30,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import FormatError, InvalidArgumentError
-from .codecs import CellCodec, zstd_bound, zstd_decompress
-from .vlen import VLEN_HEADER, encode_vlen
+from .codecs import CellCodec, zstd_decompress_many
+from .vlen import VLEN_HEADER, byte_view, encode_vlen
 
 if TYPE_CHECKING:
     from .types import BytesLike
@@ -81,19 +81,22 @@ def encode_seekable(codec: CellCodec, payload: BytesLike, cuts: Sequence[int] | 
     return b"".join([*frames, seek_table_bytes([len(f) for f in frames], np.diff(bounds).tolist())])
 
 
-def decode_frames(data: BytesLike, table: SeekTable, first: int, last: int, *, key: str) -> bytes:
-    """Frames ``first..last`` (inclusive) of a seekable cell, read back to back into ``data``: each checked
-    to be exactly one zstd frame of the size the table gives, declaring the decoded size it gives,
-    before anything is inflated."""
+def decode_frames(data: BytesLike, table: SeekTable, first: int, last: int, *, key: str
+                  ) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+    """Frames ``first..last`` (inclusive) of a seekable cell, read back to back into ``data``: each checked to
+    be exactly one zstd frame of the size the table gives before anything is inflated, then to decode to
+    the size the table gives.  Returns the decoded bytes and where each frame's bytes end in them."""
     comp = table.compressed[first:last + 1]
     dec = table.decompressed[first:last + 1]
-    got = zstd_bound(data, key=key)
-    if len(got) != len(comp) or [e - s for s, e, _c, _b in got] != comp.tolist() or \
-            [c for _s, _e, c, _b in got] != dec.tolist():
-        table_sizes = list(zip(comp.tolist(), dec.tolist()))
-        raise FormatError(f"{key}: frames {first}..{last} do not match the cell's seek table "
-                          f"(sizes {[(e - s, c) for s, e, c, _b in got]}, table {table_sizes})")
-    return zstd_decompress(data, key=key, max_size=int(dec.sum()))
+    ends = np.cumsum(comp)
+    nbytes = byte_view(data).nbytes
+    if nbytes != int(ends[-1]):
+        raise FormatError(f"{key}: frames {first}..{last} are {nbytes} bytes, the seek table says {int(ends[-1])}")
+    out, starts, stops = zstd_decompress_many(data, ends - comp, ends, key=key, max_size=int(dec.max()))
+    if not np.array_equal(stops - starts, dec):
+        raise FormatError(f"{key}: frames {first}..{last} decode to {(stops - starts).tolist()} bytes, "
+                          f"the seek table says {dec.tolist()}")
+    return out, stops
 
 
 def frame_cuts(counts: Sequence[int] | NDArray[np.int64], row_bytes: int, min_bytes: int) -> NDArray[np.int64]:

@@ -353,9 +353,9 @@ class CellArray:
             for r, part in zip(runs, parts):
                 if part is None:
                     raise FormatError(f"{where}: cell vanished while reading its frames")
-                data = memoryview(decode_frames(part, table, int(r[0]), int(r[-1]), key=where))
-                cut = np.r_[0, np.cumsum(table.decompressed[r])]
-                out += [data[a:b] for a, b in zip(cut[:-1].tolist(), cut[1:].tolist())]
+                data, cut = decode_frames(part, table, int(r[0]), int(r[-1]), key=where)
+                view = memoryview(data)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ on 3.12 only
+                out += [view[a:b] for a, b in zip([0, *cut[:-1].tolist()], cut.tolist())]
             return out
 
         decoded = await self.executor.cached_many(
