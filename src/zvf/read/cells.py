@@ -304,72 +304,116 @@ class CellArray:
 
         return list(await self.executor.gather([one(k, s, e, guess) for k, s, e in ends]))
 
-    async def frame_rows(self, chunk: ChunkCoords, spans: np.ndarray, row_bytes: int, n_rows: int,
-                         guess: int, max_frames: int) -> bytes | None:
-        """Concatenated bytes of row spans [(start, stop), ...] of a cell of ``n_rows`` rows (by its fragment
-        index), from the frames of a seekable cell holding them -- each decoded frame cached -- or from the
-        whole cell where it has no seek table or the cost model prefers it whole.  The table is checked
-        against the rows (sizes, whole rows per frame, the vlen header), every frame against the table."""
-        g = self.cell_coords(chunk)
-        objkey = self.object_key(g)
-        one = np.asarray(chunk, dtype=np.int64).reshape(1, -1)
-        table = (await self.seek_tables(one, guess, max_frames))[0]
-        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        if table.num_frames == 0:
-            return _span_bytes((await self.payloads(one))[0], spans, row_bytes, objkey)
-        where = f"{objkey}[{list(g)}]" if self.codec.shard is not None else objkey
-        out_ends = table.out_ends
-        rows_end = (out_ends - VLEN_HEADER) // row_bytes
-        if int(out_ends[-1]) != VLEN_HEADER + n_rows * row_bytes or out_ends[0] < VLEN_HEADER or \
-                ((out_ends - VLEN_HEADER) % row_bytes).any():
-            raise FormatError(f"{where}: seek table frames decode to {table.decompressed.tolist()} bytes, not "
-                              f"whole {row_bytes}-byte rows of the {n_rows} rows its fragment index lists")
-        spans = spans[spans[:, 1] > spans[:, 0]]
-        if not len(spans):
-            return b""
-        first = np.searchsorted(rows_end, spans[:, 0], side="right")
-        last = np.searchsorted(rows_end, spans[:, 1] - 1, side="right")
-        frames = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
-        starts = table.starts
+    async def frame_rows(self, chunks: ChunkList, spans: Sequence[np.ndarray], row_bytes: int, n_rows: Sequence[int],
+                         guess: int, max_frames: int) -> list[bytes | memoryview | None]:
+        """For each absolute chunk, the concatenated bytes of its row spans [(start, stop), ...] in a cell of
+        ``n_rows`` rows (by its fragment index): from the frames of a seekable cell holding them -- the frames
+        of every cell in one batch of ranges (coalesced per object), each decoded frame cached -- or from the
+        whole cell where it has no seek table or the cost model prefers it whole.  Each table is checked
+        against the rows (sizes, whole rows per frame, the vlen header), every frame against its table."""
+        coords = np.asarray(chunks, dtype=np.int64).reshape(len(chunks), -1)
+        tables = await self.seek_tables(coords, guess, max_frames)
+        grid = [self.cell_coords(c) for c in coords]
         handle = self.executor.handle
-        needed = list(zip(starts[frames].tolist(), (starts + table.compressed)[frames].tolist()))
-        if choose_fetch(table.frames_nbytes, needed, handle.latency_hint, handle.bandwidth_hint) == "whole":
-            return _span_bytes((await self.payloads(one))[0], spans, row_bytes, objkey)
-        base = 0
-        if self.codec.shard is not None:
-            shard = tuple(a // b for a, b in zip(g, self._inner_per_shard()))
-            index = await self._shard_index(objkey)
-            if index is None:
-                raise FormatError(f"{where}: shard vanished while reading its frames")
-            found, _n = self._spans([g], [0], shard, *index)
-            base = found[0]
+        out: list[bytes | memoryview | None] = [b""] * len(grid)
+        whole: list[int] = []
+        plans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # i -> spans, first, last, frames
+        for i, (g, table) in enumerate(zip(grid, tables)):
+            sp = np.asarray(spans[i], dtype=np.int64).reshape(-1, 2)
+            sp = sp[sp[:, 1] > sp[:, 0]]
+            if table.num_frames == 0:
+                whole.append(i)
+                continue
+            out_ends = table.out_ends
+            if int(out_ends[-1]) != VLEN_HEADER + n_rows[i] * row_bytes or out_ends[0] < VLEN_HEADER or \
+                    ((out_ends - VLEN_HEADER) % row_bytes).any():
+                raise FormatError(f"{self._frame_key(g)}: seek table frames decode to {table.decompressed.tolist()} "
+                                  f"bytes, not whole {row_bytes}-byte rows of the {n_rows[i]} rows its fragment "
+                                  "index lists")
+            if not len(sp):
+                continue
+            rows_end = (out_ends - VLEN_HEADER) // row_bytes
+            first = np.searchsorted(rows_end, sp[:, 0], side="right")
+            last = np.searchsorted(rows_end, sp[:, 1] - 1, side="right")
+            frames = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
+            starts = table.starts
+            needed = list(zip(starts[frames].tolist(), (starts + table.compressed)[frames].tolist()))
+            if choose_fetch(table.frames_nbytes, needed, handle.latency_hint, handle.bandwidth_hint) == "whole":
+                whole.append(i)
+            else:
+                plans[i] = (sp, first, last, frames)
+        bases = await self._cell_bases([grid[i] for i in plans])
+        base_of = dict(zip(plans, bases))
 
-        async def fetch(missing: list[int]) -> list[memoryview]:
-            runs = np.split(np.asarray(missing, np.int64), np.flatnonzero(np.diff(missing) != 1) + 1)
-            ranges = [ByteRange(objkey, base + int(starts[r[0]]), base + int(starts[r[-1]] + table.compressed[r[-1]]))
-                      for r in runs]
+        async def fetch(missing: list[tuple[int, int]]) -> list[memoryview]:
+            """Decoded frames ``(cell position, frame)``: runs of consecutive frames, one range each."""
+            runs: list[tuple[int, int, int]] = []  # (i, first frame, last frame)
+            for i, f in missing:
+                if runs and runs[-1][0] == i and runs[-1][2] == f - 1:
+                    runs[-1] = (i, runs[-1][1], f)
+                else:
+                    runs.append((i, f, f))
+            ranges = []
+            for i, a, b in runs:
+                t = tables[i]
+                lo = base_of[i] + int(t.starts[a])
+                ranges.append(ByteRange(self.object_key(grid[i]), lo, lo + int(t.compressed[a:b + 1].sum())))
             parts = await self.executor.read_ranges(ranges)
-            out: list[memoryview] = []
-            for r, part in zip(runs, parts):
+            got: list[memoryview] = []
+            for (i, a, b), part in zip(runs, parts):
+                where = self._frame_key(grid[i])
                 if part is None:
                     raise FormatError(f"{where}: cell vanished while reading its frames")
-                data, cut = decode_frames(part, table, int(r[0]), int(r[-1]), key=where)
+                data, cut = decode_frames(part, tables[i], a, b, key=where)
                 view = memoryview(data)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ on 3.12 only
-                out += [view[a:b] for a, b in zip([0, *cut[:-1].tolist()], cut.tolist())]
-            return out
+                got += [view[x:y] for x, y in zip([0, *cut[:-1].tolist()], cut.tolist())]
+            return got
 
-        decoded = await self.executor.cached_many(
-            DECODED_CACHE, [("frame", objkey, g, int(f)) for f in frames],
-            lambda keys: fetch([k[3] for k in keys]), len)
-        if frames[0] == 0 and bytes(decoded[0][:VLEN_HEADER]) != struct.pack("<II", 1, n_rows * row_bytes):
-            raise FormatError(f"{where}: first frame's vlen header does not hold one item of {n_rows} rows")
-        buf = memoryview(b"".join(decoded))
-        at = np.zeros(table.num_frames, np.int64)  # where each frame read starts in ``buf``
-        at[frames] = np.cumsum(table.decompressed[frames]) - table.decompressed[frames]
-        skip = out_ends - table.decompressed - at  # payload offset -> ``buf`` offset, per frame
-        lo = VLEN_HEADER + spans[:, 0] * row_bytes - skip[first]  # a span's frames lie back to back in ``buf``
-        hi = VLEN_HEADER + spans[:, 1] * row_bytes - skip[last]
-        return b"".join(buf[a:b] for a, b in zip(lo.tolist(), hi.tolist()))
+        slot = {grid[i]: i for i in plans}
+        keys = [("frame", self.object_key(grid[i]), grid[i], int(f)) for i, plan in plans.items() for f in plan[3]]
+        wholes, decoded = await self.executor.gather([
+            self.payloads(coords[whole]),
+            self.executor.cached_many(DECODED_CACHE, keys, lambda ks: fetch([(slot[k[2]], k[3]) for k in ks]), len)])
+        for i, payload in zip(whole, cast("list[bytes | memoryview | None]", wholes)):
+            out[i] = _span_bytes(payload, np.asarray(spans[i], dtype=np.int64).reshape(-1, 2), row_bytes,
+                                 self._frame_key(grid[i]))
+        frames_of = iter(cast("list[memoryview]", decoded))
+        for i, (sp, first, last, frames) in plans.items():
+            table = tables[i]
+            views = [next(frames_of) for _ in range(len(frames))]
+            if frames[0] == 0 and bytes(views[0][:VLEN_HEADER]) != struct.pack("<II", 1, n_rows[i] * row_bytes):
+                raise FormatError(f"{self._frame_key(grid[i])}: first frame's vlen header does not hold one item of "
+                                  f"{n_rows[i]} rows")
+            buf = memoryview(b"".join(views))
+            at = np.zeros(table.num_frames, np.int64)  # where each frame read starts in ``buf``
+            at[frames] = np.cumsum(table.decompressed[frames]) - table.decompressed[frames]
+            skip = table.out_ends - table.decompressed - at  # payload offset -> ``buf`` offset, per frame
+            lo = VLEN_HEADER + sp[:, 0] * row_bytes - skip[first]  # a span's frames lie back to back in ``buf``
+            hi = VLEN_HEADER + sp[:, 1] * row_bytes - skip[last]
+            out[i] = b"".join(buf[a:b] for a, b in zip(lo.tolist(), hi.tolist()))
+        return out
+
+    def _frame_key(self, g: tuple[int, ...]) -> str:
+        """A cell's name in errors: its key, or its shard's key and its place in the shard."""
+        return self.object_key(g) if self.codec.shard is None else f"{self.object_key(g)}[{list(g)}]"
+
+    async def _cell_bases(self, grid: list[tuple[int, ...]]) -> list[int]:
+        """Byte offset of each cell in the object holding it: 0 for plain cells, from the (cached) shard index
+        for inner chunks."""
+        if self.codec.shard is None:
+            return [0] * len(grid)
+        by_shard = group_by_shard(grid, self._inner_per_shard())
+        keys = {s: self.key_of(s) for s in by_shard}
+        indexes = await self.executor.gather([self._shard_index(keys[s]) for s in by_shard])
+        out = [0] * len(grid)
+        for (shard, members), index in zip(by_shard.items(), indexes):
+            if index is None:
+                raise FormatError(f"{keys[shard]}: shard vanished while reading its frames")
+            for i, start, _n in zip(members, *self._spans(grid, members, shard, *index)):
+                if start < 0:
+                    raise FormatError(f"{self._frame_key(grid[i])}: inner chunk vanished while reading its frames")
+                out[i] = start
+        return out
 
     async def row_spans(self, chunk: ChunkCoords, spans: np.ndarray, row_bytes: int) -> bytes | None:
         """Concatenated bytes of row spans [(start, stop), ...] of an uncompressed plain cell."""

@@ -433,9 +433,14 @@ async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list:
     for name, arr in arrays.items():
         jobs.append(arr.payloads([chunk_list[i] for i in whole], keep_shards=sweep and name == "vertex_fragments"))
         slots.append((name, whole))
+        if seek is not None and spans:  # every chunk's frames in one batch
+            at = list(spans)
+            jobs.append(arr.frame_rows([chunk_list[i] for i in at], [spans[i] for i in at], row_nbytes(arr),
+                                       [seek.rows[i] for i in at], seek.guess(arr), seek.max_frames))
+            slots.append((name, at))
+            continue
         for i, rows in spans.items():
-            jobs.append(_spans(arr, chunk_list[i], rows) if seek is None else
-                        _frames(arr, chunk_list[i], rows, seek, i))
+            jobs.append(_spans(arr, chunk_list[i], rows))
             slots.append((name, [i]))
     results = await executor.gather(jobs)  # raises the first error itself, naming its key
     out: Payloads = {name: [None] * len(chunk_list) for name in arrays}
@@ -448,11 +453,6 @@ async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list:
 async def _spans(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray) -> list[bytes | memoryview | None]:
     row_bytes = row_nbytes(arr)
     return [await arr.row_spans(chunk, rows, row_bytes)]
-
-
-async def _frames(arr: CellArray, chunk: ChunkCoords, rows: np.ndarray, seek: Seek, i: int
-                  ) -> list[bytes | memoryview | None]:
-    return [await arr.frame_rows(chunk, rows, row_nbytes(arr), seek.rows[i], seek.guess(arr), seek.max_frames)]
 
 
 def row_nbytes(arr: CellArray) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 from ...config import tuning
 from ...errors import InvalidArgumentError
 from ...format.fragments import FragmentIndex, decode_fragment_index
-from ...io.plan import choose_fetch
+from ...io.plan import choose_fetch, fetch_cost
 from .. import load
 from ..cells import rows_from_payload
 from ..context import Owners, ReadContext
@@ -136,11 +136,27 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
     per_chunk = row_bytes * max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks))
     whole = int(per_chunk * len(partial))
     needed = int(whole * mask[partial].mean())
-    if seek:  # every touched run of bins rounds up to whole frames, in each array
-        runs = int((np.diff(mask[partial].astype(np.int8), axis=1) == 1).sum() + mask[partial, 0].sum())
-        needed = min(whole, needed + runs * tuning().seek_frame_bytes * len(arrays))
-    return choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
-                        ranged_round_trips=1 if indexed else 2) == "ranges"
+    if not seek:
+        return choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
+                            ranged_round_trips=2) == "ranges"
+    # seekable cells: a request per cell either way, plus one per gap of untouched bins too wide to read
+    # through (frames: their seek tables in the wave before, unless cached); every touched run of bins
+    # rounds up to whole frames
+    touched = mask[partial].astype(np.int8)
+    edges = np.diff(touched, axis=1, prepend=0, append=0)
+    run_at, stop_at = np.nonzero(edges == 1), np.nonzero(edges == -1)
+    gaps = run_at[1][1:] - stop_at[1][:-1]
+    gaps = gaps[run_at[0][1:] == stop_at[0][:-1]]  # bins between two runs of one chunk
+    rows_per_bin = max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks)) / lvl.layout.bins_in_chunk
+    gap_limit = frag.executor.handle.coalesce_gap
+    requests = sum(len(partial) + int((gaps * rows_per_bin * row_nbytes(a) > gap_limit).sum()) for a in arrays.values())
+    needed = min(whole, needed + len(run_at[0]) * tuning().seek_frame_bytes * len(arrays))
+    cells = len(partial) * len(arrays)
+    def cost(nbytes: int, n: int) -> float:
+        return fetch_cost(nbytes, n, latency_s=handle.latency_hint, bandwidth_Bps=handle.bandwidth_hint,
+                          concurrency=frag.executor.concurrency)
+
+    return (0.0 if indexed else cost(0, cells)) + cost(needed, requests) < cost(whole, cells)
 
 
 def _runs(rows: np.ndarray) -> np.ndarray:
