@@ -211,3 +211,19 @@ def test_small_box_bytes_within_three_times_its_answer(tmp_path):
     assert len(got) == len(want) > 7_000
     answer = len(want) * (12 + 1 + 4)
     assert read <= 3 * answer, (read, answer)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(corner=st.tuples(*[st.integers(0, 160)] * 3), size=st.tuples(*[st.integers(0, 60)] * 3),
+       value=st.integers(0, 6))
+def test_box_and_where_through_frames(store, corner, size, value):
+    """A vertex ``where`` reads its attribute's frames first, then the passing rows' other columns."""
+    url, pos, _, cls = store
+    lo = np.asarray(corner, np.float64) * GRID
+    hi = lo + np.asarray(size, np.float64) * GRID
+    with tuned(**FRAMES), zvf.open(url) as ds:
+        got = ds.select(bbox=(lo.tolist(), hi.tolist()), where={"cls": value}).read()
+    want = _truth(pos, lo, hi)
+    want = want[cls[want] == value]
+    assert sorted(got.attributes["row"].tolist()) == want.tolist()
+    np.testing.assert_array_equal(got.positions, pos[got.attributes["row"]])
