@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import zvf
 from tests.support.reference_bytes import unwrap_cell
 from zvf.config import tuned
-from zvf.errors import FormatError
+from zvf.errors import FormatError, SizeLimitError
 from zvf.format.codecs import CellCodec
 from zvf.format.seekable import SEEKABLE_MAGIC, SeekTable
 
@@ -149,7 +149,7 @@ def test_zvf_decoder_reads_every_frame_and_skips_the_table():
     cut = int(table.starts[1]) + 5  # the second frame cut short
     with pytest.raises(FormatError, match="cellkey"):
         codec.decode(cell[:cut] + cell[int(table.starts[2]):], key="cellkey")
-    with pytest.raises(Exception, match="cellkey"):  # a declared size past the limit, summed over the frames
+    with pytest.raises(SizeLimitError, match="cellkey"):  # the frames' declared sizes summed past the limit
         codec.decode(cell, key="cellkey", max_size=len(rows.tobytes()))
 
 
