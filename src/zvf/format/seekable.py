@@ -81,22 +81,42 @@ def encode_seekable(codec: CellCodec, payload: BytesLike, cuts: Sequence[int] | 
     return b"".join([*frames, seek_table_bytes([len(f) for f in frames], np.diff(bounds).tolist())])
 
 
-def decode_frames(data: BytesLike, table: SeekTable, first: int, last: int, *, key: str
-                  ) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
-    """Frames ``first..last`` (inclusive) of a seekable cell, read back to back into ``data``: each checked to
-    be exactly one zstd frame of the size the table gives before anything is inflated, then to decode to
-    the size the table gives.  Returns the decoded bytes and where each frame's bytes end in them."""
-    comp = table.compressed[first:last + 1]
-    dec = table.decompressed[first:last + 1]
-    ends = np.cumsum(comp)
-    nbytes = byte_view(data).nbytes
-    if nbytes != int(ends[-1]):
-        raise FormatError(f"{key}: frames {first}..{last} are {nbytes} bytes, the seek table says {int(ends[-1])}")
-    out, starts, stops = zstd_decompress_many(data, ends - comp, ends, key=key, max_size=int(dec.max()))
-    if not np.array_equal(stops - starts, dec):
-        raise FormatError(f"{key}: frames {first}..{last} decode to {(stops - starts).tolist()} bytes, "
-                          f"the seek table says {dec.tolist()}")
-    return out, stops
+def decode_frames(runs: Sequence[tuple[BytesLike, SeekTable, int, int, str]]
+                  ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]]:
+    """Runs of frames of seekable cells, each ``(bytes read, its cell's table, first frame, last frame, the
+    cell's key)``, decoded together: every run checked to hold exactly the frames its table gives, each of
+    them one zstd frame of the size the table gives (before anything is inflated) decoding to the size the
+    table gives -- else a :class:`FormatError` naming the run's cell.  Returns the decoded bytes and where
+    each frame's bytes begin and end in them, frames in order."""
+    comps, decs, views = [], [], []
+    for data, table, first, last, key in runs:
+        view = byte_view(data)
+        comp = table.compressed[first:last + 1]
+        if view.nbytes != int(comp.sum()):
+            raise FormatError(f"{key}: frames {first}..{last} are {view.nbytes} bytes, the seek table says "
+                              f"{int(comp.sum())}")
+        comps.append(comp)
+        decs.append(table.decompressed[first:last + 1])
+        views.append(view)
+    comp_all = np.concatenate(comps) if comps else np.zeros(0, np.int64)
+    dec_all = np.concatenate(decs) if decs else np.zeros(0, np.int64)
+    if not len(comp_all):
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ends = np.cumsum(comp_all)
+    blob = views[0] if len(views) == 1 else b"".join(views)
+    try:
+        out, starts, stops = zstd_decompress_many(blob, ends - comp_all, ends, key=runs[0][4],
+                                                  max_size=int(dec_all.max()))
+        ok = np.array_equal(stops - starts, dec_all)
+    except FormatError:
+        if len(runs) == 1:
+            raise
+        ok = False
+    if not ok:
+        for run in runs:  # decode run by run: the error names the cell whose frames are wrong
+            decode_frames([run])
+        raise FormatError(f"{runs[0][4]}: frames do not decode to the sizes their seek tables give")
+    return out, starts, stops
 
 
 def frame_cuts(counts: Sequence[int] | NDArray[np.int64], row_bytes: int, min_bytes: int) -> NDArray[np.int64]:

@@ -359,21 +359,27 @@ class CellArray:
                 lo = base_of[i] + int(t.starts[a])
                 ranges.append(ByteRange(self.object_key(grid[i]), lo, lo + int(t.compressed[a:b + 1].sum())))
             parts = await self.executor.read_ranges(ranges)
-            got: list[memoryview] = []
+            read = []
             for (i, a, b), part in zip(runs, parts):
-                where = self._frame_key(grid[i])
                 if part is None:
-                    raise FormatError(f"{where}: cell vanished while reading its frames")
-                data, cut = decode_frames(part, tables[i], a, b, key=where)
-                view = memoryview(data)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ on 3.12 only
-                got += [view[x:y] for x, y in zip([0, *cut[:-1].tolist()], cut.tolist())]
-            return got
+                    raise FormatError(f"{self._frame_key(grid[i])}: cell vanished while reading its frames")
+                read.append((part, tables[i], a, b, self._frame_key(grid[i])))
+            data, starts, stops = decode_frames(read)
+            view = memoryview(data)  # type: ignore[arg-type]  # numpy's stubs: ndarray.__buffer__ on 3.12 only
+            return [view[x:y] for x, y in zip(starts.tolist(), stops.tolist())]
 
-        slot = {grid[i]: i for i in plans}
-        keys = [("frame", self.object_key(grid[i]), grid[i], int(f)) for i, plan in plans.items() for f in plan[3]]
-        wholes, decoded = await self.executor.gather([
-            self.payloads(coords[whole]),
-            self.executor.cached_many(DECODED_CACHE, keys, lambda ks: fetch([(slot[k[2]], k[3]) for k in ks]), len)])
+        # decoded frames by (cell, frame), looked up one by one (no single-flight per frame: thousands of them)
+        wanted = [(i, int(f)) for i, plan in plans.items() for f in plan[3]]
+        keys = [("frame", self.object_key(grid[i]), grid[i], f) for i, f in wanted]
+        decoded: list[memoryview | None] = [self.executor.get_cached(DECODED_CACHE, k) for k in keys]
+        missing = [j for j, v in enumerate(decoded) if v is None]
+
+        async def fill() -> None:
+            for j, view in zip(missing, await fetch([wanted[j] for j in missing])):
+                decoded[j] = view
+                self.executor.put_cached(DECODED_CACHE, keys[j], view, len(view))
+
+        wholes, _ = await self.executor.gather([self.payloads(coords[whole]), fill()])
         for i, payload in zip(whole, cast("list[bytes | memoryview | None]", wholes)):
             out[i] = _span_bytes(payload, np.asarray(spans[i], dtype=np.int64).reshape(-1, 2), row_bytes,
                                  self._frame_key(grid[i]))
