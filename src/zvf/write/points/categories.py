@@ -67,8 +67,9 @@ class CategoryAxis:
 
     @staticmethod
     def shard(shard_shape: ShardShape, ndim: int) -> tuple[int, ...] | None:
-        """Cells per shard with the category axis: ndim + 1 ints as given, else one category per shard."""
-        if shard_shape is None or isinstance(shard_shape, (int, np.integer)) or len(shard_shape) != ndim + 1:
+        """Cells per shard with the category axis: ndim + 1 ints as given, else one category per shard
+        (``"auto"``: None here, sized over every axis once the grid is known, see ``resolve_shards``)."""
+        if shard_shape is None or isinstance(shard_shape, (str, int, np.integer)) or len(shard_shape) != ndim + 1:
             spatial = shard_tuple(shard_shape, ndim)
             return None if spatial is None else (1, *spatial)
         return shard_tuple(shard_shape, ndim + 1)
