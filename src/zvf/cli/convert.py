@@ -89,7 +89,7 @@ def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p.add_argument("--bin-shape", default="auto", help="store bin shape: 'auto' (default: sized from the data, "
                                                       "what a pyramid coarsens by), 'none' or numbers per axis")
     p.add_argument("--compression", help="store compression: zstd, blosc or gzip")
-    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, or auto (default with auto chunks)")
+    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, or auto (default: unsharded)")
     p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="storage option of the store side")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a format option, e.g. level=1, batch_rows=500000, ascii=true, scale=0.01")

@@ -52,7 +52,7 @@ def register(sub: _args.Subcommands, target: _args.AddTarget) -> None:
     p.add_argument("--chunk-shape", required=True, help="chunk shape: numbers per axis")
     p.add_argument("--bin-shape", help="bin shape: numbers per axis")
     p.add_argument("--compression", help="zstd, blosc or gzip")
-    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4, or auto (default with auto chunks)")
+    p.add_argument("--shard-shape", help="cells per shard per axis, e.g. 4,4,4")
     p.add_argument("--dtype", help="stored position dtype (default: the files')")
     p.add_argument("--job", help="job name: run again with the same name to resume a job that died")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
