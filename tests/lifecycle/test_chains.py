@@ -109,7 +109,7 @@ def _grid(chunk, bpc) -> dict:
 
 grids = st.builds(_grid, st.sampled_from(CHUNKS), st.sampled_from(BINS_PER_CHUNK))
 compressions = st.sampled_from((None, "zstd", "blosc", "gzip"))
-shards = st.sampled_from((None, None, 2, [2, 1, 2]))
+shards = st.sampled_from((None, None, 2, [2, 1, 2], "auto"))
 layouts = st.fixed_dictionaries({"grid": grids, "compression": compressions, "shard_shape": shards,
                                  "object_index_layout": st.sampled_from(("sharded", "sharded", "reference"))})
 coarsens = st.sampled_from((1, 2, 3, [2, 1, 2]))
