@@ -247,8 +247,9 @@ def _seek_waves(lvl: load.Level, job: PointJob, chunks: list[tuple[int, ...]], n
     chunks and the whole cells of the chunks it holds."""
     arrays = {**job.where, **job.final}
     seek = Seek.of(lvl)
+    cut = set(job.first_fi.tolist())
     partial = [chunks[i] for i in job.first_fi]
-    inside = [c for i, c in enumerate(chunks) if i not in set(job.first_fi.tolist())]
+    inside = [c for i, c in enumerate(chunks) if i not in cut]
     share = float(job.bins[job.first_fi].mean()) if job.bins is not None and len(job.first_fi) else 1.0
     parts = [_cell_reads(lvl.need("vertex_fragments"), need, "vertex_fragments")]
     frames: list[PlannedRead] = []
