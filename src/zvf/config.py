@@ -74,6 +74,10 @@ class Tuning:
     # --- read --------------------------------------------------------------------------------------
     offload_bytes: int = 4 << 20  # payload bytes above which a read decodes and assembles rows in a worker thread
     decode_threads: int = 2  # worker threads one read decodes its cells in at once (zstd runs without the GIL)
+    max_overread: float = 3.0  # bytes a box may fetch from the cells it cuts per byte of the bins it touches before
+    #                            it reads only those bins (one more round trip on a fresh dataset; math.inf: time only)
+    narrow_bridge_fraction: float = 0.25  # bytes that read as bins or frames may add by reading through the holes
+    #                                      between its ranges (fewer requests), as a fraction of its own bytes
     thread_decode_bytes: int = 1 << 20  # stored bytes of a read's cells past which they decode in those threads
     prealloc_rows: int = 1 << 26  # rows a whole-level read allocates up front from the (untrusted) vertex_count
     prefault_rows: int = 1 << 21  # rows of those whose pages a worker thread touches before the rows arrive
@@ -105,6 +109,8 @@ class Tuning:
     manifest_shard_rows: int = 65536  # manifests per shard of the sharded object index
     layout_target_points: int = 65536  # vertices per occupied chunk chunk_shape="auto" aims at
     layout_target_bin_points: int = 2048  # vertices per bin bin_shape="auto" aims at
+    layout_max_point_bins: int = 4096  # bins per chunk bin_shape="auto" makes for points at most (a box reads the
+    #                                    fragment index of each chunk it cuts whole: 16 B a bin, before zstd)
     layout_sparse_cells: int = 4096  # occupied cells past which a layout of nearly empty cells is warned about
     layout_sparse_points: int = 16  # mean vertices per cell under which those cells count as nearly empty
     layout_max_sparse_cells: int = 1 << 20  # nearly empty cells past which a write is refused (hours of PUTs)

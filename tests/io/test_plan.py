@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zvf.errors import InvalidArgumentError
-from zvf.io.plan import ByteRange, Request, choose_fetch, coalesce, fetch_cost, scatter
+from zvf.io.plan import ByteRange, Request, bridging_gap, choose_fetch, coalesce, fetch_cost, scatter
 
 BLOBS = {"a": bytes(range(256)) * 4, "b": bytes(reversed(range(200))), "c": b""}
 
@@ -178,6 +178,32 @@ def test_coalesce_many_ranges():
               for i in range(100_000)]
     reqs = coalesce(ranges, max_gap=4096, max_size=1 << 20)
     assert sum(len(q.parts) for q in reqs) == len(ranges)
+
+
+def test_bridging_gap_examples():
+    r = [ByteRange("a", 0, 100), ByteRange("a", 110, 210), ByteRange("a", 300, 400), ByteRange("b", 500, 600)]
+    assert bridging_gap(r, 1000, 0.05) == 10  # 10 of 15 spare bytes; the 90-byte hole is past it
+    assert bridging_gap(r, 1000, 0.0) == 0
+    assert bridging_gap(r, 1000, 1.0) == 1000  # every hole within budget: the handle's gap stands
+    assert bridging_gap(r, 50, 1.0) == 10  # never past the handle's gap
+    assert bridging_gap([ByteRange("a", 0, 10)], 64, 0.25) == 64  # no holes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 200)), min_size=1, max_size=60),
+       st.integers(1, 3000), st.floats(0, 2))
+def test_property_bridged_holes_stay_within_their_fraction(spans, max_gap, fraction):
+    """Coalesced with the gap it gives, the requests fetch at most ``fraction`` more than the ranges' own
+    bytes (ties at the chosen hole aside: holes of one size are bridged together)."""
+    ranges = [ByteRange("k", s, s + n) for s, n in spans]
+    gap = bridging_gap(ranges, max_gap, fraction)
+    assert 0 <= gap <= max_gap
+    own = coalesce(ranges, max_gap=0, max_size=1 << 30)
+    got = coalesce(ranges, max_gap=gap, max_size=1 << 30)
+    own_bytes = sum(q.end - q.start for q in own)
+    holes = sorted({b.start - a.end for a, b in itertools.pairwise(own)})
+    tie = holes.count(gap) and sum(b.start - a.end for a, b in itertools.pairwise(own) if b.start - a.end == gap)
+    assert sum(q.end - q.start for q in got) <= own_bytes * (1 + fraction) + tie + 1e-6
 
 
 def test_cost_model():

@@ -23,6 +23,7 @@ from zvf.write.layout import (
     choose_bin_shape,
     choose_chunk_shape,
     object_bin_shape,
+    point_bin_shape,
     resolve,
 )
 
@@ -114,8 +115,8 @@ def test_clustered_points_get_chunks_their_density_asks_for():
     assert _misfit(pos, by_points) < np.log(2) < _misfit(pos, by_extent)  # within 2x of the target, from 3.7x
     assert n / _census(pos, by_points)[1] >= tuning().layout_min_chunk_points
     assert choose_chunk_shape(lo, hi, n, points=PointSample.of(pos)) == [by_points] * 3  # the same every time
-    chunk, bins = resolve("auto", "auto", lo, hi, n, points=sample)  # bins from the typical chunk's count
-    assert chunk == [by_points] * 3 and bins == choose_bin_shape(chunk, _census(pos, by_points)[0])
+    chunk, bins = resolve("auto", "auto", lo, hi, n, points=sample)  # bins from where the points are
+    assert chunk == [by_points] * 3 and bins == point_bin_shape(chunk, sample)
     assert bins is not None and bins[0] < resolve("auto", "auto", lo, hi, n)[1][0]
 
 
@@ -129,8 +130,7 @@ def test_clusters_too_dense_for_any_grid_keep_their_chunks_and_get_finer_bins():
     sample = PointSample.of(pos)
     assert choose_chunk_shape(lo, hi, n, points=sample) == by_extent
     assert _census(pos, by_extent[0])[0] / _census(pos, by_extent[0] * 0.4)[0] < tuning().layout_density_gain
-    assert resolve("auto", "auto", lo, hi, n, points=sample)[1] == choose_bin_shape(
-        by_extent, _census(pos, by_extent[0])[0])
+    assert resolve("auto", "auto", lo, hi, n, points=sample)[1] == point_bin_shape(by_extent, sample)
 
 
 def test_a_sparse_background_keeps_chunks_from_going_near_empty():
@@ -157,6 +157,34 @@ def test_surfaces_and_even_spreads_get_no_worse(make, n):
     by_points = choose_chunk_shape(lo, hi, n, points=PointSample.of(pos))[0]
     assert _misfit(pos, by_points) <= _misfit(pos, by_extent)
     assert n / _census(pos, by_points)[1] >= tuning().layout_min_chunk_points
+
+
+@pytest.mark.parametrize("make", [point_surface, point_clusters, point_spread], ids=["surface", "clusters", "even"])
+def test_bins_follow_where_the_points_are(make):
+    """bin_shape="auto" with a sample: the bin the median vertex lies in holds about layout_target_bin_points
+    -- closer than bins sized from the chunk's count as if its volume were full (a surface fills a few bins
+    of each column: those bins held twice the target; clusters fill a few bins of the chunk) -- and a chunk
+    never gets more than layout_max_point_bins bins."""
+    pos = make(1_000_000)
+    lo, hi, n = pos.min(0), pos.max(0), len(pos)
+    sample = PointSample.of(pos)
+    chunk = choose_chunk_shape(lo, hi, n, points=sample)
+    bins = point_bin_shape(chunk, sample)
+    by_count = choose_bin_shape(chunk, _census(pos, chunk[0])[0])
+    assert bins is not None and by_count is not None
+    k = chunk[0] / bins[0]
+    assert k == int(k) and int(k) & (int(k) - 1) == 0 and bins == [bins[0]] * 3  # a power of two, every axis
+    assert k ** 3 <= tuning().layout_max_point_bins
+
+    def misfit(edge):
+        return abs(np.log(_census(pos, edge)[0] / tuning().layout_target_bin_points))
+
+    assert misfit(bins[0]) <= misfit(by_count[0]) + 1e-9
+    if k * 2 <= tuning().layout_max_point_bins ** (1 / 3):  # the next finer bins were in reach: no closer
+        assert misfit(bins[0]) <= misfit(bins[0] / 2) + 0.1
+    assert misfit(bins[0]) <= misfit(bins[0] * 2) + 0.1
+    with tuned(layout_max_point_bins=8):
+        assert point_bin_shape(chunk, sample) in (None, [c / 2 for c in chunk])
 
 
 def test_point_sample_estimates_the_whole():

@@ -17,6 +17,7 @@ like Python slicing; callers that expect an exact length must check it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,27 @@ class Request:
         if self.end is not None:
             return self.end - self.start
         return -self.start if self.start < 0 else None
+
+def bridging_gap(ranges: Sequence[ByteRange], max_gap: int, fraction: float) -> int:
+    """The widest hole, at most ``max_gap``, that :func:`coalesce` may read through while the holes it bridges
+    add at most ``fraction`` of the bounded ``ranges``' own bytes (narrowest first): a read narrowed to save
+    bytes keeps most of what it saved, and still merges what lies close."""
+    union: list[tuple[str, int, int]] = []  # the ranges' union, per key in order
+    for key, start, end in sorted((r.key, r.start, r.end) for r in ranges if r.end is not None and r.end > r.start):
+        if union and union[-1][0] == key and start <= union[-1][2]:
+            union[-1] = (key, union[-1][1], max(union[-1][2], end))
+        else:
+            union.append((key, start, end))
+    holes = sorted(b[1] - a[2] for a, b in itertools.pairwise(union) if a[0] == b[0])
+    spare = fraction * sum(e - s for _, s, e in union)
+    gap = 0
+    for hole in holes:
+        if hole > max_gap or hole > spare:
+            break
+        spare -= hole
+        gap = hole
+    return gap if gap < (holes[-1] if holes else 0) else max_gap
+
 
 def coalesce(ranges: Sequence[ByteRange], *, max_gap: int, max_size: int) -> list[Request]:
     """Plan the GETs that serve ``ranges``.

@@ -29,7 +29,7 @@ from ..format.seekable import SeekTable, decode_frames, seekable_codec
 from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..format.vlen import VLEN_HEADER
 from ..io.executor import Executor
-from ..io.plan import ByteRange, choose_fetch
+from ..io.plan import ByteRange, bridging_gap, choose_fetch
 
 # A cell's payload is one vlen item, whose length prefix is a u32: no cell holds more bytes.
 MAX_CELL_BYTES = (1 << 32) - 1
@@ -315,6 +315,7 @@ class CellArray:
         tables = await self.seek_tables(coords, guess, max_frames)
         grid = [self.cell_coords(c) for c in coords]
         handle = self.executor.handle
+        overread = tuning().max_overread
         out: list[bytes | memoryview | None] = [b""] * len(grid)
         whole: list[int] = []
         plans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # i -> spans, first, last, frames
@@ -338,7 +339,8 @@ class CellArray:
             frames = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
             starts = table.starts
             needed = list(zip(starts[frames].tolist(), (starts + table.compressed)[frames].tolist()))
-            if choose_fetch(table.frames_nbytes, needed, handle.latency_hint, handle.bandwidth_hint) == "whole":
+            if table.frames_nbytes <= overread * sum(e - b for b, e in needed) and choose_fetch(
+                    table.frames_nbytes, needed, handle.latency_hint, handle.bandwidth_hint) == "whole":
                 whole.append(i)
             else:
                 plans[i] = (sp, first, last, frames)
@@ -358,7 +360,8 @@ class CellArray:
                 t = tables[i]
                 lo = base_of[i] + int(t.starts[a])
                 ranges.append(ByteRange(self.object_key(grid[i]), lo, lo + int(t.compressed[a:b + 1].sum())))
-            parts = await self.executor.read_ranges(ranges)
+            parts = await self.executor.read_ranges(ranges, max_gap=bridging_gap(
+                ranges, handle.coalesce_gap, tuning().narrow_bridge_fraction))
             read = []
             for (i, a, b), part in zip(runs, parts):
                 if part is None:
@@ -425,7 +428,9 @@ class CellArray:
         """Concatenated bytes of row spans [(start, stop), ...] of an uncompressed plain cell."""
         key = self.key_of(self.cell_coords(chunk))
         bounds = [(VLEN_HEADER + int(a) * row_bytes, VLEN_HEADER + int(b) * row_bytes) for a, b in spans]
-        parts = await self.executor.read_ranges([ByteRange(key, start, end) for start, end in bounds])
+        ranges = [ByteRange(key, start, end) for start, end in bounds]
+        parts = await self.executor.read_ranges(ranges, max_gap=bridging_gap(
+            ranges, self.executor.handle.coalesce_gap, tuning().narrow_bridge_fraction))
         present = [p for p in parts if p is not None]
         if len(present) < len(parts):
             await self._absent(key, chunk)

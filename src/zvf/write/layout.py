@@ -361,6 +361,28 @@ def choose_bin_shape(chunk_shape: Sequence[float], points_per_chunk: float, *,
     return None if k == 1 else [c / k for c in cs]
 
 
+def point_bin_shape(chunk_shape: Sequence[float], points: PointSample) -> list[float] | None:
+    """Bins from where the points are: the power of two per axis at which the bin the median sampled vertex
+    lies in holds closest to ``layout_target_bin_points`` (log scale), within ``layout_max_point_bins`` bins a
+    chunk (None: one bin per chunk).
+
+    Why not from the chunk's count alone (:func:`choose_bin_shape`): that assumes the vertices fill the
+    chunk's volume.  A surface (terrain, a scanned facade) fills a few bins of each column, so bins sized that
+    way hold several times the target and a small box reads several times its rows."""
+    settings = tuning()
+    cs = np.asarray(chunk_shape, dtype=np.float64)
+    best, least, k = 1, math.inf, 1
+    while k ** len(cs) <= settings.layout_max_point_bins:
+        typical = points.census(cs / k)[0]
+        misfit = abs(math.log(max(typical, 1.0) / settings.layout_target_bin_points))
+        if misfit < least:
+            best, least = k, misfit
+        if typical <= settings.layout_target_bin_points:
+            break
+        k *= 2
+    return None if best == 1 else [float(c) / best for c in cs]
+
+
 def object_bin_shape(chunk_shape: Sequence[float], objects: ObjectSample) -> list[float] | None:
     """Bins about ``1 / layout_object_bins`` of a typical object's size (None: one bin per chunk).
 
@@ -391,7 +413,7 @@ def resolve(chunk_shape: Sequence[float] | str, bin_shape: Sequence[float] | str
             row_bytes: int | None = None) -> tuple[Sequence[float], Sequence[float] | None]:
     """Concrete (chunk_shape, bin_shape) for a writer: ``"auto"`` replaced from the data's extent and count,
     and where the points are (``points``) or, for objects, from ``objects`` (see :func:`choose_chunk_shape`;
-    bins: :func:`choose_bin_shape` on the vertices of a typical chunk, :func:`object_bin_shape`).
+    bins: :func:`point_bin_shape` from the sample, :func:`choose_bin_shape` from the extent, :func:`object_bin_shape`).
 
     Shapes given explicitly come back unchanged (ints stay ints, as 0.9.2 records them).
     """
@@ -402,7 +424,7 @@ def resolve(chunk_shape: Sequence[float] | str, bin_shape: Sequence[float] | str
         if objects is not None and len(objects):
             bin_shape = object_bin_shape(chunk_shape, objects)
         elif points is not None and len(points):
-            bin_shape = choose_bin_shape(chunk_shape, points.census(np.asarray(chunk_shape, float))[0])
+            bin_shape = point_bin_shape(chunk_shape, points)
         else:
             grid = np.floor(np.asarray(hi, float) / np.asarray(chunk_shape, float)) - np.floor(
                 np.asarray(lo, float) / np.asarray(chunk_shape, float)) + 1

@@ -117,9 +117,10 @@ def fi_key(frag: CellArray, chunk: Sequence[int] | np.ndarray) -> str:
 def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np.ndarray, mask: np.ndarray,
                  arrays: dict[str, CellArray], seek: bool) -> bool:
     """Bin spans are worth it when the fragment indexes (and, for seekable cells, the seek tables) are
-    cached, or by the cost model: one more round trip against the bytes of untouched bins -- for seekable
-    cells, of untouched frames (``seek_frame_bytes`` each at least), and never when the cells are decoded in
-    the cache already."""
+    cached, when whole cells would fetch more than ``max_overread`` times the bytes of the touched bins, or
+    by the cost model: one more round trip against the bytes of untouched bins -- for seekable cells, of
+    untouched frames (``seek_frame_bytes`` each at least).  Never when the cells are decoded in the cache
+    already."""
     frag = lvl.need("vertex_fragments")
     cache = frag.executor.cache("fragment_index")
     indexed = all(fi_key(frag, cand[i]) in cache for i in partial)
@@ -136,9 +137,10 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
     per_chunk = row_bytes * max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks))
     whole = int(per_chunk * len(partial))
     needed = int(whole * mask[partial].mean())
+    overread = tuning().max_overread
     if not seek:
-        return choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
-                            ranged_round_trips=2) == "ranges"
+        return whole > overread * needed or choose_fetch(whole, [(0, needed)], handle.latency_hint,
+                                                         handle.bandwidth_hint, ranged_round_trips=2) == "ranges"
     # seekable cells: a request per cell either way, plus one per gap of untouched bins too wide to read
     # through (frames: their seek tables in the wave before, unless cached); every touched run of bins
     # rounds up to whole frames
@@ -156,7 +158,8 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
         return fetch_cost(nbytes, n, latency_s=handle.latency_hint, bandwidth_Bps=handle.bandwidth_hint,
                           concurrency=frag.executor.concurrency)
 
-    return (0.0 if indexed else cost(0, cells)) + cost(needed, requests) < cost(whole, cells)
+    narrow = (0.0 if indexed else cost(0, cells)) + cost(needed, requests)
+    return whole > overread * needed or narrow < cost(whole, cells)
 
 
 def _runs(rows: np.ndarray) -> np.ndarray:
