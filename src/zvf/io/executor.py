@@ -397,7 +397,10 @@ class Executor:
                 return cast(bytes, hit)
         data = await self._fetch(Request(key, -nbytes, None))
         if cache is not None and data is not None:
+            data = bytes(data)
             self.cache_suffix(cache, key, data)
+            if len(data) < nbytes:  # the whole object: what this read returns again (it missed when keyed by length)
+                self.put_cached(cache, ("suffix", key, nbytes), data)
         return data
 
     def cache_suffix(self, cache: str, key: str, tail: bytes | memoryview) -> None:
