@@ -117,7 +117,8 @@ def fi_key(frag: CellArray, chunk: Sequence[int] | np.ndarray) -> str:
 def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np.ndarray, mask: np.ndarray,
                  arrays: dict[str, CellArray], seek: bool) -> bool:
     """Bin spans are worth it when the fragment indexes (and, for seekable cells, the seek tables) are
-    cached, when whole cells would fetch more than ``max_overread`` times the bytes of the touched bins, or
+    cached, when whole cells would fetch more than ``max_overread`` times the bytes of the touched bins (and
+    more than the handle's ``coalesce_gap`` a cell beyond them), or
     by the cost model: one more round trip against the bytes of untouched bins -- for seekable cells, of
     untouched frames (``seek_frame_bytes`` each at least).  Never when the cells are decoded in the cache
     already."""
@@ -137,10 +138,12 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
     per_chunk = row_bytes * max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks))
     whole = int(per_chunk * len(partial))
     needed = int(whole * mask[partial].mean())
-    overread = tuning().max_overread
+    # whole cells fetch too much: past max_overread times the touched bins, by more than a remote read would
+    # read through to save a request (per cell: run.py's 32 KB cells stay whole, peers' 1 MB ones do not)
+    overread = whole > tuning().max_overread * needed and whole - needed > handle.coalesce_gap * len(partial)
     if not seek:
-        return whole > overread * needed or choose_fetch(whole, [(0, needed)], handle.latency_hint,
-                                                         handle.bandwidth_hint, ranged_round_trips=2) == "ranges"
+        return overread or choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
+                                        ranged_round_trips=2) == "ranges"
     # seekable cells: a request per cell either way, plus one per gap of untouched bins too wide to read
     # through (frames: their seek tables in the wave before, unless cached); every touched run of bins
     # rounds up to whole frames
@@ -159,7 +162,7 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
                           concurrency=frag.executor.concurrency)
 
     narrow = (0.0 if indexed else cost(0, cells)) + cost(needed, requests)
-    return whole > overread * needed or narrow < cost(whole, cells)
+    return overread or narrow < cost(whole, cells)
 
 
 def _runs(rows: np.ndarray) -> np.ndarray:
