@@ -118,7 +118,7 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
                  arrays: dict[str, CellArray], seek: bool) -> bool:
     """Bin spans are worth it when the fragment indexes (and, for seekable cells, the seek tables) are
     cached, when whole cells would fetch more than ``max_overread`` times the bytes of the touched bins (and
-    more than the handle's ``coalesce_gap`` a cell beyond them), or
+    more than ``overread_cell_bytes`` a cell beyond them), or
     by the cost model: one more round trip against the bytes of untouched bins -- for seekable cells, of
     untouched frames (``seek_frame_bytes`` each at least).  Never when the cells are decoded in the cache
     already."""
@@ -138,9 +138,10 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
     per_chunk = row_bytes * max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks))
     whole = int(per_chunk * len(partial))
     needed = int(whole * mask[partial].mean())
-    # whole cells fetch too much: past max_overread times the touched bins, by more than a remote read would
-    # read through to save a request (per cell: run.py's 32 KB cells stay whole, peers' 1 MB ones do not)
-    overread = whole > tuning().max_overread * needed and whole - needed > handle.coalesce_gap * len(partial)
+    # whole cells fetch too much: past max_overread times the touched bins, and by more than overread_cell_bytes
+    # a cell (run.py's 32 KB cells stay whole: a round trip for a few KB each; peers' 300 KB-1 MB ones do not)
+    settings = tuning()
+    overread = whole > settings.max_overread * needed and whole - needed > settings.overread_cell_bytes * len(partial)
     if not seek:
         return overread or choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
                                         ranged_round_trips=2) == "ranges"
@@ -362,9 +363,8 @@ def _assemble_points(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]]
         sub = pos[j] if local is None else pos[j][local]
         keep: np.ndarray | None = None
         if k in runs and box is not None and local is None and job.owners is None:  # only the touched bins' rows
-            axes = np.flatnonzero(cut[j])
-            parts = [a + np.flatnonzero(box_mask(pos[j][a:b], *box, axes=axes)) for a, b in runs[k].tolist()]
-            picks.append(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+            rows_k = _span_rows(runs[k])  # one test over every run's rows (a large box touches hundreds of runs)
+            picks.append(rows_k[box_mask(pos[j][rows_k], *box, axes=np.flatnonzero(cut[j]))])
             kept.append(picks[-1])
             continue
         if cut[j].any():
