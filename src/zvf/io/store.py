@@ -10,14 +10,13 @@ error messages are scrubbed of secret values.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..config import tuning
 from ..errors import InvalidArgumentError, ReadOnlyError
-from . import backends, fork, options
+from . import backends, options
 from .backends import Backend
 from .options import StorageOptions
 from .retry import RetryPolicy
@@ -90,34 +89,6 @@ class StoreHandle:
 # --------------------------------------------------------------------------------------
 
 
-_exit_hook = threading.Lock()
-_exit_hook_set = False
-
-
-def _settle_obstore_at_exit() -> None:
-    """Give obstore's I/O threads a moment before the interpreter tears down.
-
-    With obstore 0.12 on CPython 3.11 a background thread still handing a
-    result to asyncio while Python finalizes aborts the process (exit 134
-    instead of the real status); a short pause at exit avoids the race.
-    """
-    global _exit_hook_set
-    with _exit_hook:
-        if not _exit_hook_set:
-            import atexit
-            import time
-
-            atexit.register(time.sleep, 0.05)
-            _exit_hook_set = True
-
-
-@fork.at_fork
-def _fresh_exit_lock() -> None:
-    """In a forked child: a fresh lock (a parent thread may have held it)."""
-    global _exit_hook
-    _exit_hook = threading.Lock()
-
-
 def open_store(
     target: Target,
     *,
@@ -180,7 +151,6 @@ def _handle(backend: Backend, *, mode: str, zvf: dict[str, Any]) -> StoreHandle:
             settings[k] = zvf[k]
     retry = RetryPolicy(**{k: zvf[k] for k in ("max_retries", "retry_timeout", "init_backoff", "max_backoff",
                                                  "backoff_base") if k in zvf})
-    _settle_obstore_at_exit()
     transport: Any = ObstoreTransport(backend.store, prefix=backend.prefix, secrets=backend.secrets, label=url,
                                       remake=backend.remake, check=backend.check)
     if read_only:

@@ -29,11 +29,14 @@ refuses writes.  A dict-backed test double with injectable faults lives in
 from __future__ import annotations
 
 import asyncio
+import atexit
 import builtins
 import functools
 import os
 import re
 import threading
+import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
@@ -70,6 +73,37 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+#: obstore requests of this process whose result obstore's threads may still hand to Python: each leaves
+#: when its result reached its event loop, or (cancelled) when obstore lets go of it
+_unfinished: weakref.WeakSet[asyncio.Future[Any]] = weakref.WeakSet()
+_EXIT_PAUSE = 0.05  # seconds the interpreter's exit waits at most for unfinished obstore requests
+
+
+def _finished(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():  # a cancelled one: obstore's thread may still look at it
+        _unfinished.discard(fut)
+
+
+@atexit.register
+def _pause_at_exit() -> None:
+    """Let obstore's threads finish handing results over before the interpreter tears down.
+
+    With obstore 0.12 on CPython 3.11 a background thread handing a result to asyncio while Python
+    finalizes aborts the process (exit 134 instead of the real status): an event loop in another thread
+    (the blocking facade's, a service's) may still have requests in flight.  A process whose requests
+    all finished exits at once (a serverless function or a CLI command pays nothing).
+    """
+    deadline = time.monotonic() + _EXIT_PAUSE
+    while _unfinished and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@fork.at_fork
+def _forget_unfinished() -> None:
+    """In a forked child: the parent's requests run in the parent (obstore's threads stayed there)."""
+    _unfinished.clear()
+
+
 async def _settled(call: Any) -> Any:
     """Await one obstore request; when the caller is cancelled (an error elsewhere, Ctrl-C), let the
     request finish first (up to ``zvf.config`` ``settle_seconds``).
@@ -77,9 +111,12 @@ async def _settled(call: Any) -> Any:
     obstore completes a request from its own threads by posting to the event loop: a request still
     running when its loop closes (a CLI command or ``asyncio.run`` ending on an error) posts to a
     closed loop ("Event loop is closed" on stderr), and a cancelled PUT could land after its caller
-    returned.  Waiting keeps both from happening.
+    returned.  Waiting keeps both from happening.  Until it finishes the request is in
+    ``_unfinished`` (the interpreter's exit waits for it).
     """
     fut = asyncio.ensure_future(call)
+    _unfinished.add(fut)
+    fut.add_done_callback(_finished)
     try:
         return await asyncio.shield(fut)
     except BaseException:
