@@ -30,6 +30,7 @@ from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..format.vlen import VLEN_HEADER
 from ..io.executor import Executor
 from ..io.plan import ByteRange, bridging_gap, choose_fetch
+from .rowops import expand_ranges, unique_ints
 
 # A cell's payload is one vlen item, whose length prefix is a u32: no cell holds more bytes.
 MAX_CELL_BYTES = (1 << 32) - 1
@@ -336,7 +337,7 @@ class CellArray:
             rows_end = (out_ends - VLEN_HEADER) // row_bytes
             first = np.searchsorted(rows_end, sp[:, 0], side="right")
             last = np.searchsorted(rows_end, sp[:, 1] - 1, side="right")
-            frames = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
+            frames = unique_ints(expand_ranges(first, last - first + 1))
             starts = table.starts
             needed = list(zip(starts[frames].tolist(), (starts + table.compressed)[frames].tolist()))
             if table.frames_nbytes <= overread * sum(e - b for b, e in needed) and choose_fetch(

@@ -32,6 +32,7 @@ from ..format.shard import EMPTY, decode_shard_index, index_nbytes
 from ..io.plan import ByteRange
 from .dense import read_dense
 from .points import off_loop
+from .rowops import unique_ints
 
 if TYPE_CHECKING:
     from ..format.types import BytesLike
@@ -190,7 +191,7 @@ class ObjectIndex:
         slots = per // k
         path = self.manifests.path
         shard_of = rows // per
-        shards = np.unique(shard_of).tolist()
+        shards = unique_ints(shard_of).tolist()
         whole: dict[int, Unit | None] = {s: self.ex.get_cached("manifest", (path, "rows", s)) for s in shards}
         todo = [s for s in shards if whole[s] is None]
         indexes = dict(zip(todo, await self.ex.gather([self._shard_index(s) for s in todo])))
@@ -205,7 +206,7 @@ class ObjectIndex:
             offsets, nbytes = index
             present = offsets != EMPTY
             end = _stored_end(offsets, nbytes, present)
-            wanted = np.unique(rows[shard_of == s] // k) - s * slots
+            wanted = unique_ints(rows[shard_of == s] // k) - s * slots
             wanted_bytes = int(nbytes[wanted[present[wanted]]].sum())
             if self.ex.get_cached("manifest", (path, "shard", s)) is not None or end <= break_even \
                     or 2 * wanted_bytes >= end:

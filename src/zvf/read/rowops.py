@@ -34,6 +34,18 @@ def expand_ranges(starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | Non
     return np.cumsum(out, out=out)
 
 
+def unique_ints(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` of integers, by one sort: numpy 2.4's first plain ``np.unique`` imports ``numpy.ma``
+    (~15 ms of a cold process's first query)."""
+    s = np.sort(np.asarray(a).reshape(-1))
+    if s.size > 1:
+        keep = np.empty(s.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(s[1:], s[:-1], out=keep[1:])
+        s = s[keep]
+    return s
+
+
 def match_rows(known: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Index of each row of ``query`` in ``known`` (unique rows), -1 when absent."""
     query = np.asarray(query, dtype=np.int64)

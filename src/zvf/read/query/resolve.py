@@ -16,7 +16,7 @@ from .. import load
 from ..context import ReadContext
 from ..dense import dense_attribute, read_groups
 from ..points import attribute_layout, level_attributes
-from ..rowops import match_rows
+from ..rowops import match_rows, unique_ints
 from ..selection import Selection
 from .spec import Spec, Term
 
@@ -116,7 +116,7 @@ async def resolve(rc: ReadContext, spec: Spec) -> Resolved:
         if out_of_range:
             raise InvalidArgumentError(
                 f"groups: group {out_of_range[0]} out of range (the level has {len(groups)} groups)")
-        members = np.unique(np.concatenate([groups[g] for g in spec.groups] + [np.zeros(0, np.int64)]))
+        members = unique_ints(np.concatenate([groups[g] for g in spec.groups] + [np.zeros(0, np.int64)]))
         allowed = members if allowed is None else np.intersect1d(allowed, members)
     if oterms:
         ids = await rc.object_ids(lvl.index)
@@ -125,7 +125,7 @@ async def resolve(rc: ReadContext, spec: Spec) -> Resolved:
             values = await dense_attribute(rc, "object_attributes", t.name, lvl.index)
             arr = lvl.need(f"object_attributes/{t.name}")
             keep &= t.test(t.column(np.asarray(values)[: len(ids)], arr.meta.attributes.get("channel_names")))
-        ids = np.unique(ids[keep])
+        ids = unique_ints(ids[keep])
         allowed = ids if allowed is None else np.intersect1d(allowed, ids)
     for t in vterms:  # channel errors before any request, where the metadata tells the width
         arr = lvl.need(f"vertex_attributes/{t.name}")

@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ...errors import InvalidArgumentError
 from ...format.grid import check_bbox
+from ..rowops import unique_ints
 
 BBox: TypeAlias = tuple[ArrayLike, ArrayLike]
 """A closed box ``(lo, hi)``: two sequences of ``ndim`` coordinates."""
@@ -167,7 +168,7 @@ def _ids(value: Ids | None, what: str) -> tuple[int, ...] | None:
     a = np.asarray(list(value) if isinstance(value, Iterable) and not np.isscalar(value) else [value])
     if a.size and (a.dtype == bool or a.dtype.kind not in "iu"):
         raise InvalidArgumentError(f"{what} must be integer ids, got {value!r}")
-    return tuple(int(x) for x in np.unique(a.astype(np.int64))) if a.size else ()
+    return tuple(int(x) for x in unique_ints(a.astype(np.int64))) if a.size else ()
 
 
 @dataclass(frozen=True)
