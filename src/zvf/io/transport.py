@@ -77,9 +77,13 @@ R = TypeVar("R")
 #: when its result reached its event loop, or (cancelled) when obstore lets go of it
 _unfinished: weakref.WeakSet[asyncio.Future[Any]] = weakref.WeakSet()
 _EXIT_PAUSE = 0.05  # seconds the interpreter's exit waits at most for unfinished obstore requests
+_EXIT_AFTER_LAST = 0.01  # and at least this long after the last one finished (its thread returning)
+_last_finished = 0.0
 
 
 def _finished(fut: asyncio.Future[Any]) -> None:
+    global _last_finished
+    _last_finished = time.monotonic()
     if not fut.cancelled():  # a cancelled one: obstore's thread may still look at it
         _unfinished.discard(fut)
 
@@ -90,12 +94,13 @@ def _pause_at_exit() -> None:
 
     With obstore 0.12 on CPython 3.11 a background thread handing a result to asyncio while Python
     finalizes aborts the process (exit 134 instead of the real status): an event loop in another thread
-    (the blocking facade's, a service's) may still have requests in flight.  A process whose requests
-    all finished exits at once (a serverless function or a CLI command pays nothing).
+    (the blocking facade's, a service's) may still have requests in flight, and the thread that handed
+    over the last result may still be returning.  A process whose last request finished more than
+    ``_EXIT_AFTER_LAST`` ago exits at once (a serverless function or a CLI command pays nothing).
     """
     deadline = time.monotonic() + _EXIT_PAUSE
-    while _unfinished and time.monotonic() < deadline:
-        time.sleep(0.005)
+    while (_unfinished or time.monotonic() < _last_finished + _EXIT_AFTER_LAST) and time.monotonic() < deadline:
+        time.sleep(0.002)
 
 
 @fork.at_fork
