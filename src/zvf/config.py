@@ -78,6 +78,7 @@ class Tuning:
     #                            it reads only those bins (one more round trip on a fresh dataset; math.inf: time only)
     overread_cell_bytes: int = 64 << 10  # raw bytes a cell must fetch beyond its touched bins before max_overread
     #                                      applies (smaller cells are read whole: a few KB are not worth a round trip)
+    overread_max_chunks: int = 2  # chunks a box may cut for max_overread to apply (a small box across one face: 2)
     narrow_bridge_fraction: float = 0.25  # bytes that read as bins or frames may add by reading through the holes
     #                                      between its ranges (fewer requests), as a fraction of its own bytes
     thread_decode_bytes: int = 1 << 20  # stored bytes of a read's cells past which they decode in those threads

@@ -82,6 +82,9 @@ class ReadContext(RootFacts):
     """Per-level tables the object reads derive (parsed link arrays, id order), keyed (kind, level)."""
     refresh_auto: bool = False
     """On StaleDatasetError, move to the newest version and read again once (``open(..., refresh="auto")``)."""
+    point_queries: int = 0
+    """Point queries running on this dataset now: a lone one may read less than whole cells to save bytes;
+    concurrent ones (a service) share whole cells through the single-flight reads and the cell cache."""
 
     @classmethod
     def create(cls, handle: StoreHandle, executor: Executor, root: RootMeta, level0: load.Level) -> ReadContext:

@@ -118,7 +118,7 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
                  arrays: dict[str, CellArray], seek: bool) -> bool:
     """Bin spans are worth it when the fragment indexes (and, for seekable cells, the seek tables) are
     cached, when whole cells would fetch more than ``max_overread`` times the bytes of the touched bins (and
-    more than ``overread_cell_bytes`` a cell beyond them), or
+    more than ``overread_cell_bytes`` a cell beyond them, for a lone query cutting few chunks), or
     by the cost model: one more round trip against the bytes of untouched bins -- for seekable cells, of
     untouched frames (``seek_frame_bytes`` each at least).  Never when the cells are decoded in the cache
     already."""
@@ -139,9 +139,13 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
     whole = int(per_chunk * len(partial))
     needed = int(whole * mask[partial].mean())
     # whole cells fetch too much: past max_overread times the touched bins, and by more than overread_cell_bytes
-    # a cell (run.py's 32 KB cells stay whole: a round trip for a few KB each; peers' 300 KB-1 MB ones do not)
+    # a cell (run.py's 32 KB cells stay whole: a round trip for a few KB each; peers' 300 KB-1 MB ones do not);
+    # only for a lone query (concurrent ones share whole cells) cutting at most overread_max_chunks chunks (each
+    # costs a request per array more, and the touched bins' share of a chunk's rows is a guess: a box in a dense
+    # cluster touches few bins holding most of them)
     settings = tuning()
-    overread = whole > settings.max_overread * needed and whole - needed > settings.overread_cell_bytes * len(partial)
+    overread = rc.point_queries <= 1 and len(partial) <= settings.overread_max_chunks \
+        and whole > settings.max_overread * needed and whole - needed > settings.overread_cell_bytes * len(partial)
     if not seek:
         return overread or choose_fetch(whole, [(0, needed)], handle.latency_hint, handle.bandwidth_hint,
                                         ranged_round_trips=2) == "ranges"
@@ -182,17 +186,21 @@ def _span_rows(spans: np.ndarray) -> np.ndarray:
 
 async def read_points(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None = None) -> Selection:
     """Matching vertices of a point cloud in chunk order, one wave of chunks at a time under a ``limit``."""
-    job = await point_job(rc, ctx, subset)
-    limit = ctx.spec.limit
-    step = len(job.chunks) if limit is None else max(1, rc.ex.concurrency // max(1, len(job.final)))
-    parts, got = [], 0
-    for a in range(0, max(len(job.chunks), 1), max(step, 1)):  # one wave of chunks per step with a limit
-        idx = np.arange(a, min(a + step, len(job.chunks)))
-        sel = await _point_wave(rc, ctx, job, idx)
-        parts.append(sel)
-        got += len(sel)
-        if limit is not None and got >= limit:
-            break
+    rc.point_queries += 1
+    try:
+        job = await point_job(rc, ctx, subset)
+        limit = ctx.spec.limit
+        step = len(job.chunks) if limit is None else max(1, rc.ex.concurrency // max(1, len(job.final)))
+        parts, got = [], 0
+        for a in range(0, max(len(job.chunks), 1), max(step, 1)):  # one wave of chunks per step with a limit
+            idx = np.arange(a, min(a + step, len(job.chunks)))
+            sel = await _point_wave(rc, ctx, job, idx)
+            parts.append(sel)
+            got += len(sel)
+            if limit is not None and got >= limit:
+                break
+    finally:
+        rc.point_queries -= 1
     out = concat(parts)
     if limit is not None and len(out) > limit:
         out = take(out, np.arange(limit))
