@@ -5,6 +5,7 @@ naming the cell, never wrong rows."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import warnings
@@ -237,3 +238,27 @@ def test_box_and_where_through_frames(store, corner, size, value):
     want = want[cls[want] == value]
     assert sorted(got.attributes["row"].tolist()) == want.tolist()
     np.testing.assert_array_equal(got.positions, pos[got.attributes["row"]])
+
+
+@pytest.mark.asyncio
+async def test_queries_at_once_share_whole_cells_a_lone_one_narrows(tmp_path):
+    """max_overread is for a lone query: boxes asked at once on one dataset (a service) read whole cells, each
+    fetched and decoded once for all of them; one box alone reads its bins."""
+    import zvf.aio as za
+
+    rng = np.random.default_rng(3)
+    pos = rng.uniform(0, 100, (300_000, 3)).astype(np.float32)
+    url = str(tmp_path / "s.zarrvectors")
+    zvf.write_points(url, pos, chunk_shape=[50.0] * 3, bin_shape=[5.0] * 3, compression="zstd", shard_shape=None)
+    boxes = [([10.0 + i, 10.0, 10.0], [18.0 + i, 18.0, 18.0]) for i in range(4)]
+    with tuned(**REMOTE):
+        async with await za.open(url) as ds:
+            sel = await ds.query(boxes[0])
+            lone = ds.stats.bytes
+        async with await za.open(url) as ds:
+            sels = await asyncio.gather(*(ds.query(b) for b in boxes))
+            together = ds.stats.bytes
+    for (lo, hi), got in zip(boxes, [sel, *sels[1:]]):
+        assert len(got) == len(_truth(pos, np.asarray(lo), np.asarray(hi)))
+    cell = sum(p.stat().st_size for p in _cell_files(url, "vertices")) / 8
+    assert lone < cell / 4 < cell < together < 4 * 1.5 * cell  # the cells once, not once per box
