@@ -347,6 +347,12 @@ async def finish_level(ex: Executor, root: md.RootMeta, index: int, level_doc: D
         docs = await ex.gather([_get_json(ex, f"{index}/{p}/zarr.json") for p in paths])
     _add_docs(level, ex, paths, docs)
     level.loaded.add("vertex_attributes")
+    if level.object_index is None:
+        # the shard indexes of a sharded point level (auto layouts: one shard a level), in one wave: the first
+        # box then starts with its cells (or its bins' indexes) instead of a round trip for those indexes
+        arrays = [level.array(name) for name in ("vertices", "vertex_fragments", *paths)]
+        await ex.gather([a.prefetch_indexes(tuning().open_prefetch_shards)
+                         for a in arrays if a is not None and a.codec.shard is not None])
     if deltas and set(deltas) <= {"links/0"}:
         level.loaded.add("links")  # no cross-level families: every link document is in
     return level
