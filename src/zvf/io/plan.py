@@ -99,6 +99,7 @@ class Request:
             return self.end - self.start
         return -self.start if self.start < 0 else None
 
+
 def bridging_gap(ranges: Sequence[ByteRange], max_gap: int, fraction: float) -> int:
     """The widest hole, at most ``max_gap``, that :func:`coalesce` may read through while the holes it bridges
     add at most ``fraction`` of the bounded ``ranges``' own bytes (narrowest first): a read narrowed to save

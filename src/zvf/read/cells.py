@@ -361,8 +361,7 @@ class CellArray:
                 t = tables[i]
                 lo = base_of[i] + int(t.starts[a])
                 ranges.append(ByteRange(self.object_key(grid[i]), lo, lo + int(t.compressed[a:b + 1].sum())))
-            parts = await self.executor.read_ranges(ranges, max_gap=bridging_gap(
-                ranges, handle.coalesce_gap, tuning().narrow_bridge_fraction))
+            parts = await self._read_narrowed(ranges)
             read = []
             for (i, a, b), part in zip(runs, parts):
                 if part is None:
@@ -429,9 +428,7 @@ class CellArray:
         """Concatenated bytes of row spans [(start, stop), ...] of an uncompressed plain cell."""
         key = self.key_of(self.cell_coords(chunk))
         bounds = [(VLEN_HEADER + int(a) * row_bytes, VLEN_HEADER + int(b) * row_bytes) for a, b in spans]
-        ranges = [ByteRange(key, start, end) for start, end in bounds]
-        parts = await self.executor.read_ranges(ranges, max_gap=bridging_gap(
-            ranges, self.executor.handle.coalesce_gap, tuning().narrow_bridge_fraction))
+        parts = await self._read_narrowed([ByteRange(key, start, end) for start, end in bounds])
         present = [p for p in parts if p is not None]
         if len(present) < len(parts):
             await self._absent(key, chunk)
@@ -440,6 +437,12 @@ class CellArray:
             if len(p) != end - start:
                 raise FormatError(f"{key}: cell ends at byte {start + len(p)}, before rows it indexes ({end})")
         return b"".join(present)
+
+    async def _read_narrowed(self, ranges: list[ByteRange]) -> list[bytes | None]:
+        """Ranges of a read narrowed to save bytes (bins' rows, frames): holes between them are read through only
+        while they add ``narrow_bridge_fraction`` of its bytes, not up to the handle's whole coalesce gap."""
+        gap = bridging_gap(ranges, self.executor.handle.coalesce_gap, tuning().narrow_bridge_fraction)
+        return await self.executor.read_ranges(ranges, max_gap=gap)
 
     def _inner_per_shard(self) -> tuple[int, ...]:
         """Inner chunks per shard along each axis (only the sharded reads ask)."""

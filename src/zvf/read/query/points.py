@@ -160,7 +160,7 @@ def _narrow_pays(rc: ReadContext, lvl: load.Level, cand: np.ndarray, partial: np
     rows_per_bin = max(1, lvl.meta.vertex_count or 0) / max(1, len(lvl.nonempty_chunks)) / lvl.layout.bins_in_chunk
     gap_limit = frag.executor.handle.coalesce_gap
     requests = sum(len(partial) + int((gaps * rows_per_bin * row_nbytes(a) > gap_limit).sum()) for a in arrays.values())
-    needed = min(whole, needed + len(run_at[0]) * tuning().seek_frame_bytes * len(arrays))
+    needed = min(whole, needed + len(run_at[0]) * settings.seek_frame_bytes * len(arrays))
     cells = len(partial) * len(arrays)
     def cost(nbytes: int, n: int) -> float:
         return fetch_cost(nbytes, n, latency_s=handle.latency_hint, bandwidth_Bps=handle.bandwidth_hint,
