@@ -93,12 +93,6 @@ async def point_job(rc: ReadContext, ctx: Resolved, subset: np.ndarray | None = 
         first, bins = partial, mask
     else:
         seek = False
-    if mask is not None and frag is not None and not len(first) and not ranged and not where and len(cand) \
-            and not mask.all():
-        # compressed cells come whole; their bin spans (fetched beside them) narrow the box test to the
-        # rows of the bins the box touches, not every row of every chunk it cuts
-        bins = mask
-        final["vertex_fragments"] = frag
     if owners is not None and obj_frags is None:
         if where:  # rows get picked by where: owners come from indexes read beside the where cells
             first = np.arange(len(cand))
@@ -298,36 +292,7 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
         seek = replace(seek, rows={j: cell_rows[k] for j, k in enumerate(live) if k in cell_rows})
     payloads = await fetch(lvl.need("vertices").executor, job.final, [chunks[k] for k in live],
                            {j: spans[k] for j, k in enumerate(live) if k in spans}, seek=seek)
-    runs = {}
-    if job.bins is not None and not job.ranged and not job.seek and job.owners is None:  # bins of whole cells
-        runs = _touched_runs(ctx, job, chunks, idx, live, payloads)
-    return _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_vals, fis, runs)
-
-
-def _touched_runs(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]], idx: np.ndarray, live: list[int],
-                  payloads: dict[str, list[Any]]) -> dict[int, np.ndarray]:
-    """(start, stop) row runs of the bins the box touches, for each chunk it leaves some bins of, by the chunk's
-    fragment index (one range per bin, rows sorted by bin: ``fragments_tile``).  The box test then reads
-    only those rows; an index that does not line up with the bins leaves its chunk whole."""
-    assert job.bins is not None
-    lvl, frag = ctx.level, job.final["vertex_fragments"]
-    out: dict[int, np.ndarray] = {}
-    for j, k in enumerate(live):
-        touched = job.bins[idx[k]]
-        if touched.all():
-            continue
-        vpay = payloads["vertices"][j]
-        n_rows = 0 if vpay is None else len(vpay) // row_nbytes(job.final["vertices"])
-        fi = decode_fragment_index(payloads["vertex_fragments"][j] or b"", key=fi_key(frag, chunks[k]),
-                                   n_rows=n_rows)
-        if fi.num_fragments != lvl.layout.bins_in_chunk:
-            continue
-        start, stop = fi.spans(np.flatnonzero(touched))
-        start, stop = start[stop > start], stop[stop > start]
-        joined = np.flatnonzero(start[1:] != stop[:-1]) + 1  # bins next to each other make one run
-        out[k] = np.stack((start[np.r_[0, joined]], stop[np.r_[joined - 1, len(stop) - 1]]), axis=1) \
-            if len(start) else np.zeros((0, 2), np.int64)
-    return out
+    return _assemble_points(ctx, job, chunks, live, payloads, fetched, wanted, where_vals, fis)
 
 
 def _ranges_pay(rc: ReadContext, job: PointJob, passing: np.ndarray, rows_read: np.ndarray | None,
@@ -344,7 +309,7 @@ def _ranges_pay(rc: ReadContext, job: PointJob, passing: np.ndarray, rows_read: 
 def _assemble_points(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]], live: list[int],
                      payloads: dict[str, list[Any]], fetched: dict[int, np.ndarray | None],
                      wanted: dict[int, np.ndarray], where_vals: dict[str, dict[int, np.ndarray]],
-                     fis: dict[int, FragmentIndex], runs: dict[int, np.ndarray]) -> Selection:
+                     fis: dict[int, FragmentIndex]) -> Selection:
     """One wave's Selection: each chunk's rows picked (the wanted ones, then the vertex test -- along the axes
     the box cuts the chunk, none for a chunk it holds whole -- then the id set), every column gathered once
     into its output."""
@@ -370,11 +335,6 @@ def _assemble_points(ctx: Resolved, job: PointJob, chunks: list[tuple[int, ...]]
             local = np.searchsorted(rows_read, wanted[k]) if rows_read is not None else wanted[k]
         sub = pos[j] if local is None else pos[j][local]
         keep: np.ndarray | None = None
-        if k in runs and box is not None and local is None and job.owners is None:  # only the touched bins' rows
-            rows_k = _span_rows(runs[k])  # one test over every run's rows (a large box touches hundreds of runs)
-            picks.append(rows_k[box_mask(pos[j][rows_k], *box, axes=np.flatnonzero(cut[j]))])
-            kept.append(picks[-1])
-            continue
         if cut[j].any():
             keep = box_mask(sub, *box, axes=np.flatnonzero(cut[j])) if spec.near is None and box is not None \
                 else spec.vertex_mask(sub)
