@@ -74,6 +74,17 @@ def test_size_limit_and_oversized_single_range():
     assert out == [expected(r) for r in ranges]
 
 
+def test_a_run_past_max_size_comes_in_equal_parts():
+    """A 20 MB run of 500 kB inner chunks at a 16 MiB limit: two parts of 10 MB fetched at once, not 16 + 4
+    (the larger would finish last, alone)."""
+    ranges = [ByteRange("k", i * 500_000, (i + 1) * 500_000) for i in range(40)]
+    reqs = coalesce(ranges, max_gap=0, max_size=16 << 20)
+    assert [(q.start, q.end) for q in reqs] == [(0, 10_000_000), (10_000_000, 20_000_000)]
+    reqs = coalesce(ranges, max_gap=0, max_size=7_000_000)  # 3 parts of 7 MB at most, none under 6
+    assert len(reqs) == 3 and all(6_000_000 <= q.end - q.start <= 7_000_000 for q in reqs)
+    assert sorted(i for q in reqs for i, _ in q.parts) == list(range(40))
+
+
 def test_keys_never_merge_and_order():
     ranges = [ByteRange("b", 0, 5), ByteRange("a", 5, 10), ByteRange("a", 0, 5)]
     reqs, out = run(ranges, max_gap=1000, max_size=1000)

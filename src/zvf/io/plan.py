@@ -17,6 +17,7 @@ like Python slicing; callers that expect an exact length must check it.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -121,13 +122,61 @@ def bridging_gap(ranges: Sequence[ByteRange], max_gap: int, fraction: float) -> 
     return gap if gap < (holes[-1] if holes else 0) else max_gap
 
 
+def _runs_within_gap(bounded: list[tuple[int, int, int]], max_gap: int) -> list[list[tuple[int, int, int]]]:
+    """Sorted ``(start, end, index)`` ranges in runs whose holes are at most ``max_gap`` bytes."""
+    runs: list[list[tuple[int, int, int]]] = []
+    end = -1
+    for r in bounded:
+        if runs and r[0] - end <= max_gap:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+        end = max(end, r[1]) if len(runs[-1]) > 1 else r[1]
+    return runs
+
+
+def _even_parts(run: list[tuple[int, int, int]], max_size: int) -> list[int]:
+    """Where requests for a run of ranges start (indexes into ``run``, the first omitted): as few as spans
+    within ``max_size`` allow (the greedy cut), then moved to the range starts nearest equal shares of the
+    run, when those parts stay within ``max_size`` too (parts fetched at once then finish together)."""
+    greedy: list[int] = []
+    start = end = run[0][0]
+    for j, (s, e, _) in enumerate(run):
+        if j and e > end and max(end, e) - start > max_size:
+            greedy.append(j)
+            start = s
+        end = max(end, e) if j else e
+    if not greedy:
+        return greedy
+    ends = list(itertools.accumulate((e for _, e, _ in run), max))
+    cuts = [j for j in range(1, len(run)) if run[j][0] >= ends[j - 1]]  # starts no earlier range reaches past
+    starts = [run[j][0] for j in cuts]
+    share = (ends[-1] - run[0][0]) / (len(greedy) + 1)
+    even: list[int] = []
+    low = 0  # the first cut still free
+    for k in range(1, len(greedy) + 1):
+        aim = run[0][0] + k * share
+        at = bisect.bisect_left(starts, aim, lo=low)
+        near = [c for c in (at - 1, at) if low <= c < len(cuts)]
+        if not near:
+            return greedy
+        c = min(near, key=lambda c: abs(starts[c] - aim))
+        even.append(cuts[c])
+        low = c + 1
+    bounds = [0, *even, len(run)]
+    if all(ends[b - 1] - run[a][0] <= max_size or b - a == 1 for a, b in itertools.pairwise(bounds)):
+        return even
+    return greedy
+
+
 def coalesce(ranges: Sequence[ByteRange], *, max_gap: int, max_size: int) -> list[Request]:
     """Plan the GETs that serve ``ranges``.
 
     Per key: identical ranges share one slot; bounded ranges are sorted and
-    merged greedily while the hole between them is at most ``max_gap`` bytes
-    (overlapping and adjacent ranges have no hole) and the merged request stays
-    within ``max_size`` bytes.  A single range larger than ``max_size`` is never
+    merged while the hole between them is at most ``max_gap`` bytes
+    (overlapping and adjacent ranges have no hole); a run of them spanning more
+    than ``max_size`` bytes is cut into requests of about equal spans within
+    ``max_size`` (parts fetched at once finish together).  A single range larger than ``max_size`` is never
     split, and ranges inside it join its request.  An open-ended range (``data[s:]``) also serves every bounded range
     starting at or after ``s`` — those bytes come anyway.  Identical suffixes
     are deduplicated.  Empty bounded ranges need no request and appear in no
@@ -178,20 +227,11 @@ def coalesce(ranges: Sequence[ByteRange], *, max_gap: int, max_size: int) -> lis
 
         # longest first among equal starts, so contained ranges ride along for free
         bounded.sort(key=lambda t: (t[0], -t[1], t[2]))
-        cur_s = cur_e = -1
-        cur_parts: list[tuple[int, int]] = []
-        for s, e, i in bounded:
-            if cur_parts and (
-                e <= cur_e or (s - cur_e <= max_gap and max(cur_e, e) - cur_s <= max_size)
-            ):
-                cur_e = max(cur_e, e)
-                cur_parts.append((i, s - cur_s))
-                continue
-            if cur_parts:
-                reqs.append(Request(key, cur_s, cur_e, tuple(cur_parts)))
-            cur_s, cur_e, cur_parts = s, e, [(i, 0)]
-        if cur_parts:
-            reqs.append(Request(key, cur_s, cur_e, tuple(cur_parts)))
+        for run in _runs_within_gap(bounded, max_gap):
+            for a, b in itertools.pairwise([0, *_even_parts(run, max_size), len(run)]):
+                first = run[a][0]
+                reqs.append(Request(key, first, max(e for _, e, _ in run[a:b]),
+                                    tuple((i, s - first) for s, _, i in run[a:b])))
         if open_req is not None:
             reqs.append(open_req)
         for n in sorted(suffix):

@@ -508,14 +508,18 @@ class CellArray:
         return raw, offsets, nbytes
 
     async def _sharded(self, grid: list[tuple[int, ...]], keep: bool = False) -> list[bytes | memoryview | None]:
-        """Inner chunks by shard: a shard asked for (nearly) whole -- 3/4 of the cells it stores -- or kept for a
-        sweep comes in one GET; otherwise its index (one suffix read, cached), then its inner chunks as ranges
-        (coalesced)."""
+        """Inner chunks by shard: a shard asked for (nearly) whole -- 3/4 of the cells it stores -- whose index is
+        not cached yet, or kept for a sweep, comes in one GET; otherwise its index (one suffix read, cached), then
+        its inner chunks as ranges (coalesced: a large shard comes in parts of at most the handle's
+        ``coalesce_max``, fetched at once -- one connection alone does not fill the link)."""
         by_shard = group_by_shard(grid, self._inner_per_shard())
         out: list[bytes | memoryview | None] = [None] * len(grid)
         todo: list[tuple[int, bytes | memoryview, str]] = []  # (slot, stored bytes, name) decoded together at the end
         shard_keys = {s: self.key_of(s) for s in by_shard}
-        whole = [s for s, members in by_shard.items() if keep or 4 * len(members) >= 3 * self._stored_in(s)]
+        n_inner = int(np.prod(self._inner_per_shard()))
+        whole = [s for s, members in by_shard.items() if keep or (
+            4 * len(members) >= 3 * self._stored_in(s)
+            and self.executor.get_cached("shard_index", ("suffix", shard_keys[s], index_nbytes(n_inner))) is None)]
         whole_set = set(whole)
         ranged = [s for s in by_shard if s not in whole_set]
         got = await self.executor.gather([self.executor.gather([self._whole_shard(shard_keys[s], keep) for s in whole]),
