@@ -203,6 +203,24 @@ async def test_sharded_index_by_ranges_when_shards_are_big(line_stores):
     assert (t.object_row == np.repeat(np.arange(3), np.bincount(t.object_row, minlength=3))).all()
 
 
+async def test_an_object_read_after_open_decodes_only_its_inner_chunk(line_stores):
+    """The open prefetched the whole manifest shard: one object's read cuts its inner chunk from those bytes
+    (no request), not a decode of every manifest in the shard (12 ms of 260 kB for one object)."""
+    lines, paths = line_stores
+    async with await zvf.aio.open(str(paths["sharded"])) as ds:
+        ex = ds.context.ex
+        kinds = {k[1] for k in ex.cache("manifest").keys()}
+        assert "shard" in kinds and "rows" not in kinds, kinds  # the open holds the raw shard, undecoded
+        before = ex.stats.requests
+        rows = np.array([7])
+        t = await ds.context.levels[0].object_index.table(rows)
+        assert ex.stats.requests == before  # cut from the prefetched shard
+        kinds = {k[1] for k in ex.cache("manifest").keys()}
+        assert "inner" in kinds and "rows" not in kinds, kinds
+        got = await ds.read_object(7)
+        assert len(got.positions) == len(lines[7]) and len(t.object_row) >= 1
+
+
 # ---------------------------------------------------------------- concurrency from the plan
 
 

@@ -198,6 +198,7 @@ class ObjectIndex:
         handle = self.ex.handle
         break_even = handle.latency_hint * handle.bandwidth_hint
         fetch_whole, inner_ranges, inner_ids = [], [], []
+        at_hand: list[tuple[int, bytes | memoryview]] = []  # inner chunks cut from a shard the open prefetched
         for s in todo:
             index = indexes[s]
             if index is None:  # absent shard: empty manifests
@@ -208,22 +209,30 @@ class ObjectIndex:
             end = _stored_end(offsets, nbytes, present)
             wanted = unique_ints(rows[shard_of == s] // k) - s * slots
             wanted_bytes = int(nbytes[wanted[present[wanted]]].sum())
-            if self.ex.get_cached("manifest", (path, "shard", s)) is not None or end <= break_even \
-                    or 2 * wanted_bytes >= end:
+            raw: bytes | None = self.ex.get_cached("manifest", (path, "shard", s))
+            if 2 * wanted_bytes >= end or (raw is None and end <= break_even):
                 fetch_whole.append(s)
                 continue
             for slot in wanted.tolist():
                 i = s * slots + slot
                 if self.ex.get_cached("manifest", (path, "inner", i)) is None and present[slot]:
-                    start = int(offsets[slot])
-                    inner_ranges.append(ByteRange(self.manifests.key_of((s,)), start, start + int(nbytes[slot])))
+                    start, stop = int(offsets[slot]), int(offsets[slot]) + int(nbytes[slot])
+                    if raw is not None:  # its bytes are here: decode only the inner chunks asked for
+                        if stop > len(raw):
+                            raise FormatError(f"{self.manifests.key_of((s,))}: inner chunk {slot} ends at byte "
+                                              f"{stop}, past the shard's {len(raw)}")
+                        at_hand.append((i, memoryview(raw)[start:stop]))
+                        continue
+                    inner_ranges.append(ByteRange(self.manifests.key_of((s,)), start, stop))
                     inner_ids.append(i)
         both = await self.ex.gather([self.ex.gather([self._whole_shard(s) for s in fetch_whole]),
                                      self.ex.read_ranges(inner_ranges)])
         # one wave for both kinds: gather types its results by their join, so each is named back
         whole.update(zip(fetch_whole, cast("list[Unit]", both[0])))
-        if inner_ranges:
-            got = [_whole(blob, r) for blob, r in zip(cast("list[bytes | None]", both[1]), inner_ranges)]
+        got = [piece for _, piece in at_hand]
+        inner_ids = [i for i, _ in at_hand] + inner_ids
+        got += [_whole(blob, r) for blob, r in zip(cast("list[bytes | None]", both[1]), inner_ranges)]
+        if got:
             lens = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
             ends = np.cumsum(lens)
             units = self._decode(b"".join(got), ends - lens, ends, k, f"{path}/inner")
