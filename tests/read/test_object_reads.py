@@ -209,13 +209,14 @@ async def test_an_object_read_after_open_decodes_only_its_inner_chunk(line_store
     lines, paths = line_stores
     async with await zvf.aio.open(str(paths["sharded"])) as ds:
         ex = ds.context.ex
-        kinds = {k[1] for k in ex.cache("manifest").keys()}
+        listing = ex.cache("manifest").keys  # a ByteLRU: keys() is its listing
+        kinds = {k[1] for k in listing()}
         assert "shard" in kinds and "rows" not in kinds, kinds  # the open holds the raw shard, undecoded
         before = ex.stats.requests
         rows = np.array([7])
         t = await ds.context.levels[0].object_index.table(rows)
         assert ex.stats.requests == before  # cut from the prefetched shard
-        kinds = {k[1] for k in ex.cache("manifest").keys()}
+        kinds = {k[1] for k in listing()}
         assert "inner" in kinds and "rows" not in kinds, kinds
         got = await ds.read_object(7)
         assert len(got.positions) == len(lines[7]) and len(t.object_row) >= 1
