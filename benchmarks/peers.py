@@ -54,7 +54,8 @@ scaled integers all agree on which points are inside.  Every answer is checked a
 numpy: its count and an order-free checksum of coordinates (mm), class and intensity; a
 wrong answer is printed and the exit status is 1.
 
-Columns: wall time (median over ``--reps``; systems interleaved and rotated each repetition),
+Columns: wall time (median over ``--reps``, over ``--cold-reps`` for ``cold``; systems interleaved and
+rotated each repetition),
 requests and bytes through the proxy (down, and up for ingest), waves (at > 0 ms: groups of
 responses separated by more than half the latency, an estimate of sequential round trips),
 client CPU seconds (user + system of the process doing the work), peak RSS of that process
@@ -837,6 +838,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--latency", default="0,20", help="proxy latencies in ms")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--cold-reps", type=int, default=7,
+                    help="repetitions of the cold workload (a fresh process: cheap, and its median of 3 "
+                         "swings by tens of percent on a shared machine)")
     ap.add_argument("--service-boxes", type=int, default=200)
     ap.add_argument("--threads", type=int, default=16, help="threads (and handles) of a peer's service")
     ap.add_argument("--seed", type=int, default=2026)
@@ -845,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", help="the tables to this file")
     args = ap.parse_args(argv)
     if args.quick:
-        args.points, args.reps, args.service_boxes = 20_000, 1, 10
+        args.points, args.reps, args.cold_reps, args.service_boxes = 20_000, 1, 1, 10
     datasets = [d for d in args.datasets.split(",") if d]
     workloads = [w for w in args.workloads.split(",") if w]
     latencies = [float(x) for x in args.latency.split(",") if x]
@@ -932,11 +936,13 @@ def main(argv: list[str] | None = None) -> int:
 
         for lat in latencies:
             proxy.set_latency(lat / 1000)
-            for rep in range(args.reps):
+            for rep in range(max(args.reps, args.cold_reps if "cold" in workloads else 0)):
                 order = systems[rep % len(systems):] + systems[:rep % len(systems)]
                 order = order[::-1] if rep % 2 else order
                 for d in datasets:
                     for wl in workloads:
+                        if rep >= (args.cold_reps if wl == "cold" else args.reps):
+                            continue
                         done_writers: dict[str, dict] = {}
                         for system in order:
                             if wl == "ingest":
@@ -1021,7 +1027,8 @@ def header(args, datasets, systems, missing, load0, load1, secs) -> list[str]:
     head = [f"zvf vs peers -- {time.strftime('%Y-%m-%d %H:%M')}, {secs:.0f} s total; "
             f"{os.cpu_count()} cores; load average (1/5/15 min) {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f} "
             f"at start, {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f} at end",
-            f"data: {args.points:,} points per distribution ({', '.join(datasets)}); medians of {args.reps}; "
+            f"data: {args.points:,} points per distribution ({', '.join(datasets)}); "
+            f"medians of {args.reps} ({args.cold_reps} for cold); "
             f"service: {args.service_boxes} boxes at once ({args.threads} threads for peers)",
             f"versions: {versions(systems)}; zvf source: {zvf_source()}"]
     if missing:
