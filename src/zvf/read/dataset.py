@@ -82,9 +82,10 @@ class DatasetReader(RootFacts):
         if refresh not in (None, "auto"):
             raise InvalidArgumentError(f"refresh must be None or 'auto', got {refresh!r}")
         handle = open_store(target, mode=mode, storage_options=storage_options)
-        ex = Executor(handle)
         seen = time.monotonic()
-        root, level0 = await load.load_root(ex, handle.url)
+        first = await load.FirstWave.start(handle)
+        ex = Executor(handle)
+        root, level0 = await load.load_root(ex, handle.url, first)
         ds = cls(handle, ex, root, level0)
         # tied to the context, not to this shell: a query made from the dataset keeps the context in use
         ds._unclosed = weakref.finalize(ds._ctx, _collected_unclosed, handle.url, ex)

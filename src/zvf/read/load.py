@@ -1,7 +1,8 @@
 """Loading metadata: root, level and array documents in as few round trips as possible.
 
 The first wave of requests asks for everything whose name the format fixes
-(root, level 0, its core arrays).  Stores zvf writes carry every document in
+(root, level 0, its core arrays); on a remote store it leaves before the
+dataset's executor is set up (:class:`FirstWave`).  Stores zvf writes carry every document in
 the root's ``consolidated_metadata`` (zarr-python's inline section).  When
 the documents wave 1 fetched agree with their copies there, the section is
 trusted: every other document comes from it and listings are answered from
@@ -16,8 +17,9 @@ lazily, once.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -37,19 +39,22 @@ from ..format import parse
 from ..format.draco import ENCODING as DRACO
 from ..format.layout import LevelLayout
 from ..format.versions import Record
-from ..io.executor import Executor
+from ..io.executor import Executor, _trace
 from .cells import CellArray
 from .levels import LevelNodes
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+    from ..io.store import StoreHandle
     from .object_index import ObjectIndex
 
 #: A parsed JSON document (a node's zarr.json).
 Doc: TypeAlias = dict[str, Any]
 #: Wave 1 of opening a level: its document and its fixed-name array documents by path (None: absent).
 LevelParts: TypeAlias = tuple[Doc | None, dict[str, Doc | None]]
+#: Raw documents fetched before the executor existed (:class:`FirstWave`), by key (None: absent).
+Fetched: TypeAlias = Mapping[str, bytes | None]
 
 # What each lazily loaded family consists of: documents at fixed paths, or
 # user-named members found by listing (with how deep the names go).
@@ -178,11 +183,16 @@ def _section(ex: Executor) -> dict[str, Any] | None:
     return section
 
 
-async def _get_json(ex: Executor, key: str) -> dict[str, Any] | None:
+async def _get_json(ex: Executor, key: str, fetched: Fetched | None = None) -> dict[str, Any] | None:
     section = _section(ex)
     if section is not None and key.endswith("/zarr.json"):
         return section.get(key[:-len("/zarr.json")])  # complete: a node it lacks does not exist
-    raw = await ex.get(key, cache="meta")
+    if fetched is not None and key in fetched:
+        raw = fetched[key]
+        if raw is not None:
+            ex.put_cached("meta", key, raw)  # as ex.get would have
+    else:
+        raw = await ex.get(key, cache="meta")
     return None if raw is None else parse.loads(raw, key=key)
 
 
@@ -293,16 +303,66 @@ LINKED = frozenset({"graph", "skeleton", "mesh"})
 SEQUENTIAL = md.SEQUENTIAL_GEOMETRIES
 
 
-async def open_level(ex: Executor, root_key: str | None, index: int) -> tuple[Doc | None, LevelParts]:
+def _fixed_paths() -> list[str]:
+    """Paths (relative to a level) of the fixed-name array documents wave 1 asks for."""
+    return [p for fam in OPEN_FIXED for p in FIXED_DOCS[fam]]
+
+
+async def open_level(ex: Executor, root_key: str | None, index: int, fetched: Fetched | None = None
+                     ) -> tuple[Doc | None, LevelParts]:
     """Wave 1 of opening a level: (optionally) the root, the level document and every fixed-name array
-    document, asked for at once; :func:`finish_level` does the rest."""
-    fixed = [p for fam in OPEN_FIXED for p in FIXED_DOCS[fam]]
+    document, asked for at once (those in ``fetched`` came already); :func:`finish_level` does the rest."""
+    fixed = _fixed_paths()
     wave1 = await ex.gather(
-        [_get_json(ex, root_key) if root_key else _none(), _get_json(ex, f"{index}/zarr.json")]
-        + [_get_json(ex, f"{index}/{p}/zarr.json") for p in fixed]
+        [_get_json(ex, root_key, fetched) if root_key else _none(), _get_json(ex, f"{index}/zarr.json", fetched)]
+        + [_get_json(ex, f"{index}/{p}/zarr.json", fetched) for p in fixed]
     )
     root_doc, level_doc = wave1[:2]
     return root_doc, (level_doc, dict(zip(fixed, wave1[2:])))
+
+
+class FirstWave:
+    """Wave 1 of opening a remote store (root, level 0, its fixed-name array documents), started on the
+    handle's transport before the dataset's executor exists: the executor's set-up -- in a fresh process it
+    imports anyio's asyncio backend, ~25 ms -- then runs while the requests are on the wire (issue 26: a cold
+    process's open started its first request ~45 ms after the call).  A request that failed is made again
+    through the executor (its retries, its errors); the others count in the executor's stats as the one round
+    trip they were."""
+
+    def __init__(self, handle: StoreHandle) -> None:
+        self.keys = ["zarr.json", "0/zarr.json", *(f"0/{p}/zarr.json" for p in _fixed_paths())]
+        self.sent = asyncio.get_running_loop().time()  # anyio.current_time() under asyncio (the DEBUG lines)
+        self.tasks = [asyncio.ensure_future(handle.transport.get(k)) for k in self.keys]
+
+    @classmethod
+    async def start(cls, handle: StoreHandle) -> FirstWave | None:
+        """The wave, in flight -- or None for a local store (nothing to wait for) or one whose concurrency limit
+        is below the wave's size (the executor keeps to it)."""
+        if not handle.is_remote or handle.concurrency < 2 + len(_fixed_paths()):
+            return None
+        wave = cls(handle)
+        try:
+            await asyncio.sleep(0)  # one turn of the loop: every request is sent
+        except BaseException:
+            for task in wave.tasks:
+                task.cancel()
+            raise
+        return wave
+
+    async def fetched(self, ex: Executor) -> dict[str, bytes | None]:
+        """The documents that came (None: absent), counted in ``ex``'s stats and logged as its requests are."""
+        results = await asyncio.gather(*self.tasks, return_exceptions=True)
+        for depth in [ex.stats.begin() for _ in self.tasks]:
+            ex.stats.end(depth)
+        got: dict[str, bytes | None] = {}
+        for key, r in zip(self.keys, results):
+            if isinstance(r, BaseException):
+                _trace("get", key, None, getattr(r, "reason", None) or type(r).__name__, None, self.sent)
+                continue
+            _trace("get", key, None, "missing" if r is None else "ok", r, self.sent)
+            got[key] = r
+            ex.stats.bytes += 0 if r is None else len(r)
+        return got
 
 
 async def _none() -> Doc | None:
@@ -371,9 +431,11 @@ def _add_docs(level: Level, ex: Executor, paths: Sequence[str], docs: Sequence[D
             level.groups[name] = attrs if isinstance(attrs, dict) else {}
 
 
-async def load_root(ex: Executor, url: str) -> tuple[md.RootMeta, Level]:
-    """Root and level 0, ready for queries and object reads, in two round trips."""
-    root_doc, level_parts = await open_level(ex, "zarr.json", 0)
+async def load_root(ex: Executor, url: str, first: FirstWave | None = None) -> tuple[md.RootMeta, Level]:
+    """Root and level 0, ready for queries and object reads, in two round trips (the first one ``first``,
+    when it was started before ``ex`` existed)."""
+    fetched = await first.fetched(ex) if first is not None else None
+    root_doc, level_parts = await open_level(ex, "zarr.json", 0, fetched)
     if root_doc is None:
         raise await _diagnose_missing_root(ex, url)
     if root_doc.get("zarr_format") != 3:
