@@ -1,7 +1,8 @@
 """A cold process's first point query imports the point readers only (issue 26: a serverless function pays
 for every import on its first call): no object reader, ChunkSet, link, bulk read, file export, planner in
-words, validator or writer -- each is imported by the call that needs it -- and not ``numpy.ma`` either
-(numpy 2.4's first plain ``np.unique`` imports it: ~15 ms)."""
+words, count or batch stream, Arrow/pandas columns, seed-layout reader, validator or writer -- each is
+imported by the call that needs it; manifests and dense ids only with an object index -- and not
+``numpy.ma`` either (numpy 2.4's first plain ``np.unique`` imports it: ~15 ms)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ BOX = ([100.0, 100.0, 100.0], [150.0, 150.0, 150.0])
 # modules (and packages, with everything under them) a point query never needs
 NOT_IMPORTED = ("zvf.read.objects", "zvf.read.box", "zvf.read.chunkset", "zvf.read.links", "zvf.read.bulk",
                 "zvf.read.sweep", "zvf.read.export", "zvf.read.writers", "zvf.read.npz", "zvf.read.query.objects",
-                "zvf.read.query.chunked", "zvf.read.query.plan", "zvf.validation", "zvf.write", "zvf.lifecycle",
+                "zvf.read.query.chunked", "zvf.read.query.plan", "zvf.read.query.count", "zvf.read.batches",
+                "zvf.read.columns", "zvf.read.seed", "zvf.validation", "zvf.write", "zvf.lifecycle",
                 "zvf.converters", "zvf.distributed", "zvf.neuroglancer", "zvf.cli", "zvf.testing")
 BLOCKING = """
 import json, sys, zvf
@@ -70,8 +72,9 @@ def test_a_point_query_imports_only_the_point_readers(point_store, code):
     loaded = [m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_IMPORTED)]
     assert not loaded, loaded
     assert "numpy.ma" not in modules
-    # the object index only where the level has one (its owners label the points)
-    assert ("zvf.read.object_index" in modules) == with_ids
+    # the object index (its manifests, its dense ids) only where the level has one (its owners label the points)
+    assert ("zvf.read.object_index" in modules) == ("zvf.format.manifest" in modules) == with_ids
+    assert ("zvf.read.dense" in modules) == with_ids
 
 
 def test_a_point_clouds_bulk_read_leaves_the_object_readers_alone(point_store):
@@ -82,5 +85,6 @@ def test_a_point_clouds_bulk_read_leaves_the_object_readers_alone(point_store):
     count, modules = json.loads(done.stdout)
     assert count == 20_000
     assert "zvf.read.bulk" in modules
-    loaded = [m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_IMPORTED if n != "zvf.read.bulk")]
+    bulk = ("zvf.read.bulk", "zvf.read.batches")  # a bulk read streams its batches
+    loaded = [m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_IMPORTED if n not in bulk)]
     assert not loaded, loaded

@@ -21,13 +21,12 @@ import numpy as np
 from ..config import tuning
 from ..errors import DatasetClosedError, FormatError, InvalidArgumentError, StaleDatasetError
 from ..format.grid import dense_ids
-from ..format.manifest import ManifestTable, decode_manifests
 from . import load
 from .pin import Pin
 from .points import off_loop
-from .seed import read_seed_object_index
 
 if TYPE_CHECKING:
+    from ..format.manifest import ManifestTable
     from ..format.metadata import RootMeta
     from ..io.executor import Executor
     from ..io.store import StoreHandle
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Owners = dict[tuple[int, ...], np.ndarray]
 """chunk -> object id of each fragment of that chunk (-1 where no manifest names it)."""
-Manifests: TypeAlias = tuple[np.ndarray, ManifestTable]
+Manifests: TypeAlias = "tuple[np.ndarray, ManifestTable]"
 """A level's object ids and their manifests (row k of the table's ``object_row`` is ``ids[k]``)."""
 
 
@@ -196,8 +195,12 @@ class ReadContext(RootFacts):
         arr = level.array("object_index/manifests")
         if arr is None and level.array("object_index/data") is None and level.meta.vertex_count == 0:
             # An empty store: 0.9.2 writes the object_index group and no manifests.
+            from ..format.manifest import decode_manifests  # here: a level without objects never decodes manifests
+
             got = (np.zeros(0, np.int64), decode_manifests([], level.layout.ndim))
         elif arr is None and ("object_index" in level.groups or level.array("object_index/data") is not None):
+            from .seed import read_seed_object_index  # here: only the seed layout's object index needs it
+
             got = await read_seed_object_index(self, level)
         elif arr is None:
             raise FormatError(f"{index}/object_index/manifests: missing although the level has objects")

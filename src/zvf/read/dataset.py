@@ -29,7 +29,6 @@ from ..io.stats import Stats
 from ..io.store import Target, open_store
 from . import load
 from .context import Owners, ReadContext, RootFacts
-from .dense import dense_attribute, read_groups
 from .points import attribute_layout, pick_attributes, read_chunks
 from .query import AsyncQuery, BBox, SelectArgs
 from .selection import FragmentRows, Selection
@@ -308,6 +307,8 @@ class DatasetReader(RootFacts):
     @_refreshing
     async def object_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-object attribute, row i = the i-th object id (absent = the dtype's sentinel)."""
+        from .dense import dense_attribute
+
         return await dense_attribute(self._ctx, "object_attributes", name, level)
 
     @_refreshing
@@ -321,6 +322,8 @@ class DatasetReader(RootFacts):
     @_refreshing
     async def groups(self, *, level: int = 0) -> list[np.ndarray]:
         """Every group's member object ids, by group id."""
+        from .dense import read_groups
+
         return await read_groups(self._ctx, level)
 
     @_refreshing
@@ -334,6 +337,8 @@ class DatasetReader(RootFacts):
     @_refreshing
     async def group_attribute(self, name: str, *, level: int = 0) -> np.ndarray:
         """Dense per-group attribute, row g = group g."""
+        from .dense import dense_attribute
+
         return await dense_attribute(self._ctx, "group_attributes", name, level)
 
     @_refreshing

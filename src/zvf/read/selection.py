@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import MissingDependencyError
-from .columns import flat_columns, vertex_arrays
 
 
 def _optional(module: str, extra: str, what: str) -> Any:
@@ -51,6 +50,8 @@ class Selection:
         ``zvf export`` (``x, y, z``, ``object_id``, ``vertex_index``, attributes), dtypes kept, a
         C-channel attribute as one fixed-size list column.  Edges and faces are not in it (``edges``,
         ``faces``)."""
+        from .columns import flat_columns, vertex_arrays
+
         pa = _optional("pyarrow", "parquet", "Selection.to_arrow")
         columns: dict[str, Any] = {}
         for key, values in vertex_arrays(self).items():
@@ -64,6 +65,8 @@ class Selection:
     def to_pandas(self) -> Any:
         """The vertex table as a ``pandas.DataFrame`` (``pip install 'zvf[pandas]'``): the columns of
         ``zvf export``, a C-channel attribute as ``name_0 .. name_{C-1}``, dtypes kept."""
+        from .columns import flat_columns, vertex_arrays
+
         pd = _optional("pandas", "pandas", "Selection.to_pandas")
         return pd.DataFrame(dict(flat_columns(vertex_arrays(self))))
 

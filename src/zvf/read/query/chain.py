@@ -35,7 +35,6 @@ from numpy.typing import NDArray
 
 from ..context import ReadContext
 from ..selection import Selection
-from .count import count, iterate, matching_object_ids
 from .resolve import resolve
 from .run import run
 from .spec import SelectArgs, Spec
@@ -90,6 +89,8 @@ class AsyncQuery:
         return await self._rc.retrying(self._count)
 
     async def _count(self) -> int:
+        from .count import count
+
         return await count(self._rc, self._spec)
 
     async def object_ids(self) -> NDArray[np.int64]:
@@ -97,12 +98,16 @@ class AsyncQuery:
         return await self._rc.retrying(self._object_ids)
 
     async def _object_ids(self) -> NDArray[np.int64]:
+        from .count import matching_object_ids
+
         return (await matching_object_ids(self._rc, await resolve(self._rc, self._spec))).astype(np.int64, copy=False)
 
     def iter(self, *, batch: int | None = None, prefetch: int = 4) -> Batches[Selection]:
         """The result in batches (``async for``), at most ``prefetch`` batches fetched ahead:
         point clouds ``batch`` chunks (default 16) at a time, object geometries ``batch`` objects
         (default 256).  ``limit`` cuts the stream."""
+        from .count import iterate
+
         return iterate(self._rc, self._spec, batch, prefetch)
 
     async def plan(self) -> QueryPlan:

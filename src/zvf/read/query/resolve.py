@@ -14,7 +14,6 @@ import numpy as np
 from ...errors import InvalidArgumentError
 from .. import load
 from ..context import ReadContext
-from ..dense import dense_attribute, read_groups
 from ..points import attribute_layout, level_attributes
 from ..rowops import match_rows, unique_ints
 from ..selection import Selection
@@ -111,6 +110,8 @@ async def resolve(rc: ReadContext, spec: Spec) -> Resolved:
                                        f"object attributes: {onames})")
     allowed = None if spec.objects is None else np.asarray(spec.objects, dtype=np.int64)
     if spec.groups is not None:
+        from ..dense import read_groups  # here (and below): a query without group or object terms reads neither
+
         groups = await read_groups(rc, lvl.index)
         out_of_range = [g for g in spec.groups if not 0 <= g < len(groups)]
         if out_of_range:
@@ -119,6 +120,8 @@ async def resolve(rc: ReadContext, spec: Spec) -> Resolved:
         members = unique_ints(np.concatenate([groups[g] for g in spec.groups] + [np.zeros(0, np.int64)]))
         allowed = members if allowed is None else np.intersect1d(allowed, members)
     if oterms:
+        from ..dense import dense_attribute
+
         ids = await rc.object_ids(lvl.index)
         keep = np.ones(len(ids), dtype=bool)
         for t in oterms:
