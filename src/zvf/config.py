@@ -28,7 +28,7 @@ from .errors import InvalidArgumentError
 __all__ = ["DEFAULTS", "Tuning", "in_effect", "tuned", "tuning"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # settings are compared by identity (tuning() is DEFAULTS)
 class Tuning:
     """The tuning settings (sections by layer; each field says what it bounds)."""
 

@@ -31,7 +31,7 @@ Target: TypeAlias = "str | os.PathLike[str] | ObjectStore"
 """Where a store lives: a local path, a URL, or an obstore store the caller built."""
 
 
-@dataclass
+@dataclass(repr=False)  # its own __repr__ (scrubbed URL, knobs)
 class StoreHandle:
     """An opened store: its transport plus the knobs the executor and planner use (defaults: :mod:`zvf.config`)."""
 

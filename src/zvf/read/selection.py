@@ -19,7 +19,7 @@ def _optional(module: str, extra: str, what: str) -> Any:
                                      f"pip install 'zvf[{extra}]'") from exc
 
 
-@dataclass
+@dataclass(repr=False)  # its own __repr__
 class Selection:
     """Vertices read from a store, row-aligned with their attributes.
 
