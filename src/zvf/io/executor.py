@@ -241,6 +241,19 @@ class Executor:
                 await self.pin.after_read(key)
             return result
 
+    def count_sent_before(self, keys: Sequence[str], results: Sequence[Any], sent: float) -> None:
+        """Gets of ``keys`` sent at once before this executor existed (``read.load.FirstWave``), with their
+        ``results`` (bytes, None: absent, or the exception raised): counted in its stats as the one round
+        trip they were, and logged as its own requests are."""
+        for depth in [self.stats.begin() for _ in keys]:
+            self.stats.end(depth)
+        for key, r in zip(keys, results):
+            if isinstance(r, BaseException):
+                _trace("get", key, None, getattr(r, "reason", None) or type(r).__name__, None, sent)
+                continue
+            _trace("get", key, None, "missing" if r is None else "ok", r, sent)
+            self.stats.bytes += 0 if r is None else len(r)
+
     async def once(self, fkey: tuple[Any, ...], fn: Callable[[], Awaitable[T]]) -> T:
         """``await fn()``, run once for concurrent callers with the same ``fkey`` (:class:`SingleFlight`)."""
         return await self.flights.run(fkey, fn)

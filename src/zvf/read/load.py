@@ -39,7 +39,7 @@ from ..format import parse
 from ..format.draco import ENCODING as DRACO
 from ..format.layout import LevelLayout
 from ..format.versions import Record
-from ..io.executor import Executor, _trace
+from ..io.executor import Executor
 from .cells import CellArray
 from .levels import LevelNodes
 
@@ -352,17 +352,8 @@ class FirstWave:
     async def fetched(self, ex: Executor) -> dict[str, bytes | None]:
         """The documents that came (None: absent), counted in ``ex``'s stats and logged as its requests are."""
         results = await asyncio.gather(*self.tasks, return_exceptions=True)
-        for depth in [ex.stats.begin() for _ in self.tasks]:
-            ex.stats.end(depth)
-        got: dict[str, bytes | None] = {}
-        for key, r in zip(self.keys, results):
-            if isinstance(r, BaseException):
-                _trace("get", key, None, getattr(r, "reason", None) or type(r).__name__, None, self.sent)
-                continue
-            _trace("get", key, None, "missing" if r is None else "ok", r, self.sent)
-            got[key] = r
-            ex.stats.bytes += 0 if r is None else len(r)
-        return got
+        ex.count_sent_before(self.keys, results, self.sent)
+        return {key: r for key, r in zip(self.keys, results) if not isinstance(r, BaseException)}
 
 
 async def _none() -> Doc | None:
