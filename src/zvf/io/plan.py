@@ -125,13 +125,14 @@ def bridging_gap(ranges: Sequence[ByteRange], max_gap: int, fraction: float) -> 
 def _runs_within_gap(bounded: list[tuple[int, int, int]], max_gap: int) -> list[list[tuple[int, int, int]]]:
     """Sorted ``(start, end, index)`` ranges in runs whose holes are at most ``max_gap`` bytes."""
     runs: list[list[tuple[int, int, int]]] = []
-    end = -1
+    end = 0
     for r in bounded:
         if runs and r[0] - end <= max_gap:
             runs[-1].append(r)
+            end = max(end, r[1])
         else:
             runs.append([r])
-        end = max(end, r[1]) if len(runs[-1]) > 1 else r[1]
+            end = r[1]
     return runs
 
 
@@ -139,16 +140,15 @@ def _even_parts(run: list[tuple[int, int, int]], max_size: int) -> list[int]:
     """Where requests for a run of ranges start (indexes into ``run``, the first omitted): as few as spans
     within ``max_size`` allow (the greedy cut), then moved to the range starts nearest equal shares of the
     run, when those parts stay within ``max_size`` too (parts fetched at once then finish together)."""
+    ends = list(itertools.accumulate((e for _, e, _ in run), max))  # the furthest end up to each range
     greedy: list[int] = []
-    start = end = run[0][0]
-    for j, (s, e, _) in enumerate(run):
-        if j and e > end and max(end, e) - start > max_size:
+    start = run[0][0]
+    for j in range(1, len(run)):
+        if ends[j] > ends[j - 1] and ends[j] - start > max_size:  # not inside the part so far, and too far
             greedy.append(j)
-            start = s
-        end = max(end, e) if j else e
+            start = run[j][0]
     if not greedy:
         return greedy
-    ends = list(itertools.accumulate((e for _, e, _ in run), max))
     cuts = [j for j in range(1, len(run)) if run[j][0] >= ends[j - 1]]  # starts no earlier range reaches past
     starts = [run[j][0] for j in cuts]
     share = (ends[-1] - run[0][0]) / (len(greedy) + 1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from functools import partial
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -216,27 +216,23 @@ class ObjectIndex:
             for slot in wanted.tolist():
                 i = s * slots + slot
                 if self.ex.get_cached("manifest", (path, "inner", i)) is None and present[slot]:
-                    start, stop = int(offsets[slot]), int(offsets[slot]) + int(nbytes[slot])
+                    r = ByteRange(self.manifests.key_of((s,)), int(offsets[slot]), int(offsets[slot] + nbytes[slot]))
                     if raw is not None:  # its bytes are here: decode only the inner chunks asked for
-                        if stop > len(raw):
-                            raise FormatError(f"{self.manifests.key_of((s,))}: inner chunk {slot} ends at byte "
-                                              f"{stop}, past the shard's {len(raw)}")
-                        at_hand.append((i, memoryview(raw)[start:stop]))
+                        at_hand.append((i, _whole(memoryview(raw)[r.start:r.end], r)))
                         continue
-                    inner_ranges.append(ByteRange(self.manifests.key_of((s,)), start, stop))
+                    inner_ranges.append(r)
                     inner_ids.append(i)
         both = await self.ex.gather([self.ex.gather([self._whole_shard(s) for s in fetch_whole]),
                                      self.ex.read_ranges(inner_ranges)])
         # one wave for both kinds: gather types its results by their join, so each is named back
         whole.update(zip(fetch_whole, cast("list[Unit]", both[0])))
-        got = [piece for _, piece in at_hand]
-        inner_ids = [i for i, _ in at_hand] + inner_ids
-        got += [_whole(blob, r) for blob, r in zip(cast("list[bytes | None]", both[1]), inner_ranges)]
-        if got:
-            lens = np.fromiter(map(len, got), dtype=np.int64, count=len(got))
+        pieces = at_hand + [(i, _whole(blob, r)) for i, blob, r in
+                            zip(inner_ids, cast("list[bytes | None]", both[1]), inner_ranges)]
+        if pieces:
+            lens = np.fromiter((len(p) for _, p in pieces), dtype=np.int64, count=len(pieces))
             ends = np.cumsum(lens)
-            units = self._decode(b"".join(got), ends - lens, ends, k, f"{path}/inner")
-            for i, unit in zip(inner_ids, units):
+            units = self._decode(b"".join(p for _, p in pieces), ends - lens, ends, k, f"{path}/inner")
+            for (i, _), unit in zip(pieces, units):
                 self._remember(("inner", i), unit)
         # every row -> (unit, row within it)
         parts = [_empty(0) if (u := whole[s]) is None else u for s in shards]  # ranged shards: no rows
@@ -306,7 +302,10 @@ def _stored_end(offsets: NDArray[np.uint64], nbytes: NDArray[np.uint64], present
     return int((offsets[present] + nbytes[present]).max()) if present.any() else 0
 
 
-def _whole(blob: bytes | None, r: ByteRange) -> bytes:
+B = TypeVar("B", bytes, memoryview)
+
+
+def _whole(blob: B | None, r: ByteRange) -> B:
     assert r.end is not None  # the ranges asked for here are bounded
     if blob is None or len(blob) != r.end - r.start:
         raise MissingDataError(f"{r.key}: shard is shorter than its index says")
