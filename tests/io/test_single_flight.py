@@ -76,6 +76,30 @@ async def test_cached_many_batches_what_is_missing_and_waits_for_the_rest():
     assert await ex.cached_many("t", ["c", "a"], decode) == ["cc", "aa"] and len(batches) == 2
 
 
+async def test_cached_many_does_not_yield_once_per_key_it_computed_itself():
+    """A whole-level read asks for hundreds of cells in one call: waiting on each of its own finished flights
+    gave the event loop one turn per cell (13 ms of a 2 M-point read of 450 cells)."""
+    ex = _executor()
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await anyio.sleep(0)
+            turns += 1
+
+    async def decode(keys: list[int]) -> list[bytes]:
+        return [b"%d" % k for k in keys]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(count_turns)
+        await anyio.sleep(0)
+        before = turns
+        assert await ex.cached_many("t", list(range(1000)), decode) == [b"%d" % k for k in range(1000)]
+        assert turns - before < 10
+        tg.cancel_scope.cancel()
+
+
 async def test_a_waiter_takes_over_when_the_first_user_is_cancelled():
     ex = _executor()
     started = anyio.Event()

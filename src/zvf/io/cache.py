@@ -97,13 +97,29 @@ def _sizeof(value: Any) -> int:
 
 
 class _Flight:
-    __slots__ = ("error", "event", "ok", "result")
+    """One run in flight.  Its event is made only when a second caller waits (making one per cell of a whole-level
+    read cost more than the read's bookkeeping), and a caller of a finished run does not wait at all."""
+
+    __slots__ = ("_event", "done", "error", "ok", "result")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self._event: anyio.Event | None = None
+        self.done = False
         self.ok = False
         self.result: Any = None
         self.error: BaseException | None = None
+
+    async def wait(self) -> None:
+        if self.done:
+            return
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
+
+    def finish(self) -> None:
+        self.done = True
+        if self._event is not None:
+            self._event.set()
 
 
 class SingleFlight:
@@ -137,9 +153,9 @@ class SingleFlight:
                 finally:  # cancellation leaves ok=False, error=None: waiters take over
                     if self.flights.get(fkey) is flight:
                         del self.flights[fkey]
-                    flight.event.set()
+                    flight.finish()
             self.stats.inflight_shared += 1
-            await flight.event.wait()
+            await flight.wait()
             if flight.ok:
                 return cast(T, flight.result)
             if flight.error is not None:
@@ -167,7 +183,7 @@ class SingleFlight:
                 await self._fill(owned, compute)
             todo = []
             for j, flight in waits:
-                await flight.event.wait()
+                await flight.wait()
                 if flight.ok:
                     out[j] = flight.result
                 elif flight.error is not None:
@@ -191,7 +207,7 @@ class SingleFlight:
             for fkey, flight in owned.items():
                 if self.flights.get(fkey) is flight:
                     del self.flights[fkey]
-                flight.event.set()
+                flight.finish()
 
 
 class Caches:

@@ -10,6 +10,7 @@ Uncompressed plain cells can also be read partially, by row span.
 from __future__ import annotations
 
 import contextlib
+import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -156,32 +157,43 @@ class CellArray:
         ``keep_shards``: the caller will go on to read the rest of these shards (a sweep of the level), so
         each comes whole in one GET and stays cached for the next calls.
         """
+        grid, holders = self._cells_of(chunks)
         if keep_shards or not self.codec.compressors:  # a sweep reads each cell once; raw cells decode for free
-            return await self._fetch(chunks, keep_shards)
+            return await self._fetch(grid, keep_shards)
         # (namespace, the object holding the cell, the cell): the executor's own puts invalidate by object key
-        wanted = [(DECODED_CACHE, self.object_key(g), g) for g in (self.cell_coords(c) for c in chunks)]
+        wanted = [(DECODED_CACHE, k, g) for k, g in zip(holders, grid)]
 
         async def fetch(missing: list[tuple[str, str, tuple[int, ...]]]) -> list[bytes | memoryview | None]:
-            got = await self._fetch([np.asarray(m[2], dtype=np.int64) + self.origin for m in missing], False)
+            got = await self._fetch([m[2] for m in missing], False)
             return [p if p is None or isinstance(p, bytes) or p.readonly else p.toreadonly() for p in got]
 
         return await self.executor.cached_many(DECODED_CACHE, wanted, fetch, _payload_bytes)
 
-    async def _fetch(self, chunks: ChunkList, keep_shards: bool) -> list[bytes | memoryview | None]:
-        """:meth:`payloads` read and decoded, without the decoded-cell cache."""
+    def _cells_of(self, chunks: ChunkList) -> tuple[list[tuple[int, ...]], list[str]]:
+        """Grid position of each absolute chunk and the key of the object holding its cell (:meth:`cell_coords`
+        and :meth:`object_key` for many chunks in a few numpy steps: a whole-level read asks for hundreds)."""
+        if not len(chunks):
+            return [], []
+        grid = np.asarray(chunks, dtype=np.int64).reshape(len(chunks), -1) - self.origin
+        per = self.codec.shard
+        holders = grid if per is None else grid // np.asarray(per, dtype=np.int64)
+        return list(map(tuple, grid.tolist())), self.keys.keys(self.path, holders)
+
+    async def _fetch(self, grid: list[tuple[int, ...]], keep_shards: bool) -> list[bytes | memoryview | None]:
+        """:meth:`payloads` of cells given by grid position, read and decoded, without the decoded-cell cache."""
         if self.codec.shard is None:
-            keys = self.keys_of(chunks)
+            keys = self.keys.keys(self.path, grid) if grid else []
             raws = await self.executor.get_many(keys)
-            for k, raw, c in zip(keys, raws, chunks):
+            for k, raw, g in zip(keys, raws, grid):
                 if raw is None:
-                    await self._absent(k, c)
+                    await self._absent(k, np.asarray(g, dtype=np.int64) + self.origin)
             present = [j for j, raw in enumerate(raws) if raw is not None]
             decoded = await self._decode_all([(cast("bytes | memoryview", raws[j]), keys[j]) for j in present])
             out: list[bytes | memoryview | None] = [None] * len(raws)
             for j, payload in zip(present, decoded):
                 out[j] = payload
             return out
-        return await self._sharded([self.cell_coords(c) for c in chunks], keep_shards)
+        return await self._sharded(grid, keep_shards)
 
     @cached_property
     def _listed(self) -> frozenset[tuple[int, ...]]:
@@ -253,12 +265,12 @@ class CellArray:
         index says it ends), a second for a table longer than that.  A cell without one (written before
         seekable cells, or by another writer) or absent gets an empty table: it is read whole.  ``max_frames``:
         the most frames a cell may have (its bins: a frame holds whole bins)."""
-        grid = [self.cell_coords(c) for c in chunks]
+        grid, holders = self._cells_of(chunks)
 
         async def fetch(missing: list[tuple[int, ...]]) -> list[SeekTable]:
             return await self._read_seek_tables(missing, guess, max_frames)
 
-        return await self.executor.cached_many(SEEK_CACHE, [("seek", self.object_key(g), g) for g in grid],
+        return await self.executor.cached_many(SEEK_CACHE, [("seek", k, g) for k, g in zip(holders, grid)],
                                                lambda keys: fetch([k[2] for k in keys]),
                                                lambda t: 64 + 16 * t.num_frames)
 
@@ -636,7 +648,7 @@ def rows_from_payload(
 ) -> np.ndarray:
     """View a cell payload as rows of ``dtype`` x ``row_shape``; empty when absent."""
     dtype = np.dtype(dtype).newbyteorder("<")
-    width = int(np.prod(row_shape)) if row_shape else 1
+    width = math.prod(row_shape)
     if payload is None:
         return np.zeros((0, *row_shape), dtype=dtype)
     row_bytes = dtype.itemsize * width

@@ -242,7 +242,7 @@ def shard_groups(arrays: Mapping[str, CellArray], chunk_list: list[tuple[int, ..
     shard = None if arr is None else arr.codec.shard
     if arr is None or shard is None or not chunk_list:
         return [[i] for i in range(len(chunk_list))]
-    return list(group_by_shard([arr.cell_coords(c) for c in chunk_list], shard).values())
+    return list(group_by_shard(np.asarray(chunk_list, dtype=np.int64) - arr.origin, shard).values())
 
 
 class LevelRows:
