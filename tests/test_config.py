@@ -125,6 +125,19 @@ def test_bad_settings_are_refused_naming_them(changes, match):
 
 
 def test_every_setting_has_a_positive_default_of_its_type():
-    for name in Tuning.__dataclass_fields__:
+    for name in Tuning.__annotations__:
         value = getattr(DEFAULTS, name)
         assert type(value) in (int, float) and value > 0, name
+
+
+def test_settings_are_read_only_and_tuned_makes_new_ones():
+    with pytest.raises(AttributeError, match="tuned"):
+        DEFAULTS.max_width = 1
+    with pytest.raises(AttributeError):
+        del tuning().max_width
+    with tuned(max_width=7) as inner:
+        assert inner is tuning() and inner.max_width == 7 and inner.get_batch == DEFAULTS.get_batch
+        with tuned(get_batch=3) as nested:  # keeps the outer block's change
+            assert (nested.max_width, nested.get_batch) == (7, 3)
+        assert repr(inner) == "Tuning(max_width=7)"
+    assert tuning() is DEFAULTS and DEFAULTS.max_width == Tuning.max_width

@@ -17,10 +17,8 @@ It imports only ``zvf.errors``: every layer may read it.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidArgumentError
@@ -28,9 +26,10 @@ from .errors import InvalidArgumentError
 __all__ = ["DEFAULTS", "Tuning", "in_effect", "tuned", "tuning"]
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # settings are compared by identity (tuning() is DEFAULTS)
 class Tuning:
-    """The tuning settings (sections by layer; each field says what it bounds)."""
+    """The tuning settings (sections by layer; each field says what it bounds): the class attributes are the
+    defaults, an instance holds the settings :func:`tuned` changed and is read-only.  Not a dataclass: generating
+    its methods for ~95 fields cost every process ~5 ms of its import (settings are compared by identity)."""
 
     # --- format: bounds on untrusted sizes, and the versions writers keep --------------------------
     max_document_bytes: int = 64 << 20  # a metadata document (zarr.json) parsed; larger ones are refused unparsed
@@ -144,6 +143,20 @@ class Tuning:
     validation_similar_issues: int = 10  # issues of one kind per array the validator lists; the rest are counted
     validation_lock_bytes: int = 64 << 10  # a lock body the validator reads (a short JSON record; larger: not read)
 
+    def __init__(self, **changes: Any) -> None:
+        for name, value in changes.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"zvf.config settings are read-only: change {name} with zvf.config.tuned({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"zvf.config settings are read-only: {name} cannot be deleted")
+
+    def __repr__(self) -> str:
+        changed = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"Tuning({changed})"
+
 
 DEFAULTS = Tuning()
 _current: contextvars.ContextVar[Tuning] = contextvars.ContextVar("zvf_tuning", default=DEFAULTS)
@@ -157,11 +170,11 @@ def tuning() -> Tuning:
 @contextmanager
 def tuned(**changes: Any) -> Iterator[Tuning]:
     """Change settings for the calls made in the block (nested blocks change the outer block's values)."""
-    fields = {f.name: f for f in dataclasses.fields(Tuning)}
+    names = Tuning.__annotations__
     for name, value in changes.items():
-        if name not in fields:
-            raise InvalidArgumentError(f"zvf.config.tuned: no setting {name!r} (settings: {', '.join(sorted(fields))})")
-        default = fields[name].default
+        if name not in names:
+            raise InvalidArgumentError(f"zvf.config.tuned: no setting {name!r} (settings: {', '.join(sorted(names))})")
+        default = getattr(Tuning, name)
         if type(value) is not type(default) and not (isinstance(default, float) and type(value) is int):
             raise InvalidArgumentError(f"zvf.config.tuned: {name} must be of type {type(default).__name__}, "
                                        f"got {value!r}")
@@ -169,7 +182,7 @@ def tuned(**changes: Any) -> Iterator[Tuning]:
             raise InvalidArgumentError(f"zvf.config.tuned: {name} must be > 0, got {value!r}")
         if isinstance(default, float) and isinstance(value, int):
             changes[name] = float(value)
-    with in_effect(dataclasses.replace(_current.get(), **changes)) as settings:
+    with in_effect(Tuning(**{**vars(_current.get()), **changes})) as settings:
         yield settings
 
 
