@@ -141,3 +141,5 @@ def test_settings_are_read_only_and_tuned_makes_new_ones():
             assert (nested.max_width, nested.get_batch) == (7, 3)
         assert repr(inner) == "Tuning(max_width=7)"
     assert tuning() is DEFAULTS and DEFAULTS.max_width == Tuning.max_width
+    with pytest.raises(InvalidArgumentError, match="max_widht"):
+        Tuning(max_widht=7)

@@ -145,6 +145,8 @@ class Tuning:
 
     def __init__(self, **changes: Any) -> None:
         for name, value in changes.items():
+            if name not in Tuning.__annotations__:
+                raise InvalidArgumentError(f"zvf.config.Tuning: no setting {name!r}")
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
