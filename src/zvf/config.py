@@ -144,10 +144,19 @@ class Tuning:
     validation_lock_bytes: int = 64 << 10  # a lock body the validator reads (a short JSON record; larger: not read)
 
     def __init__(self, **changes: Any) -> None:
+        """Settings differing from the defaults, each checked: a known name, the default's type (an int
+        for a float setting becomes a float), above 0."""
+        names = Tuning.__annotations__
         for name, value in changes.items():
-            if name not in Tuning.__annotations__:
-                raise InvalidArgumentError(f"zvf.config.Tuning: no setting {name!r}")
-            object.__setattr__(self, name, value)
+            if name not in names:
+                raise InvalidArgumentError(f"zvf.config: no setting {name!r} (settings: {', '.join(sorted(names))})")
+            default = getattr(Tuning, name)
+            if type(value) is not type(default) and not (isinstance(default, float) and type(value) is int):
+                raise InvalidArgumentError(f"zvf.config: {name} must be of type {type(default).__name__}, "
+                                           f"got {value!r}")
+            if isinstance(value, (int, float)) and not value > 0:
+                raise InvalidArgumentError(f"zvf.config: {name} must be > 0, got {value!r}")
+            object.__setattr__(self, name, float(value) if isinstance(default, float) else value)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"zvf.config settings are read-only: change {name} with zvf.config.tuned({name}=...)")
@@ -172,18 +181,6 @@ def tuning() -> Tuning:
 @contextmanager
 def tuned(**changes: Any) -> Iterator[Tuning]:
     """Change settings for the calls made in the block (nested blocks change the outer block's values)."""
-    names = Tuning.__annotations__
-    for name, value in changes.items():
-        if name not in names:
-            raise InvalidArgumentError(f"zvf.config.tuned: no setting {name!r} (settings: {', '.join(sorted(names))})")
-        default = getattr(Tuning, name)
-        if type(value) is not type(default) and not (isinstance(default, float) and type(value) is int):
-            raise InvalidArgumentError(f"zvf.config.tuned: {name} must be of type {type(default).__name__}, "
-                                       f"got {value!r}")
-        if isinstance(value, (int, float)) and not value > 0:
-            raise InvalidArgumentError(f"zvf.config.tuned: {name} must be > 0, got {value!r}")
-        if isinstance(default, float) and isinstance(value, int):
-            changes[name] = float(value)
     with in_effect(Tuning(**{**vars(_current.get()), **changes})) as settings:
         yield settings
 

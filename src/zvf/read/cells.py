@@ -159,12 +159,12 @@ class CellArray:
         """
         grid, holders = self._cells_of(chunks)
         if keep_shards or not self.codec.compressors:  # a sweep reads each cell once; raw cells decode for free
-            return await self._fetch(grid, keep_shards)
+            return await self._fetch(grid, holders, keep_shards)
         # (namespace, the object holding the cell, the cell): the executor's own puts invalidate by object key
         wanted = [(DECODED_CACHE, k, g) for k, g in zip(holders, grid)]
 
         async def fetch(missing: list[tuple[str, str, tuple[int, ...]]]) -> list[bytes | memoryview | None]:
-            got = await self._fetch([m[2] for m in missing], False)
+            got = await self._fetch([m[2] for m in missing], [m[1] for m in missing], False)
             return [p if p is None or isinstance(p, bytes) or p.readonly else p.toreadonly() for p in got]
 
         return await self.executor.cached_many(DECODED_CACHE, wanted, fetch, _payload_bytes)
@@ -179,10 +179,12 @@ class CellArray:
         holders = grid if per is None else grid // np.asarray(per, dtype=np.int64)
         return list(map(tuple, grid.tolist())), self.keys.keys(self.path, holders)
 
-    async def _fetch(self, grid: list[tuple[int, ...]], keep_shards: bool) -> list[bytes | memoryview | None]:
-        """:meth:`payloads` of cells given by grid position, read and decoded, without the decoded-cell cache."""
+    async def _fetch(self, grid: list[tuple[int, ...]], holders: list[str], keep_shards: bool
+                     ) -> list[bytes | memoryview | None]:
+        """:meth:`payloads` of cells given by grid position and their holding objects' keys (:meth:`_cells_of`),
+        read and decoded, without the decoded-cell cache."""
         if self.codec.shard is None:
-            keys = self.keys.keys(self.path, grid) if grid else []
+            keys = holders  # a plain cell is its own object
             raws = await self.executor.get_many(keys)
             for k, raw, g in zip(keys, raws, grid):
                 if raw is None:
