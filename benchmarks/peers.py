@@ -49,6 +49,11 @@ Workloads, each at every ``--latency`` (ms added per request by the proxy):
   points around a random point (so fewer in sparse places), handles opened untimed.
 * ``cold``: a fresh interpreter: import, open, one small box, exit (wall time from spawn).
 
+With ``small``, the census: ``--census-boxes`` more small boxes (0.1 %), each around a point of its own and
+read alone at 0 ms by every system (answers checked): the bytes each reads against its answer's own bytes, as
+median, largest and how many at most 3x.  The ``small`` workload is one box, and what a box reads depends on
+where it falls (a dense cluster, a bin edge).
+
 Box edges lie a quarter of a millimetre off the data grid, so float32, float64 and COPC's
 scaled integers all agree on which points are inside.  Every answer is checked against
 numpy: its count and an order-free checksum of coordinates (mm), class and intensity; a
@@ -185,8 +190,10 @@ def _edge(v: float, *, low: bool) -> float:
     return float(np.float32(base + (0.75 if low else 0.25) * SCALE))
 
 
-def make_boxes(name: str, data: dict, n_service: int, seed: int) -> dict[str, list]:
-    """Boxes around random points, sized (on a sample) to hold the workloads' fractions of the points."""
+def make_boxes(name: str, data: dict, n_service: int, seed: int, n_census: int = 0) -> dict[str, list]:
+    """Boxes around random points, sized (on a sample) to hold the workloads' fractions of the points; the
+    ``census``: ``n_census`` more small boxes, each around a point of its own (the small workload is one box,
+    and what a box reads depends on where it falls: in a dense cluster or across bin edges)."""
     pos = data["positions"]
     rng = np.random.default_rng([seed, 3])
     sample = pos[rng.choice(len(pos), min(len(pos), 400_000), replace=False)]
@@ -220,6 +227,10 @@ def make_boxes(name: str, data: dict, n_service: int, seed: int) -> dict[str, li
         lo, hi = box(c.copy(), half)
         out["service"].append([[_edge(x, low=True) for x in lo], [_edge(x, low=False) for x in hi]])
     out["cold"] = out["small"]
+    out["census"] = []
+    for c in pos[np.random.default_rng([seed, 4]).choice(len(pos), n_census)].astype(np.float64):
+        lo, hi = box(c.copy(), sized(FRACTIONS["small"], c))
+        out["census"].append([[_edge(x, low=True) for x in lo], [_edge(x, low=False) for x in hi]])
     return out
 
 
@@ -842,6 +853,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of the cold workload (a fresh process: cheap, and its median of 3 "
                          "swings by tens of percent on a shared machine)")
     ap.add_argument("--service-boxes", type=int, default=200)
+    ap.add_argument("--census-boxes", type=int, default=20,
+                    help="small boxes around other points, each read alone at 0 ms: the bytes a small box reads "
+                         "against its answer's, box by box (with the small workload)")
     ap.add_argument("--threads", type=int, default=16, help="threads (and handles) of a peer's service")
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--profile", action="store_true", help="cProfile zvf's timed part (last rep) into the JSON")
@@ -849,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", help="the tables to this file")
     args = ap.parse_args(argv)
     if args.quick:
-        args.points, args.reps, args.cold_reps, args.service_boxes = 20_000, 1, 1, 10
+        args.points, args.reps, args.cold_reps, args.service_boxes, args.census_boxes = 20_000, 1, 1, 10, 3
     datasets = [d for d in args.datasets.split(",") if d]
     workloads = [w for w in args.workloads.split(",") if w]
     latencies = [float(x) for x in args.latency.split(",") if x]
@@ -873,7 +887,8 @@ def main(argv: list[str] | None = None) -> int:
         for d in datasets:
             data[d] = DATASETS[d](args.points, args.seed)
             np.savez(root / f"{d}.npz", **data[d])
-            boxes[d] = make_boxes(d, data[d], args.service_boxes, args.seed)
+            boxes[d] = make_boxes(d, data[d], args.service_boxes, args.seed,
+                                  args.census_boxes if "small" in workloads else 0)
             truth = Truth(data[d])
             expect[d] = {wl: [truth(b) for b in bs] for wl, bs in boxes[d].items()}
             expect[d]["full"] = [truth.all]
@@ -919,15 +934,18 @@ def main(argv: list[str] | None = None) -> int:
             for s in systems:
                 workers[s].measure({"op": "box", "loc": stores[d, WRITERS[s]], "boxes": boxes[d]["small"]}, proxy)
 
-        def record(rec: dict, d: str, wl: str, lat: float, system: str, rep: int) -> None:
+        def record(rec: dict, d: str, wl: str, lat: float, system: str, rep: int, expected=None) -> None:
             rec.update(dataset=d, workload=wl, latency=lat, system=system, rep=rep,
                        load=round(os.getloadavg()[0], 2))
             answers = rec.pop("answers", None)
             if answers is not None:
-                rec["ok"] = answers == expect[d][wl]
+                expected = expect[d][wl] if expected is None else expected
+                rec["ok"] = answers == expected
                 if not rec["ok"]:
-                    bad = next(i for i, (a, b) in enumerate(zip(answers, expect[d][wl])) if a != b)
-                    rec["mismatch"] = f"box {bad}: got {answers[bad]}, expected {expect[d][wl][bad]}"
+                    bad = next((i for i, (a, b) in enumerate(zip(answers, expected)) if a != b), 0)
+                    rec["mismatch"] = f"box {bad}: got {answers[bad:bad + 1]}, expected {expected[bad:bad + 1]}"
+                else:
+                    rec["answer_rows"] = sum(a[0] for a in answers)
             records.append(rec)
             status = "error " + rec["error"] if "error" in rec else ("ok" if rec.get("ok", True) else rec["mismatch"])
             log(f"  {lat:4g} ms rep {rep} {d:8} {wl:8} {system:8} {rec.get('seconds', float('nan')):7.3f} s "
@@ -972,6 +990,15 @@ def main(argv: list[str] | None = None) -> int:
                                 if "error" not in rec:
                                     rec.update(traffic(proxy, lat / 1000))
                             record(rec, d, wl, lat, system, rep)
+        proxy.set_latency(0)
+        for d in datasets:  # the census: each box alone, every system (bytes do not depend on latency)
+            for i, b in enumerate(boxes[d]["census"]):
+                for system in systems:
+                    rec = workers[system].measure({"op": "box", "loc": stores[d, WRITERS[system]], "boxes": [b],
+                                                   "threads": args.threads}, proxy)
+                    if "error" not in rec:
+                        rec.update(traffic(proxy, 0))
+                    record(rec, d, "census", 0.0, system, i, [expect[d]["census"][i]])
     finally:
         for wk in workers.values():
             wk.stop()
@@ -1049,6 +1076,25 @@ def _mb(n) -> str:
     return "-" if n is None else f"{n / 1e6:.2f}" if n < 1e8 else f"{n / 1e6:.0f}"
 
 
+def census_lines(records, datasets, systems) -> list[str]:
+    """The census table: per system, bytes read over the answer's own bytes (rows x (12 + 1 + 4)), box by box."""
+    recs = [r for r in records if r["workload"] == "census" and r.get("ok") and r.get("answer_rows")]
+    if not recs:
+        return []
+    n = max(r["rep"] for r in recs) + 1
+    out = ["", f"Small boxes around {n} other points per distribution, each read alone at 0 ms: bytes read / the "
+           f"answer's own bytes (rows x 17) -- median, largest, boxes at most 3x:", "",
+           "| data | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems)]
+    for d in datasets:
+        cells = []
+        for s in systems:
+            ratios = [r["bytes"] / (17 * r["answer_rows"]) for r in recs if (r["dataset"], r["system"]) == (d, s)]
+            cells.append(f"{statistics.median(ratios):.1f}x, {max(ratios):.1f}x, {sum(x <= 3 for x in ratios)}/"
+                         f"{len(ratios)}" if ratios else "-")
+        out.append(f"| {d} | " + " | ".join(cells) + " |")
+    return out
+
+
 def render(records, sizes, datasets, systems, workloads, latencies, head) -> str:
     def cell(d, wl, lat, s):
         return [r for r in records if (r["dataset"], r["workload"], r["latency"], r["system"]) == (d, wl, lat, s)]
@@ -1090,6 +1136,7 @@ def render(records, sizes, datasets, systems, workloads, latencies, head) -> str
                              f"{_num(_med(rs, 'waves'), '.0f')} w, {_num(_med(rs, 'cpu'), '.2f')} cpu, "
                              f"{_num(_med(rs, 'rss_mib'), '.0f')} MiB")
             out.append(f"| {d} | {wl} | " + " | ".join(cells) + " |")
+    out += census_lines(records, datasets, systems)
     out += ["", "Stored (MB): " + "; ".join(
         f"{d}: " + ", ".join(f"{wr} {b / 1e6:.1f}" for (dd, wr), b in sizes.items() if dd == d) for d in datasets)]
     loads = [r["load"] for r in records]

@@ -46,7 +46,7 @@ def test_run_quick_prints_the_table(tmp_path):
 
 def test_peers_quick_checks_every_answer(tmp_path):
     """benchmarks/peers.py on tiny data through the counting proxy (no added latency): every installed peer,
-    every workload, both distributions."""
+    every workload and the small-box census, both distributions."""
     import importlib.util
     import json
     import shutil
@@ -62,7 +62,7 @@ def test_peers_quick_checks_every_answer(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert "| data | workload | ms |" in out and "zvf/best" in out
+    assert "| data | workload | ms |" in out and "zvf/best" in out and "Small boxes around 3 other points" in out
     assert "CHECK FAILED" not in out and "\nerror:" not in out, out
     records = json.loads((tmp_path / "p.json").read_text())["records"]
     peers = {"tiledb": ("tiledb",), "copc": ("copclib", "laspy", "lazrs", "requests"),
@@ -70,7 +70,7 @@ def test_peers_quick_checks_every_answer(tmp_path):
     systems = {"zvf"} | {s for s, mods in peers.items() if all(importlib.util.find_spec(m) for m in mods)}
     seen = {(r["dataset"], r["workload"], r["system"]) for r in records if "error" not in r}
     for dataset in ("terrain", "blobs"):
-        for workload in ("ingest", "small", "medium", "large", "full", "service", "cold"):
+        for workload in ("ingest", "small", "medium", "large", "full", "service", "cold", "census"):
             for system in systems:
                 assert (dataset, workload, system) in seen, f"{dataset} {workload} {system} missing"
     assert all(r.get("ok", True) for r in records)
