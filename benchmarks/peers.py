@@ -994,8 +994,8 @@ def main(argv: list[str] | None = None) -> int:
         for d in datasets:  # the census: each box alone, every system (bytes do not depend on latency)
             for i, b in enumerate(boxes[d]["census"]):
                 for system in systems:
-                    rec = workers[system].measure({"op": "box", "loc": stores[d, WRITERS[system]], "boxes": [b],
-                                                   "threads": args.threads}, proxy)
+                    rec = workers[system].measure({"op": "box", "loc": stores[d, WRITERS[system]], "boxes": [b]},
+                                                  proxy)
                     if "error" not in rec:
                         rec.update(traffic(proxy, 0))
                     record(rec, d, "census", 0.0, system, i, [expect[d]["census"][i]])

@@ -184,13 +184,12 @@ class CellArray:
         """:meth:`payloads` of cells given by grid position and their holding objects' keys (:meth:`_cells_of`),
         read and decoded, without the decoded-cell cache."""
         if self.codec.shard is None:
-            keys = holders  # a plain cell is its own object
-            raws = await self.executor.get_many(keys)
-            for k, raw, g in zip(keys, raws, grid):
+            raws = await self.executor.get_many(holders)  # a plain cell is its own object
+            for k, raw, g in zip(holders, raws, grid):
                 if raw is None:
                     await self._absent(k, np.asarray(g, dtype=np.int64) + self.origin)
             present = [j for j, raw in enumerate(raws) if raw is not None]
-            decoded = await self._decode_all([(cast("bytes | memoryview", raws[j]), keys[j]) for j in present])
+            decoded = await self._decode_all([(cast("bytes | memoryview", raws[j]), holders[j]) for j in present])
             out: list[bytes | memoryview | None] = [None] * len(raws)
             for j, payload in zip(present, decoded):
                 out[j] = payload
