@@ -77,7 +77,7 @@ class Tuning:
     #                            it reads only those bins (one more round trip on a fresh dataset; math.inf: time only)
     overread_cell_bytes: int = 64 << 10  # raw bytes a cell must fetch beyond its touched bins before max_overread
     #                                      applies (smaller cells are read whole: a few KB are not worth a round trip)
-    overread_max_chunks: int = 2  # chunks a box may cut for max_overread to apply (a small box across one face: 2)
+    overread_max_chunks: int = 8  # chunks a box may cut for max_overread to apply (a small box around a corner: 8)
     narrow_bridge_fraction: float = 0.25  # bytes that read as bins or frames may add by reading through the holes
     #                                      between its ranges (fewer requests), as a fraction of its own bytes
     thread_decode_bytes: int = 1 << 20  # stored bytes of a read's cells past which they decode in those threads
@@ -99,7 +99,8 @@ class Tuning:
     spill_bytes: int = 32 << 20  # rows a streamed write or routing task buffers before a chunk-sorted run goes to disk
     upload_bytes: int = 32 << 20  # encoded cells a streamed write queues for upload at once (its spill_bytes twin)
     put_batch: int = 64  # blobs one uploader stores per worker-thread call where the executor batches puts
-    seek_frame_bytes: int = 4096  # raw bytes a zstd frame of a seekable point cell holds at least (runs of bins)
+    seek_frame_bytes: int = 16384  # raw bytes a zstd frame of a seekable point cell holds at least (smaller frames
+    #                                 read less of a box, but each costs a whole read a fixed ~3 us of zstd)
     piece_rows: int = 8192  # rows of a sharded vlen array (manifests) framed and compressed per work item
     link_cells_per_task: int = 64  # link cells encoded per worker task (amortizes the hand-off, overlaps uploads)
     deferred_link_records: int = 1 << 16  # link records a streamed object write queues before placing them

@@ -6,6 +6,7 @@ naming the cell, never wrong rows."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import warnings
@@ -20,15 +21,18 @@ import zvf
 from tests.support.reference_bytes import unwrap_cell
 from zvf.config import tuned
 from zvf.errors import FormatError, SizeLimitError
-from zvf.format.codecs import CellCodec
-from zvf.format.seekable import SEEKABLE_MAGIC, SeekTable
+from zvf.format.codecs import SEEKABLE_MAGIC, CellCodec
+from zvf.format.seekable import SeekTable
 
 GRID = 0.5  # coordinates on a grid, so box faces land on points
+# Frames of 4 KiB (the default is 16 KiB, which whole reads favour): the cells below are small, and the tests
+# are about reading some of their frames.
+SMALL_FRAMES = {"seek_frame_bytes": 4096}
+# The cost model's hints for S3 (remote_latency_hint, remote_bandwidth_hint, remote_coalesce_gap) on local files.
+REMOTE = {"local_latency_hint": 0.03, "local_bandwidth_hint": 100e6, "local_coalesce_gap": 256 << 10, **SMALL_FRAMES}
 # A cost model under which a round trip costs less than the bytes of untouched frames (a slow link): the
 # queries below take the frames path even on cells this small.
-FRAMES = {"local_bandwidth_hint": 1e6}
-# The cost model's hints for S3 (remote_latency_hint, remote_bandwidth_hint, remote_coalesce_gap) on local files.
-REMOTE = {"local_latency_hint": 0.03, "local_bandwidth_hint": 100e6, "local_coalesce_gap": 256 << 10}
+FRAMES = {"local_bandwidth_hint": 1e6, **SMALL_FRAMES}
 
 
 def _points(n: int, seed: int) -> np.ndarray:
@@ -44,8 +48,9 @@ def store(request, tmp_path_factory):
     row = np.arange(len(pos), dtype=np.int64)
     cls = (row % 7).astype(np.uint8)
     path = tmp_path_factory.mktemp("seekable") / "s.zarrvectors"
-    zvf.write_points(str(path), pos, attributes={"row": row, "cls": cls}, chunk_shape=[50.0] * 3,
-                     bin_shape=[6.25] * 3, compression="zstd", shard_shape=request.param)
+    with tuned(**SMALL_FRAMES):
+        zvf.write_points(str(path), pos, attributes={"row": row, "cls": cls}, chunk_shape=[50.0] * 3,
+                         bin_shape=[6.25] * 3, compression="zstd", shard_shape=request.param)
     return str(path), pos, row, cls
 
 
@@ -206,8 +211,9 @@ def test_small_box_bytes_within_three_times_its_answer(tmp_path):
     cls = rng.integers(0, 5, n).astype(np.uint8)
     inten = rng.random(n).astype(np.float32)
     url = str(tmp_path / "m.zarrvectors")
-    zvf.write_points(url, pos, attributes={"class": cls, "intensity": inten}, chunk_shape=[50.0] * 3,
-                     bin_shape=[5.0] * 3, compression="zstd", shard_shape=None)
+    with tuned(**SMALL_FRAMES):
+        zvf.write_points(url, pos, attributes={"class": cls, "intensity": inten}, chunk_shape=[50.0] * 3,
+                         bin_shape=[5.0] * 3, compression="zstd", shard_shape=None)
     lo, hi = [10.0, 10.0, 10.0], [29.9, 29.9, 29.9]
     want = _truth(pos, np.asarray(lo), np.asarray(hi))
     answer = len(want) * (12 + 1 + 4)
@@ -249,7 +255,8 @@ async def test_queries_at_once_share_whole_cells_a_lone_one_narrows(tmp_path):
     rng = np.random.default_rng(3)
     pos = rng.uniform(0, 100, (300_000, 3)).astype(np.float32)
     url = str(tmp_path / "s.zarrvectors")
-    zvf.write_points(url, pos, chunk_shape=[50.0] * 3, bin_shape=[5.0] * 3, compression="zstd", shard_shape=None)
+    with tuned(**SMALL_FRAMES):
+        zvf.write_points(url, pos, chunk_shape=[50.0] * 3, bin_shape=[5.0] * 3, compression="zstd", shard_shape=None)
     boxes = [([10.0 + i, 10.0, 10.0], [18.0 + i, 18.0, 18.0]) for i in range(4)]
     with tuned(**REMOTE):
         async with await za.open(url) as ds:
@@ -262,3 +269,128 @@ async def test_queries_at_once_share_whole_cells_a_lone_one_narrows(tmp_path):
         assert len(got) == len(_truth(pos, np.asarray(lo), np.asarray(hi)))
     cell = sum(p.stat().st_size for p in _cell_files(url, "vertices")) / 8
     assert lone < cell / 4 < cell < together < 4 * 1.5 * cell  # the cells once, not once per box
+
+
+# ---------------------------------------------------------------- compact pieces and frame bounds
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 400), min_size=1, max_size=12), min_rows=st.integers(1, 60),
+       seed=st.integers(0, 2**16), axes=st.integers(1, 3))
+def test_pieces_keep_bins_and_end_where_frames_may(counts, min_rows, seed, axes):
+    from zvf.format.seekable import bin_pieces, frame_cuts
+
+    rng = np.random.default_rng(seed)
+    n = sum(counts)
+    pos = rng.normal(0, 10, (n, axes)).astype(np.float32)
+    bin_of = np.repeat(np.arange(len(counts)), counts)
+    order, places = bin_pieces(pos, counts, min_rows)
+    assert sorted(order.tolist()) == list(range(n))  # a permutation ...
+    np.testing.assert_array_equal(bin_of[order], bin_of)  # ... that keeps every row in its bin
+    ends = np.cumsum(counts)
+    assert set(ends[np.asarray(counts) > 0].tolist()) <= set(places.tolist())
+    sizes = np.diff(places, prepend=0)
+    assert (sizes > 0).all() and (np.diff(places) > 0).all()
+    bin_sizes = np.asarray(counts)[bin_of[places - 1]]
+    assert ((sizes >= min_rows) | (sizes == bin_sizes)).all()  # a piece of a split bin holds min_rows at least
+    assert (sizes[bin_sizes >= 2 * min_rows] < 2 * min_rows).all()  # a bin is cut while a part holds twice that
+    cuts = frame_cuts(places, 4, 4 * min_rows)
+    assert cuts[0] == 0 and cuts[-1] == n and set(cuts[1:].tolist()) <= set(places.tolist()) | {0}
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 3000), axes=st.integers(1, 4), seed=st.integers(0, 2**16), flat=st.booleans())
+def test_frame_bounds_hold_every_row_of_their_frame(n, axes, seed, flat):
+    from zvf.format.seekable import encode_seekable, frame_bounds_bytes, frame_cuts
+
+    rng = np.random.default_rng(seed)
+    pos = (rng.normal(0, 1, (n, axes)) * 10.0 ** rng.integers(-3, 4, axes)).astype(np.float32)
+    if flat:
+        pos[:, 0] = 7.25  # an axis without extent
+    cuts = frame_cuts(np.arange(1, n + 1), pos.itemsize * axes, 200)
+    codec = CellCodec.for_writing("zstd")
+    cell = encode_seekable(codec, pos.tobytes(), cuts, pos.itemsize * axes, frame_bounds_bytes(pos, cuts))
+    assert codec.decode(cell) == pos.tobytes()  # the bounds frame is skipped like the table
+    table = SeekTable.parse(cell, key="k", max_frames=n + 1)
+    assert isinstance(table, SeekTable) and table.lo is not None and table.hi is not None
+    assert table.num_frames == len(cuts)  # the data frames, then the bounds frame
+    table.check_bounds(codec.decode(cell), np.dtype(np.float32), key="k")
+    for f, (a, b) in enumerate(itertools.pairwise(cuts)):
+        rows = pos[a:b].astype(np.float64)
+        assert (rows >= table.lo[f]).all() and (rows <= table.hi[f]).all()
+        meets = table.frames_meeting(rows.min(0), rows.min(0))  # a point box at one of its rows
+        assert meets is not None and meets[f] and not meets[-1]
+
+
+def test_a_tail_too_short_for_the_bounds_asks_for_more_and_bad_bounds_name_the_cell():
+    from zvf.format.seekable import encode_seekable, frame_bounds_bytes
+
+    pos = np.random.default_rng(0).uniform(0, 9, (900, 3)).astype(np.float32)
+    cuts = np.array([0, 300, 600, 900])
+    codec = CellCodec.for_writing("zstd")
+    cell = encode_seekable(codec, pos.tobytes(), cuts, 12, frame_bounds_bytes(pos, cuts))
+    table = SeekTable.parse(cell, key="k", max_frames=8)
+    assert isinstance(table, SeekTable)
+    need = SeekTable.parse(cell[-table.nbytes:], key="k", max_frames=8)
+    assert need == table.nbytes + int(table.compressed[-1])  # the bounds frame, then the table
+    at = len(cell) - table.nbytes - int(table.compressed[-1])
+    for offset, match in ((8, "not a zvf bounds frame"), (12, "declares")):  # the tag; the frame count
+        bad = bytearray(cell)
+        bad[at + offset] ^= 0x01
+        with pytest.raises(FormatError, match=f"cellkey: .*{match}"):
+            SeekTable.parse(bytes(bad), key="cellkey", max_frames=8)
+    lying = bytearray(cell)  # frame 1's upper x bound pulled below its rows: the check names the cell
+    hi_at = at + 24 + 16 * 3 + 2 * 3 * 3 + 2 * 3 * 1
+    lying[hi_at:hi_at + 2] = (100).to_bytes(2, "little")
+    table = SeekTable.parse(bytes(lying), key="cellkey", max_frames=8)
+    assert isinstance(table, SeekTable)
+    with pytest.raises(FormatError, match=r"cellkey: .*outside the bounds"):
+        table.check_bounds(codec.decode(bytes(lying)), np.dtype(np.float32), key="cellkey")
+
+
+def test_the_validator_reports_a_frame_bound_that_leaves_rows_out(store, tmp_path):
+    url, *_ = store
+    meta = json.loads((Path(url) / "0/vertices/zarr.json").read_text())
+    if meta["codecs"][0]["name"] == "sharding_indexed":
+        pytest.skip("damage is placed in plain cells")
+
+    def damage(root: Path) -> None:
+        f = max(_cell_files(str(root), "vertices"), key=lambda p: p.stat().st_size)
+        raw = bytearray(f.read_bytes())
+        table = SeekTable.parse(bytes(raw), key="", max_frames=1 << 20)
+        assert isinstance(table, SeekTable) and table.lo is not None
+        m = len(table.lo)
+        at = len(raw) - table.nbytes - int(table.compressed[-1]) + 24 + 16 * 3 + 2 * 3 * m  # the hi bounds
+        raw[at:at + 2] = (0).to_bytes(2, "little")  # frame 0's upper x at the cell's lowest x
+        f.write_bytes(bytes(raw))
+
+    bad = _damaged_copy(url, tmp_path / "lying.zarrvectors", damage)
+    report = zvf.validate(bad, level=3)
+    assert not report.ok and any("outside the bounds" in str(i) for i in report.errors), report
+
+
+def test_small_boxes_of_a_dense_cluster_read_frames_of_their_size(tmp_path):
+    """A cluster a thousand times denser than its background, in one 100-unit chunk of 25-unit bins: a box of a
+    few thousand points in its core (one at the corner where 8 bins of ~37 k points meet) reads frames of
+    compact pieces of those bins -- pieces follow the density -- so it fetches about 5x its answer's bytes,
+    seek tables and bounds included, where its bins hold over 30x.  A box in the sparse background is
+    answered as exactly."""
+    rng = np.random.default_rng(7)
+    pos = np.concatenate([rng.normal(50, 2.0, (300_000, 3)), rng.uniform(0, 100, (100_000, 3))]).astype(np.float32)
+    inten = rng.random(len(pos)).astype(np.float32)
+    url = str(tmp_path / "dense.zarrvectors")
+    with tuned(**SMALL_FRAMES):
+        zvf.write_points(url, pos, attributes={"intensity": inten}, chunk_shape=[100.0] * 3, bin_shape=[25.0] * 3,
+                         compression="zstd", shard_shape=None)
+    for centre, half, most in (([50.0, 50.0, 50.0], 0.75, 6), ([50.0, 51.5, 48.0], 0.75, 6),
+                               ([20.0, 80.0, 30.0], 10.0, None)):
+        lo, hi = np.asarray(centre) - half, np.asarray(centre) + half
+        want = _truth(pos, lo, hi)
+        with tuned(**REMOTE), zvf.open(url) as ds:
+            start = ds.stats.bytes
+            got = ds.query((lo.tolist(), hi.tolist()))
+            read = ds.stats.bytes - start
+        assert sorted(map(tuple, got.positions.tolist())) == sorted(map(tuple, pos[want].tolist()))
+        np.testing.assert_array_equal(np.sort(got.attributes["intensity"]), np.sort(inten[want]))
+        if most is not None:
+            assert read <= most * len(want) * (12 + 4), (centre, read, len(want))

@@ -50,6 +50,9 @@ SEEK_CACHE = "seek_table"
 ChunkCoords: TypeAlias = Sequence[int] | NDArray[np.integer[Any]]
 #: Several chunk coordinates: a sequence of them or an (N, ndim) array.
 ChunkList: TypeAlias = Sequence[Sequence[int]] | NDArray[np.integer[Any]]
+#: Bytes of a seekable cell's end read for its seek table, given the cell's size over a typical cell's (None:
+#: unknown, a plain cell).
+SeekGuess: TypeAlias = Callable[[float | None], int]
 #: A shard read whole: (its bytes, inner chunk offsets, inner chunk sizes).
 WholeShard: TypeAlias = tuple[bytes | memoryview, NDArray[np.uint64], NDArray[np.uint64]]
 
@@ -260,12 +263,13 @@ class CellArray:
         g = self.cell_coords(chunk)
         return ("seek", self.object_key(g), g) in self.executor.cache(SEEK_CACHE)
 
-    async def seek_tables(self, chunks: ChunkList, guess: int, max_frames: int) -> list[SeekTable]:
-        """Seek table of each absolute chunk's cell, through the executor's cache: one read of the cell's last
-        ``guess`` bytes (a suffix of a plain cell; of a sharded inner chunk, the range ending where the shard
-        index says it ends), a second for a table longer than that.  A cell without one (written before
-        seekable cells, or by another writer) or absent gets an empty table: it is read whole.  ``max_frames``:
-        the most frames a cell may have (its bins: a frame holds whole bins)."""
+    async def seek_tables(self, chunks: ChunkList, guess: SeekGuess, max_frames: int) -> list[SeekTable]:
+        """Seek table (and bounds) of each absolute chunk's cell, through the executor's cache: one read of the
+        cell's last ``guess(share)`` bytes (a suffix of a plain cell, ``share`` None; of a sharded inner chunk,
+        the range ending where the shard index says it ends, ``share`` its size over its shard's mean cell), a
+        second for a table longer than that.  A cell without one (written before seekable cells, or by another
+        writer) or absent gets an empty table: it is read whole.  ``max_frames``: the most entries a table may
+        list."""
         grid, holders = self._cells_of(chunks)
 
         async def fetch(missing: list[tuple[int, ...]]) -> list[SeekTable]:
@@ -273,23 +277,30 @@ class CellArray:
 
         return await self.executor.cached_many(SEEK_CACHE, [("seek", k, g) for k, g in zip(holders, grid)],
                                                lambda keys: fetch([k[2] for k in keys]),
-                                               lambda t: 64 + 16 * t.num_frames)
+                                               lambda t: t.memory_nbytes)
 
-    async def _read_seek_tables(self, grid: list[tuple[int, ...]], guess: int, max_frames: int) -> list[SeekTable]:
+    async def _read_seek_tables(self, grid: list[tuple[int, ...]], guess: SeekGuess, max_frames: int
+                                ) -> list[SeekTable]:
         ends: list[tuple[str, int | None, int | None]] = []  # (object key, cell start, cell end): None plain
+        sizes: list[int] = []  # bytes of each cell's end read first
         if self.codec.shard is None:
             ends = [(self.key_of(g), None, None) for g in grid]
+            sizes = [guess(None)] * len(grid)
         else:
             by_shard = group_by_shard(grid, self._inner_per_shard())
             keys = {s: self.key_of(s) for s in by_shard}
             indexes = await self.executor.gather([self._shard_index(keys[s]) for s in by_shard])
             ends = [("", None, None)] * len(grid)
+            sizes = [0] * len(grid)
             for (shard, members), index in zip(by_shard.items(), indexes):
                 if index is None:
                     ends = [("", -1, -1) if i in members else e for i, e in enumerate(ends)]
                     continue
+                stored = index[1][index[0] != EMPTY]
+                mean = float(stored.mean()) if len(stored) else 1.0
                 for i, start, n in zip(members, *self._spans(grid, members, shard, *index)):
                     ends[i] = (keys[shard], start, start + n) if start >= 0 else ("", -1, -1)
+                    sizes[i] = guess(n / max(mean, 1.0))
         empty = SeekTable(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
         async def one(key: str, start: int | None, end: int | None, size: int) -> SeekTable:
@@ -316,10 +327,27 @@ class CellArray:
                                   f"{len(tail) - got.nbytes} before its table")
             return got
 
-        return list(await self.executor.gather([one(k, s, e, guess) for k, s, e in ends]))
+        return list(await self.executor.gather([one(k, s, e, size) for (k, s, e), size in zip(ends, sizes)]))
+
+    async def rows_meeting(self, chunks: ChunkList, n_rows: Sequence[int], row_bytes: int, guess: SeekGuess,
+                           max_frames: int, lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray | None]:
+        """For each absolute chunk of ``n_rows`` rows (by its fragment index), the (start, stop) row spans of its
+        cell's frames whose bounds meet the closed box ``lo``..``hi``: no other row of the cell can be in it.
+        None for a cell whose seek table has no bounds.  The tables come through :meth:`seek_tables` (cached)."""
+        coords = np.asarray(chunks, dtype=np.int64).reshape(len(chunks), -1)
+        out: list[np.ndarray | None] = []
+        for c, n, table in zip(coords, n_rows, await self.seek_tables(coords, guess, max_frames)):
+            meets = table.frames_meeting(lo, hi) if table.num_frames else None
+            if meets is None:
+                out.append(None)
+                continue
+            ends = table.row_ends(n, row_bytes, key=self._frame_key(self.cell_coords(c)))
+            spans = np.stack([ends - np.diff(ends, prepend=0), ends], axis=1)[meets]
+            out.append(spans[spans[:, 1] > spans[:, 0]])
+        return out
 
     async def frame_rows(self, chunks: ChunkList, spans: Sequence[np.ndarray], row_bytes: int, n_rows: Sequence[int],
-                         guess: int, max_frames: int) -> list[bytes | memoryview | None]:
+                         guess: SeekGuess, max_frames: int) -> list[bytes | memoryview | None]:
         """For each absolute chunk, the concatenated bytes of its row spans [(start, stop), ...] in a cell of
         ``n_rows`` rows (by its fragment index): from the frames of a seekable cell holding them -- the frames
         of every cell in one batch of ranges (coalesced per object), each decoded frame cached -- or from the
@@ -339,15 +367,9 @@ class CellArray:
             if table.num_frames == 0:
                 whole.append(i)
                 continue
-            out_ends = table.out_ends
-            if int(out_ends[-1]) != VLEN_HEADER + n_rows[i] * row_bytes or out_ends[0] < VLEN_HEADER or \
-                    ((out_ends - VLEN_HEADER) % row_bytes).any():
-                raise FormatError(f"{self._frame_key(g)}: seek table frames decode to {table.decompressed.tolist()} "
-                                  f"bytes, not whole {row_bytes}-byte rows of the {n_rows[i]} rows its fragment "
-                                  "index lists")
+            rows_end = table.row_ends(n_rows[i], row_bytes, key=self._frame_key(g))
             if not len(sp):
                 continue
-            rows_end = (out_ends - VLEN_HEADER) // row_bytes
             first = np.searchsorted(rows_end, sp[:, 0], side="right")
             last = np.searchsorted(rows_end, sp[:, 1] - 1, side="right")
             frames = unique_ints(expand_ranges(first, last - first + 1))

@@ -20,9 +20,9 @@ from ..config import tuning
 from ..errors import FormatError, InvalidArgumentError
 from ..format.fragments import FragmentIndex, decode_fragment_index, tiling_counts
 from ..format.grid import inside
-from ..format.seekable import seek_table_size
+from ..format.seekable import frame_bounds_size, seek_table_size
 from ..io.plan import choose_fetch
-from .cells import CellArray, ChunkCoords, ChunkList, group_by_shard, rows_from_payload
+from .cells import CellArray, ChunkCoords, ChunkList, SeekGuess, group_by_shard, rows_from_payload
 from .selection import Selection
 
 if TYPE_CHECKING:
@@ -408,18 +408,25 @@ class Seek:
 
     rows: Mapping[int, int]  # chunk position -> rows its fragment index lists
     per_chunk: float  # rows of a typical cell
-    max_frames: int  # the most frames a cell may have (its bins: a frame holds whole bins)
+    max_frames: int  # the most entries a cell's seek table may list (a frame holds a row at least; the bounds)
 
     @classmethod
     def of(cls, level: Level) -> Seek:
         per_chunk = max(1, level.meta.vertex_count or 0) / max(1, len(level.nonempty_chunks))
-        return cls({}, per_chunk, level.layout.bins_in_chunk)
+        return cls({}, per_chunk, max(level.layout.bins_in_chunk, level.meta.vertex_count or 0) + 1)
 
-    def guess(self, arr: CellArray) -> int:
-        """Bytes of a cell's end read for its seek table: the table of twice the frames a typical cell of
-        ``arr`` holds (``seek_frame_bytes`` raw each), never more than a cell's bins."""
-        frames = 2 * math.ceil(self.per_chunk * row_nbytes(arr) / tuning().seek_frame_bytes) + 2
-        return seek_table_size(min(self.max_frames, frames))
+    def guess(self, arr: CellArray) -> SeekGuess:
+        """Bytes of a cell's end read for its seek table (and the vertices' bounds frame): the table of a
+        quarter more frames than a cell of ``share`` times a typical cell of ``arr`` holds (``seek_frame_bytes``
+        raw each) -- of twice a typical cell's when its size is not known."""
+        typical = self.per_chunk * row_nbytes(arr) / tuning().seek_frame_bytes
+        axes = len(arr.meta.shape) if arr.meta.attributes.get("zv_array") == "vertices" else 0
+
+        def size(share: float | None) -> int:
+            frames = min(self.max_frames, math.ceil((2.0 if share is None else 1.25 * share) * typical) + 2)
+            return seek_table_size(frames) + (frame_bounds_size(frames, axes) if axes else 0)
+
+        return size
 
 
 async def fetch(executor: Executor, arrays: Mapping[str, CellArray], chunk_list: ChunkList,

@@ -34,6 +34,19 @@ def expand_ranges(starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | Non
     return np.cumsum(out, out=out)
 
 
+def intersect_spans(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows in both of two sets of sorted, disjoint (start, stop) spans, as such spans ((K, 2) int64)."""
+    a = np.asarray(a, dtype=np.int64).reshape(-1, 2)
+    b = np.asarray(b, dtype=np.int64).reshape(-1, 2)
+    first = np.searchsorted(b[:, 1], a[:, 0], side="right")  # b's spans ending past each a's start ...
+    stop = np.searchsorted(b[:, 0], a[:, 1], side="left")  # ... and starting before its stop
+    n = np.maximum(stop - first, 0)
+    which_a = np.repeat(np.arange(len(a)), n)
+    which_b = expand_ranges(first, n)
+    out = np.stack([np.maximum(a[which_a, 0], b[which_b, 0]), np.minimum(a[which_a, 1], b[which_b, 1])], axis=1)
+    return out[out[:, 1] > out[:, 0]]
+
+
 def unique_ints(a: np.ndarray) -> np.ndarray:
     """``np.unique(a)`` of integers, by one sort: numpy 2.4's first plain ``np.unique`` imports ``numpy.ma``
     (~15 ms of a cold process's first query)."""

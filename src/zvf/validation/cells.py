@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ZvfError
+from ..format.seekable import SeekTable
 from ..format.shard import decode_shard_index, index_nbytes
 from .model import FAILED, ArrayInfo, Failed, ShardIndex, ValidatorBase, strip_key
 
@@ -45,7 +46,7 @@ class CellReads(ValidatorBase):
                 if raw is None:
                     self.error(3, key, "cell vanished while validating", kind="read")
                     return FAILED
-                return codec.decode(raw, key=key)
+                return self._decoded(info, raw, key)
             grid = tuple(int(c) - int(o) for c, o in zip(chunk, origin))
             per = codec.shard
             shard = tuple(g // s for g, s in zip(grid, per))
@@ -60,7 +61,20 @@ class CellReads(ValidatorBase):
             if raw is None or len(raw) != n:
                 self.error(3, key, "inner chunk shorter than its shard index says", kind="decode")
                 return FAILED
-            return codec.decode(raw, key=key)
+            return self._decoded(info, raw, key)
         except ZvfError as e:
             self.error(3, key, f"cell does not decode: {strip_key(str(e), key)}", kind="decode")
             return FAILED
+
+    @staticmethod
+    def _decoded(info: ArrayInfo, raw: bytes | memoryview, key: str) -> bytes:
+        """A stored cell decoded; a seekable vertices cell's frame bounds checked against its rows (a bound
+        leaving a row out would make box queries skip it)."""
+        assert info.codec is not None  # _payload reads cells of arrays with a codec only
+        payload = info.codec.decode(raw, key=key)
+        raw_rows = info.codec.serializer == "vlen-bytes" and info.attrs.get("encoding", "raw") == "raw"
+        if info.zv == "vertices" and raw_rows:
+            table = SeekTable.parse(raw, key=key, max_frames=len(raw))
+            if isinstance(table, SeekTable):
+                table.check_bounds(payload, np.dtype(info.attrs.get("dtype", "float32")), key=key)
+        return payload

@@ -23,7 +23,7 @@ from ..format.codecs import CellCodec
 from ..format.fragments import FragmentIndex, encode_fragment_index
 from ..format.grid import CellCodes
 from ..format.layout import LevelLayout
-from ..format.seekable import encode_seekable, frame_cuts, seekable_codec
+from ..format.seekable import bin_pieces, encode_seekable, frame_bounds_bytes, frame_cuts, seekable_codec
 from ..format.vlen import encode_vlen_rows
 from .partition import Partition, partition_codes
 from .store_writer import SpatialArrayOut, StoreWriter, empty_group, ordered_map
@@ -141,8 +141,9 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
     ``attribute_docs`` overrides the document attributes of named vertex attributes.
     ``seekable``: the fragments are the chunks' bins (points without ids) and zvf's layout is wanted (not
     the reference's bytes): zstd cells of a chunk of several bins are written seekable
-    (:mod:`zvf.format.seekable`), a frame per run of bins of at least ``seek_frame_bytes`` (a
-    :mod:`zvf.config` setting), so a box reads only the frames of its bins.
+    (:mod:`zvf.format.seekable`) -- each bin's rows in compact pieces, frames of at least
+    ``seek_frame_bytes`` (a :mod:`zvf.config` setting), the vertices' frames with their bounds -- so a box
+    reads only the frames of its bins that it meets.
     """
     verts = level.array("vertices", builders.vertices_attributes(positions.dtype))
     frags = level.array("vertex_fragments", builders.vertex_fragments_attributes())
@@ -157,14 +158,17 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
 
     frame_bytes = tuning().seek_frame_bytes
 
-    def cell(codec: CellCodec, col: np.ndarray, rows: np.ndarray, bins: np.ndarray | None) -> bytes | np.ndarray:
+    def cell(codec: CellCodec, col: np.ndarray, rows: np.ndarray, places: np.ndarray | None,
+             pos: np.ndarray | None) -> bytes | np.ndarray:
         if codec.serializer == "vlen-bytes" and not codec.compressors and col.ndim == 1:
             frame = encode_vlen_rows(col, rows)  # gathered straight into its frame
             if frame is not None:
                 return frame
         payload = np.take(col, rows, axis=0).view(np.uint8)
-        if bins is not None and col.ndim == 1 and seekable_codec(codec):
-            return encode_seekable(codec, payload, frame_cuts(bins, col.itemsize, frame_bytes), col.itemsize)
+        if places is not None and col.ndim == 1 and seekable_codec(codec):
+            cuts = frame_cuts(places, col.itemsize, frame_bytes)
+            return encode_seekable(codec, payload, cuts, col.itemsize,
+                                   None if pos is None else frame_bounds_bytes(pos, cuts))
         return codec.encode(payload)
 
     def encode(k: int) -> list[bytes | np.ndarray]:
@@ -172,8 +176,15 @@ async def put_rows(level: LevelWriter, part: Partition, positions: np.ndarray, a
         rows = part.order[part.chunk_starts[k]:part.chunk_starts[k + 1]]
         fi = fragments_of(k)
         bins = fi.counts if seekable and fi.num_fragments > 1 and fi.tiles(len(rows)) else None
+        pos = places = None
+        if bins is not None:  # frames end where bins do, or pieces of them (vertices' frames: a piece each)
+            places = np.cumsum(bins)
+            if seekable_codec(verts.codec):
+                pos = positions[rows]
+                order, places = bin_pieces(pos, bins, -(-frame_bytes // columns[0][1].itemsize))
+                rows, pos = rows[order], pos[order]
         blobs: list[bytes | np.ndarray] = [frags.codec.encode(encode_fragment_index(fi))]
-        return blobs + [cell(out.codec, col, rows, bins) for out, col in columns]
+        return blobs + [cell(out.codec, col, rows, places, pos if out is verts else None) for out, col in columns]
 
     async def store(k: int, blobs: list[bytes | np.ndarray]) -> None:
         chunk = part.chunks[k]

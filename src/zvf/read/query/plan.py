@@ -243,8 +243,8 @@ async def build_plan(rc: ReadContext, ctx: Resolved) -> QueryPlan:
 def _seek_waves(lvl: load.Level, job: PointJob, chunks: list[tuple[int, ...]], need: list[tuple[int, ...]],
                 per_chunk: float) -> list[Wave]:
     """Waves of a box read from seekable cells: [shard indexes,] the fragment indexes beside each array's seek
-    tables (a cell's last bytes) of the chunks the box cuts, then the frames of the bins it touches in those
-    chunks and the whole cells of the chunks it holds."""
+    tables (a cell's last bytes, the vertices' with their frames' bounds) of the chunks the box cuts, then the
+    frames of the bins it touches that it meets in those chunks and the whole cells of the chunks it holds."""
     arrays = {**job.where, **job.final}
     seek = Seek.of(lvl)
     cut = set(job.first_fi.tolist())
@@ -256,9 +256,10 @@ def _seek_waves(lvl: load.Level, job: PointJob, chunks: list[tuple[int, ...]], n
     for name, arr in arrays.items():
         tables = [c for c in partial if not arr.seek_cached(c)]
         sharded = arr.codec.shard is not None
+        guess = seek.guess(arr)(1.0 if sharded else None)  # a typical cell's
         parts.append((_cell_reads(arr, tables, name)[0] if sharded else [],
-                      [PlannedRead(arr.object_key(arr.cell_coords(c)), 0 if sharded else -seek.guess(arr), None,
-                                   f"{name} seek table" + (" (range)" if sharded else ""), seek.guess(arr))
+                      [PlannedRead(arr.object_key(arr.cell_coords(c)), 0 if sharded else -guess, None,
+                                   f"{name} seek table" + (" (range)" if sharded else ""), guess)
                        for c in tables]))
         est = int(per_chunk * share * row_nbytes(arr))
         frames += [PlannedRead(arr.object_key(arr.cell_coords(c)), 0, None, f"{name} frames (ranges)", est)

@@ -29,7 +29,7 @@ from ..points import (
     fragment_indexes,
     row_nbytes,
 )
-from ..rowops import expand_ranges, match_rows
+from ..rowops import expand_ranges, intersect_spans, match_rows
 from ..selection import Selection
 from .resolve import Resolved, no_rows
 
@@ -236,6 +236,15 @@ async def _point_wave(rc: ReadContext, ctx: Resolved, job: PointJob, idx: np.nda
                 cell_rows[k] = n_rows
         s, e = fi.spans(np.asarray(frags, dtype=np.int64))
         spans[k] = np.stack((s, e), axis=1)
+    if seek is not None and cell_rows and ctx.box is not None:  # of those bins, the frames the box meets
+        vert = lvl.need("vertices")
+        ks = list(cell_rows)
+        lo, hi = (np.asarray(b, dtype=np.float64) for b in ctx.box)
+        meeting = await vert.rows_meeting([chunks[k] for k in ks], [cell_rows[k] for k in ks], row_nbytes(vert),
+                                          seek.guess(vert), seek.max_frames, lo, hi)
+        for k, rows in zip(ks, meeting):
+            if rows is not None:
+                spans[k] = intersect_spans(spans[k], rows)
     if not job.ranged and not job.seek:  # spans still say which rows are wanted; the cells come whole
         wanted = {k: _span_rows(v) for k, v in spans.items()}
         spans = {}
