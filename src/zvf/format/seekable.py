@@ -113,14 +113,17 @@ def frame_bounds_bytes(positions: NDArray[np.floating] | NDArray[np.integer], cu
     """The skippable frame of the bounds of frames ``cuts[i]:cuts[i + 1]`` of a cell's (N, d) ``positions``
     (rows in the cell's order): each frame's box on u16 steps of the cell's box, rounded outwards.  None when
     a coordinate is not finite (no bounds: a reader reads the cell's frames by bins alone)."""
-    pos = np.asarray(positions, dtype=np.float64)
+    pos = np.asarray(positions)
     starts = np.asarray(cuts, dtype=np.int64)[:-1]
     if not len(pos) or not np.isfinite(pos).all():
         return None
-    lo, hi = pos.min(axis=0), pos.max(axis=0)
+    axes = range(pos.shape[1])  # axis by axis: reduceat over a column is a fast loop, over rows is not
+    f_lo = np.stack([np.minimum.reduceat(pos[:, a], starts) for a in axes], axis=1).astype(np.float64)
+    f_hi = np.stack([np.maximum.reduceat(pos[:, a], starts) for a in axes], axis=1).astype(np.float64)
+    lo, hi = f_lo.min(axis=0), f_hi.max(axis=0)
     scale = np.where(hi > lo, _STEPS / np.where(hi > lo, hi - lo, 1.0), 0.0)
-    f_lo = np.floor((np.minimum.reduceat(pos, starts, axis=0) - lo) * scale)
-    f_hi = np.ceil((np.maximum.reduceat(pos, starts, axis=0) - lo) * scale)
+    f_lo = np.floor((f_lo - lo) * scale)
+    f_hi = np.ceil((f_hi - lo) * scale)
     f_hi[:, hi <= lo] = _STEPS  # a flat axis: every frame spans it
     q = np.concatenate([np.clip(f_lo, 0, _STEPS), np.clip(f_hi, 0, _STEPS)]).astype("<u2")
     m, d = len(starts), pos.shape[1]
@@ -153,33 +156,38 @@ def _parse_bounds(mv: memoryview, frames: int, *, key: str) -> tuple[NDArray[np.
 def bin_pieces(positions: NDArray[np.floating] | NDArray[np.integer], counts: Sequence[int] | NDArray[np.int64],
                min_rows: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Each bin of a cell's rows (``positions``, sorted by bin, ``counts`` rows per bin) cut into compact
-    pieces: a part of ``2 * min_rows`` rows or more is split in halves at the median of its widest axis,
-    again and again (a k-d tree over the bin: dense places get small pieces, sparse ones large).  Returns the
-    order of the rows (bins kept, each bin's pieces one after the other) and where each piece ends (ascending
-    rows; every bin's end among them): frames cut there hold rows of a small box each."""
+    pieces: a part of ``2 * min_rows`` rows or more is split in halves at the median of the longest side of
+    its box, again and again (a k-d tree over the bin's rows' box: dense places get small pieces, sparse ones
+    large).  Returns the order of the rows (bins kept, each bin's pieces one after the other) and where each
+    piece ends (ascending rows; every bin's end among them): frames cut there hold rows of a small box each."""
     pos = np.asarray(positions)
     counts = np.asarray(counts, dtype=np.int64)
     order = np.arange(len(pos), dtype=np.int64)
     ends = np.cumsum(counts)
-    places: list[int] = []
     floor = max(1, int(min_rows))
+    pieces: list[int] = []
 
-    def split(start: int, stop: int) -> None:
+    def split(start: int, stop: int, lo: list[float], hi: list[float]) -> None:
         if stop - start < 2 * floor:
-            places.append(stop)
+            pieces.append(stop)
             return
+        axis = max(range(len(lo)), key=lambda a: hi[a] - lo[a])
         rows = order[start:stop]
-        part = pos[rows]
-        axis = int(np.argmax(part.max(axis=0) - part.min(axis=0)))
+        values = pos[rows, axis]
         half = (stop - start) // 2
-        order[start:stop] = rows[np.argpartition(part[:, axis], half)]
-        split(start, start + half)
-        split(start + half, stop)
+        part = np.argpartition(values, half)
+        order[start:stop] = rows[part]
+        cut = float(values[part[half]])
+        split(start, start + half, lo, [*hi[:axis], cut, *hi[axis + 1:]])
+        split(start + half, stop, [*lo[:axis], cut, *lo[axis + 1:]], hi)
 
-    for start, stop in zip((ends - counts).tolist(), ends.tolist()):
-        if stop > start:
-            split(start, stop)
-    return order, np.asarray(places, dtype=np.int64)
+    big = np.flatnonzero(counts >= 2 * floor)
+    for b in big.tolist():
+        start, stop = int(ends[b] - counts[b]), int(ends[b])
+        rows = pos[start:stop]  # a bin's rows are still in place: the splits move rows of their own bin only
+        split(start, stop, rows.min(axis=0).astype(float).tolist(), rows.max(axis=0).astype(float).tolist())
+    places = np.union1d(ends[counts > 0], np.asarray(pieces, dtype=np.int64))
+    return order, places
 
 
 def decode_frames(runs: Sequence[tuple[BytesLike, SeekTable, int, int, str]]
