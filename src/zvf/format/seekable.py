@@ -166,28 +166,36 @@ def bin_pieces(positions: NDArray[np.floating] | NDArray[np.integer], counts: Se
     ends = np.cumsum(counts)
     floor = max(1, int(min_rows))
     pieces: list[int] = []
+    for b in np.flatnonzero(counts >= 2 * floor).tolist():
+        start, stop = int(ends[b] - counts[b]), int(ends[b])
+        local, piece_ends = _kd_pieces(np.ascontiguousarray(pos[start:stop].T), floor)
+        order[start:stop] = start + local
+        pieces.extend(start + e for e in piece_ends)
+    return order, np.union1d(ends[counts > 0], np.asarray(pieces, dtype=np.int64))
 
-    def split(start: int, stop: int, lo: list[float], hi: list[float]) -> None:
-        if stop - start < 2 * floor:
-            pieces.append(stop)
+
+def _kd_pieces(columns: NDArray[np.floating] | NDArray[np.integer], floor: int) -> tuple[NDArray[np.int64], list[int]]:
+    """One bin's rows (``columns``: axis by axis, so a split gathers one) in :func:`bin_pieces`' pieces: their
+    order and where each piece ends."""
+    local = np.arange(columns.shape[1], dtype=np.int64)
+    ends: list[int] = []
+
+    def split(first: int, end: int, lo: list[float], hi: list[float]) -> None:
+        if end - first < 2 * floor:
+            ends.append(end)
             return
         axis = max(range(len(lo)), key=lambda a: hi[a] - lo[a])
-        rows = order[start:stop]
-        values = pos[rows, axis]
-        half = (stop - start) // 2
+        rows = local[first:end]
+        values = columns[axis][rows]
+        half = (end - first) // 2
         part = np.argpartition(values, half)
-        order[start:stop] = rows[part]
+        local[first:end] = rows[part]
         cut = float(values[part[half]])
-        split(start, start + half, lo, [*hi[:axis], cut, *hi[axis + 1:]])
-        split(start + half, stop, [*lo[:axis], cut, *lo[axis + 1:]], hi)
+        split(first, first + half, lo, [*hi[:axis], cut, *hi[axis + 1:]])
+        split(first + half, end, [*lo[:axis], cut, *lo[axis + 1:]], hi)
 
-    big = np.flatnonzero(counts >= 2 * floor)
-    for b in big.tolist():
-        start, stop = int(ends[b] - counts[b]), int(ends[b])
-        rows = pos[start:stop]  # a bin's rows are still in place: the splits move rows of their own bin only
-        split(start, stop, rows.min(axis=0).astype(float).tolist(), rows.max(axis=0).astype(float).tolist())
-    places = np.union1d(ends[counts > 0], np.asarray(pieces, dtype=np.int64))
-    return order, places
+    split(0, columns.shape[1], columns.min(axis=1).astype(float).tolist(), columns.max(axis=1).astype(float).tolist())
+    return local, ends
 
 
 def decode_frames(runs: Sequence[tuple[BytesLike, SeekTable, int, int, str]]
