@@ -99,3 +99,17 @@ def test_store_geometry_mismatch(tmp_path):
     with pytest.raises(zvf.errors.InvalidArgumentError, match="cannot be written as trk"):
         zvf.convert(store, tmp_path / "o.trk")
     assert not (tmp_path / "o.trk").exists()
+
+
+def test_trx_refuses_streamlines_without_vertices(tmp_path):
+    """nibabel's ArraySequence drops empty streamlines, so a TRX file would renumber every streamline after one:
+    the export refuses, naming the objects, and writes no file."""
+    pytest.importorskip("trx.trx_file_memmap")
+    rng = np.random.default_rng(0)
+    lines = [rng.random((4, 3)).astype(np.float32), np.zeros((0, 3), np.float32), rng.random((3, 3)).astype(np.float32)]
+    store = str(tmp_path / "s.zarrvectors")
+    zvf.write_polylines(store, lines, chunk_shape=[1.0] * 3, geometry_type="streamline")
+    out = tmp_path / "o.trx"
+    with pytest.raises(zvf.errors.InvalidArgumentError, match=r"without vertices.*object \[1\]"):
+        zvf.convert(store, out)
+    assert not out.exists()

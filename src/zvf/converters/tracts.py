@@ -282,6 +282,14 @@ async def _save_trx(ds: DatasetReader, dst: str, level: int, rec: dict[str, Any]
         lines += np.split(sel.positions, cuts)
         for k, v in sel.attributes.items():
             dpp.setdefault(k, []).extend(np.split(v.reshape(len(v), -1), cuts))
+    empty = [i for i, line in enumerate(lines) if not len(line)]
+    if empty:  # nibabel's ArraySequence drops them: every later streamline would take the id before it
+        ids = (await ds.object_ids(level=level)).tolist()
+        named = [ids[i] if i < len(ids) else i for i in empty[:5]]
+        raise InvalidArgumentError(
+            f"TRX holds no streamline without vertices (nibabel and trx-python drop them, renumbering the "
+            f"streamlines after them); object{'s' if len(empty) > 1 else ''} {named}{' ...' if len(empty) > 5 else ''}"
+            f" of {ds.url} ha{'ve' if len(empty) > 1 else 's'} none")
     tract = streamlines.Tractogram(
         streamlines.ArraySequence(lines), data_per_point={k: streamlines.ArraySequence(v) for k, v in dpp.items()},
         data_per_streamline=dps, affine_to_rasmm=np.eye(4))
