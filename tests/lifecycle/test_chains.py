@@ -454,7 +454,7 @@ def check_level0(ds, m: Model, rng: np.random.Generator) -> None:
     diff = same_rows(table(full.positions, full.attributes, names, got_owners), want)
     assert diff is None, f"read_all: {diff}"
     for what, sel in (("select().read()", ds.select().read()),
-                      ("iter_chunks", _concat(list(ds.iter_chunks(batch_chunks=3)), names))):
+                      ("iter_chunks", _concat(list(ds.iter_chunks(batch_chunks=3)), names, full))):
         sel_owners = sel.object_ids if has_ids(m.kind) else None
         diff = same_rows(table(sel.positions, sel.attributes, names, sel_owners), want)
         assert diff is None, f"{what}: {diff}"
@@ -586,12 +586,15 @@ def check_box0(ds, m: Model, lo, hi, names: list[str]) -> None:
     assert diff is None, f"{what}: links among the vertices inside: {diff}"
 
 
-def _concat(sels: list, names: list[str]):
+def _concat(sels: list, names: list[str], like):
+    """The selections one after the other; none holding a row: ``like`` (a read of the same level) emptied, so
+    an attribute of several channels keeps its width."""
     from zvf import Selection
 
     sels = [s for s in sels if len(s)]
     if not sels:
-        return Selection(np.zeros((0, NDIM)), {k: np.zeros(0) for k in names}, None)
+        return Selection(like.positions[:0], {k: like.attributes[k][:0] for k in names},
+                         None if like.object_ids is None else like.object_ids[:0])
     ids = [s.object_ids for s in sels]
     return Selection(np.concatenate([s.positions for s in sels]),
                      {k: np.concatenate([s.attributes[k] for s in sels]) for k in names},
@@ -612,7 +615,7 @@ def check_coarse_level(ds, m: Model, level: int, grid, factors, rng: np.random.G
     # points: every vertex once; objects: metavertices are shared between objects, compare as sets
     key = (lambda r: r) if m.kind in ("point_cloud", "point_ids") else unique_rows
     per_chunk = list(ds.iter_chunks(level=level, batch_chunks=1))
-    chunked = _concat(per_chunk, names)
+    chunked = _concat(per_chunk, names, full)
     for what, sel in (("select(level).read()", ds.select(level=level).read()), ("iter_chunks", chunked)):
         diff = same_rows(key(table(sel.positions, sel.attributes, names)), key(rows))
         assert diff is None, f"{at}: {what} vs read_all: {diff}"
