@@ -19,7 +19,7 @@ seekable format (little endian)::
 The bounds frame is the table's last entry, listed with 0 decompressed bytes (it holds no rows)::
 
     u32 0x184D2A5D                skippable frame magic
-    u32 24 + 16 * d + 4 * d * m   bytes of the rest of this frame (m data frames, d axes)
+    u32 16 + 16 * d + 4 * d * m   bytes of the rest of this frame (m data frames, d axes)
     u8[4] "ZVFB", u32 m, u32 d, u32 0 (reserved)
     f64 lo[d], f64 hi[d]          the cell's rows' bounding box
     u16 lo[m][d], u16 hi[m][d]    each frame's box on 65535 steps of the cell's: floor, ceil
