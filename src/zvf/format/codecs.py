@@ -86,6 +86,11 @@ _ZSTD_MAGIC = 0xFD2FB528
 _BLOCK_MAX = 128 * 1024
 
 
+def _skippable(magic: int) -> bool:
+    """Whether a frame's first u32 is one of zstd's 16 skippable-frame magics (0x184D2A50..5F)."""
+    return magic & 0xFFFFFFF0 == 0x184D2A50
+
+
 # ---------------------------------------------------------------------------
 # zstd
 
@@ -107,7 +112,7 @@ def zstd_bound(data: BytesLike, *, key: str = "?") -> list[tuple[int, int, int |
         if pos + 4 > size:
             raise FormatError(f"{key}: truncated zstd frame magic at byte {pos}")
         (magic,) = struct.unpack_from("<I", mv, pos)
-        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+        if _skippable(magic):
             if pos + 8 > size:
                 raise FormatError(f"{key}: truncated skippable zstd frame at byte {pos}")
             (ln,) = struct.unpack_from("<I", mv, pos + 4)
@@ -274,7 +279,7 @@ def _seekable_run(data: BytesLike, key: str, max_size: int) -> memoryview | None
     u8 = as_u8(mv)
     rows = entries[:, 1] > 0
     for s, e in zip(starts[~rows].tolist(), ends[~rows].tolist()):
-        if e - s < 8 or struct.unpack_from("<I", mv, s)[0] & 0xFFFFFFF0 != 0x184D2A50 or \
+        if e - s < 8 or not _skippable(struct.unpack_from("<I", mv, s)[0]) or \
                 struct.unpack_from("<I", mv, s + 4)[0] != e - s - 8:
             return None
     starts, ends = starts[rows], ends[rows]
